@@ -1,0 +1,18 @@
+"""Errors of the scheduling core.
+
+    Exception
+     +-- ValueError
+     |    +-- QuantityError        (quantity.py) not a Kubernetes quantity
+     |    +-- PodRequestError      (requests.py) a pod's resources/annotations are unreadable
+     +-- InventoryConflictError         (inventory.py) GPU indices already held
+     +-- BindRefusedError               (here) bind cannot go ahead; the message says why
+
+Outcomes a scheduler expects (a node that does not fit) are values (:class:`Reason`), not
+exceptions; these are for requests that cannot be answered as asked.
+"""
+
+from __future__ import annotations
+
+
+class BindRefusedError(Exception):
+    """Bind cannot go ahead. ``str(error)`` is the message for kube-scheduler."""

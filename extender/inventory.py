@@ -1,0 +1,425 @@
+"""The in-memory inventory: nodes, their GPUs, and what bound pods and reservations hold.
+
+Per-node numbers live in numpy arrays indexed by a slot id, so that a filter over 5,000 node
+names is a handful of vectorised operations instead of 5,000 Python objects. Slot 0 is a
+sentinel that is never alive: unknown node names map to it and fail as "unknown node".
+
+Concurrency: every change goes through the methods below (the one writer path); callers in
+the service run them on one event-loop thread, so a request computed without awaiting in
+between reads one consistent state. Nothing here hands out its internal maps or writable
+arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from extender.model import Holding, HoldingKind, NodeSpec
+
+__all__ = ["Inventory", "InventoryConflictError", "NodeArrays", "NodeView"]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+IdArray = npt.NDArray[np.int32]
+
+_NO_TOPOLOGY = -1
+
+
+class InventoryConflictError(Exception):
+    """A reservation asked for GPU indices that another pod already holds."""
+
+
+class NodeArrays(NamedTuple):
+    """Read-only per-slot columns (index with ids from :meth:`Inventory.ids`)."""
+
+    alive: BoolArray
+    gpu_total: IntArray
+    gpu_free: IntArray
+    # Most free GPUs inside one NVLink/NUMA group; -1 when the node publishes no topology.
+    max_group_free: IntArray
+    cpu_alloc: IntArray
+    cpu_free: IntArray
+    memory_alloc: IntArray
+    memory_free: IntArray
+    model: IntArray
+    gpu_memory_mib: IntArray
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A copy of one node's state, for bind planning and explanations."""
+
+    spec: NodeSpec
+    # Per GPU index: the UID of the pod holding it, or None.
+    holders: tuple[str | None, ...]
+    # GPUs held by pods bound without schedext's annotation: counted, index unknown.
+    anonymous_gpus: int
+    # Free indices usable now. When anonymous GPUs exist we assume, deterministically, that
+    # they sit on the highest free indices, and plan around the lower ones.
+    free_gpu_ids: tuple[int, ...]
+    cpu_free: int
+    memory_free: int
+    holdings: tuple[Holding, ...]
+
+
+@dataclass(slots=True)
+class _Applied:
+    gpu_ids: tuple[int, ...]
+    anonymous: int
+    cpu_milli: int
+    memory_bytes: int
+
+
+@dataclass(slots=True)
+class _NodeState:
+    spec: NodeSpec
+    slot: int
+    holders: list[str | None]
+    anonymous: int = 0
+    cpu_used: int = 0
+    memory_used: int = 0
+    applied: dict[str, _Applied] = dataclasses.field(default_factory=dict)
+
+    def free_ids(self) -> list[int]:
+        free = [i for i, holder in enumerate(self.holders) if holder is None]
+        return free[: max(0, len(free) - self.anonymous)]
+
+
+class Inventory:
+    def __init__(self, *, capacity: int = 64) -> None:
+        self._slots: dict[str, int] = {}
+        self._states: list[_NodeState | None] = [None]
+        self._free_slots: list[int] = []
+        self._holdings: dict[str, Holding] = {}
+        self._holdings_by_node: dict[str, dict[str, None]] = {}  # insertion-ordered sets
+        self._model_ids: dict[str, int] = {"": 0}
+        self._model_names: list[str] = [""]
+        self._model_masks: dict[str | None, BoolArray] = {}
+        self._cols = _Columns(max(capacity, 2))
+        self._view: NodeArrays | None = None
+        self.version = 0  # bumped on every change; lets callers cache derived answers
+        self.layout = 0  # bumped when the name -> id mapping changes (nodes added or removed)
+
+    # ----------------------------------------------------------------- reads
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._slots
+
+    def ids(self, names: Sequence[str]) -> IdArray:
+        """Slot ids for node names, 0 (never alive) for names the inventory does not know."""
+        return np.fromiter(map(self._slots.get, names, repeat(0)), dtype=np.int32, count=len(names))
+
+    @property
+    def arrays(self) -> NodeArrays:
+        if self._view is None:
+            self._view = self._cols.read_only()
+        return self._view
+
+    def node_names(self) -> list[str]:
+        return list(self._slots)
+
+    def node(self, name: str) -> NodeView | None:
+        slot = self._slots.get(name)
+        if slot is None:
+            return None
+        state = self._state(slot)
+        return NodeView(
+            spec=state.spec,
+            holders=tuple(state.holders),
+            anonymous_gpus=state.anonymous,
+            free_gpu_ids=tuple(state.free_ids()),
+            cpu_free=state.spec.cpu_milli - state.cpu_used,
+            memory_free=state.spec.memory_bytes - state.memory_used,
+            holdings=tuple(self._holdings[uid] for uid in self._holdings_by_node.get(name, {})),
+        )
+
+    def holding(self, uid: str) -> Holding | None:
+        return self._holdings.get(uid)
+
+    def holdings(self) -> list[Holding]:
+        return list(self._holdings.values())
+
+    def model_name(self, model_id: int) -> str:
+        return self._model_names[model_id]
+
+    def model_mask(self, pattern: str | None) -> BoolArray:
+        """Which model ids satisfy a pod's GPU model hint: the exact product name when some
+        node has it, otherwise every model containing the hint, ignoring case ("h100")."""
+        cached = self._model_masks.get(pattern)
+        if cached is not None and len(cached) == len(self._model_names):
+            return cached
+        mask = np.zeros(len(self._model_names), dtype=np.bool_)
+        if pattern is None:
+            mask[:] = True
+        elif pattern in self._model_ids:
+            mask[self._model_ids[pattern]] = True
+        else:
+            folded = pattern.casefold()
+            for model_id, name in enumerate(self._model_names):
+                mask[model_id] = bool(name) and folded in name.casefold()
+        mask.flags.writeable = False
+        self._model_masks[pattern] = mask
+        return mask
+
+    # ----------------------------------------------------------------- nodes
+
+    def upsert_node(self, spec: NodeSpec) -> bool:
+        """Add or update a node; False when nothing that matters changed."""
+        slot = self._slots.get(spec.name)
+        if slot is not None:
+            state = self._state(slot)
+            if state.spec == spec:
+                return False
+            gpu_shape_same = (state.spec.gpu_count, state.spec.gpu_groups) == (
+                spec.gpu_count,
+                spec.gpu_groups,
+            )
+            state.spec = spec
+            if not gpu_shape_same:
+                self._rebuild(state)
+            self._sync(state)
+            return True
+        slot = self._free_slots.pop() if self._free_slots else self._cols.append()
+        state = _NodeState(spec=spec, slot=slot, holders=[None] * spec.gpu_count)
+        if slot == len(self._states):
+            self._states.append(state)
+        else:
+            self._states[slot] = state
+        self._slots[spec.name] = slot
+        self.layout += 1
+        for uid in self._holdings_by_node.get(spec.name, {}):
+            self._apply(state, self._holdings[uid])
+        self._sync(state)
+        return True
+
+    def remove_node(self, name: str) -> bool:
+        """Forget a node. Holdings on it stay: its pods are still there until deleted."""
+        slot = self._slots.pop(name, None)
+        if slot is None:
+            return False
+        self.layout += 1
+        self._states[slot] = None
+        self._cols.clear(slot)
+        self._free_slots.append(slot)
+        self._changed()
+        return True
+
+    def replace_nodes(self, specs: Iterable[NodeSpec]) -> None:
+        """Make the node set exactly ``specs`` (a relist)."""
+        wanted = {spec.name: spec for spec in specs}
+        for name in [n for n in self._slots if n not in wanted]:
+            self.remove_node(name)
+        for spec in wanted.values():
+            self.upsert_node(spec)
+
+    # -------------------------------------------------------------- holdings
+
+    def upsert_holding(self, holding: Holding) -> bool:
+        """Record what a pod holds (bound pod or reservation); False when unchanged."""
+        old = self._holdings.get(holding.uid)
+        if old == holding:
+            return False
+        if old is not None:
+            self._unrecord(old)
+        self._holdings[holding.uid] = holding
+        self._holdings_by_node.setdefault(holding.node, {})[holding.uid] = None
+        slot = self._slots.get(holding.node)
+        if slot is not None:
+            state = self._state(slot)
+            self._apply(state, holding)
+            self._sync(state)
+        else:
+            self._changed()
+        return True
+
+    def reserve(self, holding: Holding) -> None:
+        """Hold exactly ``holding.gpu_ids`` for a pod; raise :class:`InventoryConflictError` if any
+        is taken (bind planned on a stale view) instead of double-allocating."""
+        slot = self._slots.get(holding.node)
+        if slot is None:
+            raise InventoryConflictError(f"node {holding.node} is not in the inventory")
+        state = self._state(slot)
+        free = set(state.free_ids())
+        own = self._holdings.get(holding.uid)
+        if own is not None and own.node == holding.node and own.gpu_ids:
+            free.update(own.gpu_ids)
+        taken = [i for i in holding.gpu_ids or () if i not in free]
+        if taken:
+            raise InventoryConflictError(f"GPU {taken} on {holding.node} already held")
+        self.upsert_holding(holding)
+
+    def remove_holding(self, uid: str) -> Holding | None:
+        holding = self._holdings.pop(uid, None)
+        if holding is not None:
+            self._unrecord(holding)
+        return holding
+
+    def replace_bound(self, holdings: Iterable[Holding]) -> None:
+        """Make the bound holdings exactly ``holdings`` (a pod relist). Reservations stay:
+        they are binds in flight that the relist may not show yet."""
+        wanted = {h.uid: h for h in holdings}
+        stale = [
+            uid
+            for uid, h in self._holdings.items()
+            if h.kind is HoldingKind.BOUND and uid not in wanted
+        ]
+        for uid in stale:
+            self.remove_holding(uid)
+        for holding in wanted.values():
+            self.upsert_holding(holding)
+
+    def expire(self, now: float) -> list[Holding]:
+        """Drop reservations whose time is up (a bind that never completed)."""
+        expired = [
+            h
+            for h in self._holdings.values()
+            if h.kind is HoldingKind.RESERVED and h.expires_at is not None and h.expires_at <= now
+        ]
+        for holding in expired:
+            self.remove_holding(holding.uid)
+        return expired
+
+    # -------------------------------------------------------------- internals
+
+    def _state(self, slot: int) -> _NodeState:
+        state = self._states[slot]
+        assert state is not None, "slot map and node states disagree"
+        return state
+
+    def _unrecord(self, holding: Holding) -> None:
+        on_node = self._holdings_by_node.get(holding.node)
+        if on_node is not None:
+            on_node.pop(holding.uid, None)
+            if not on_node:
+                del self._holdings_by_node[holding.node]
+        slot = self._slots.get(holding.node)
+        if slot is None:
+            self._changed()
+            return
+        state = self._state(slot)
+        applied = state.applied.pop(holding.uid, None)
+        if applied is not None:
+            for index in applied.gpu_ids:
+                state.holders[index] = None
+            state.anonymous -= applied.anonymous
+            state.cpu_used -= applied.cpu_milli
+            state.memory_used -= applied.memory_bytes
+        self._sync(state)
+
+    def _apply(self, state: _NodeState, holding: Holding) -> None:
+        ids: tuple[int, ...] = ()
+        anonymous = holding.gpus
+        wanted = holding.gpu_ids
+        if (
+            wanted is not None
+            and len(wanted) == holding.gpus
+            and all(0 <= i < len(state.holders) and state.holders[i] is None for i in wanted)
+        ):
+            ids, anonymous = wanted, 0
+            for index in ids:
+                state.holders[index] = holding.uid
+        # Otherwise (no annotation, or indices out of range or already held) the pod still
+        # consumes that many GPUs: count them so that no decision overcommits the node.
+        state.anonymous += anonymous
+        state.cpu_used += holding.cpu_milli
+        state.memory_used += holding.memory_bytes
+        state.applied[holding.uid] = _Applied(
+            ids, anonymous, holding.cpu_milli, holding.memory_bytes
+        )
+
+    def _rebuild(self, state: _NodeState) -> None:
+        state.holders = [None] * state.spec.gpu_count
+        state.anonymous = state.cpu_used = state.memory_used = 0
+        state.applied.clear()
+        for uid in self._holdings_by_node.get(state.spec.name, {}):
+            self._apply(state, self._holdings[uid])
+
+    def _sync(self, state: _NodeState) -> None:
+        spec, slot, cols = state.spec, state.slot, self._cols
+        free = state.free_ids()
+        cols.alive[slot] = True
+        cols.gpu_total[slot] = spec.gpu_count
+        cols.gpu_free[slot] = len(free)
+        if spec.gpu_groups:
+            free_set = set(free)
+            cols.max_group_free[slot] = max(
+                sum(1 for i in group if i in free_set) for group in spec.gpu_groups
+            )
+        else:
+            cols.max_group_free[slot] = _NO_TOPOLOGY
+        cols.cpu_alloc[slot] = spec.cpu_milli
+        cols.cpu_free[slot] = spec.cpu_milli - state.cpu_used
+        cols.memory_alloc[slot] = spec.memory_bytes
+        cols.memory_free[slot] = spec.memory_bytes - state.memory_used
+        cols.model[slot] = self._model_id(spec.gpu_model)
+        cols.gpu_memory_mib[slot] = spec.gpu_memory_mib or 0
+        self._changed()
+
+    def _model_id(self, model: str | None) -> int:
+        if not model:
+            return 0
+        model_id = self._model_ids.get(model)
+        if model_id is None:
+            model_id = self._model_ids[model] = len(self._model_names)
+            self._model_names.append(model)
+        return model_id
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._view = None
+
+
+class _Columns:
+    """Growable numpy columns, one row per slot."""
+
+    _NAMES = NodeArrays._fields
+
+    def __init__(self, capacity: int) -> None:
+        self.size = 1  # slot 0: the never-alive sentinel
+        self.alive = np.zeros(capacity, dtype=np.bool_)
+        for name in self._NAMES[1:]:
+            setattr(self, name, np.zeros(capacity, dtype=np.int64))
+        self.max_group_free[0] = _NO_TOPOLOGY
+
+    gpu_total: IntArray
+    gpu_free: IntArray
+    max_group_free: IntArray
+    cpu_alloc: IntArray
+    cpu_free: IntArray
+    memory_alloc: IntArray
+    memory_free: IntArray
+    model: IntArray
+    gpu_memory_mib: IntArray
+
+    def append(self) -> int:
+        if self.size == len(self.alive):
+            for name in self._NAMES:
+                old = getattr(self, name)
+                grown = np.zeros(len(old) * 2, dtype=old.dtype)
+                grown[: len(old)] = old
+                setattr(self, name, grown)
+        self.size += 1
+        return self.size - 1
+
+    def clear(self, slot: int) -> None:
+        for name in self._NAMES:
+            getattr(self, name)[slot] = 0
+        self.max_group_free[slot] = _NO_TOPOLOGY
+
+    def read_only(self) -> NodeArrays:
+        views = []
+        for name in self._NAMES:
+            view = getattr(self, name)[: self.size].view()
+            view.flags.writeable = False
+            views.append(view)
+        return NodeArrays(*views)

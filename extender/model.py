@@ -1,0 +1,143 @@
+"""Value types shared by the core: what a pod asks for, what a node has, who holds what."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+
+
+class WorkloadClass(Enum):
+    """The ``workload-type`` label: which kind of node a pod is meant for."""
+
+    UNSPECIFIED = ""
+    CPU_INTENSIVE = "CPU-intensive"
+    GPU_INTENSIVE = "GPU-intensive"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """What a pending pod needs from a node, decoded once from the pod object."""
+
+    uid: str
+    namespace: str
+    name: str
+    gpus: int = 0
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    workload: WorkloadClass = WorkloadClass.UNSPECIFIED
+    gpu_model: str | None = None
+    gpu_memory_mib: int | None = None
+    priority: int = 0
+    preempt_never: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def needs_gpu_node(self) -> bool:
+        """Whether only nodes with GPU hardware can host the pod."""
+        return self.gpus > 0 or self.workload is WorkloadClass.GPU_INTENSIVE
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """The facts about a node that scheduling decisions use (a node object, reduced)."""
+
+    name: str
+    uid: str = ""
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    gpu_count: int = 0
+    gpu_model: str | None = None
+    gpu_memory_mib: int | None = None
+    # NVLink/NUMA domains as tuples of GPU indices; empty when the node publishes none.
+    gpu_groups: tuple[tuple[int, ...], ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # Why the node's topology annotation was ignored, if it was (shown by explain).
+    topology_problem: str | None = None
+
+
+class HoldingKind(Enum):
+    RESERVED = "reserved"  # chosen by our bind, not yet seen bound by the API server
+    BOUND = "bound"  # the pod is bound to the node
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """Resources a pod holds on a node: a bound pod, or a reservation made by bind."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    kind: HoldingKind = HoldingKind.BOUND
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    gpus: int = 0
+    # The exact GPU indices, when known (from our annotation); None means "some gpus".
+    gpu_ids: tuple[int, ...] | None = None
+    priority: int = 0
+    expires_at: float | None = None  # only reservations expire
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Reason(IntEnum):
+    """Why a node cannot host a pod, in order of precedence (the first that applies wins)."""
+
+    FITS = 0
+    UNKNOWN_NODE = 1
+    INVALID_POD = 2
+    NO_GPUS = 3
+    GPU_MODEL = 4
+    GPU_MEMORY = 5
+    GPU_TOTAL = 6
+    CPU_THRESHOLD = 7
+    CPU_TOTAL = 8
+    GPU_FREE = 9
+    CPU_FREE = 10
+
+    @property
+    def resolvable(self) -> bool:
+        """Whether evicting pods from the node could make it fit (a preemption candidate)."""
+        return self in (Reason.GPU_FREE, Reason.CPU_FREE)
+
+
+@dataclass(frozen=True, slots=True)
+class FilterVerdict:
+    """Filter's answer. ``failed`` holds every rejected node; ``unresolvable`` the subset that
+    preemption cannot help (kube-scheduler reads both maps; older versions only the first)."""
+
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class BindPlan:
+    """The effects bind must perform: bind ``uid`` to ``node`` with these annotations."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    gpu_ids: tuple[int, ...]
+    annotations: Mapping[str, str]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A pod kube-scheduler proposes to evict, as preempt receives it."""
+
+    uid: str
+    # GPUs the victim holds, as read from its pod object when kube-scheduler sent the full
+    # pod; the inventory's own record wins when it knows the pod.
+    gpus_hint: int | None = None

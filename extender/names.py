@@ -1,0 +1,23 @@
+"""The labels, annotations and resource names schedext reads and writes.
+
+Our own keys live under ``schedext.io/``; GPU facts come from NVIDIA GPU feature discovery
+labels so that clusters running the GPU operator need no extra agent.
+"""
+
+from typing import Final
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+
+# Written by schedext's bind, read back on every restart: the durable record of which GPU
+# indices a pod holds ("0,1").
+GPU_IDS: Final = "schedext.io/gpu-ids"
+
+# Pod hints (annotations, or labels as a fallback).
+GPU_MODEL: Final = "schedext.io/gpu-model"
+GPU_MEMORY_MIB: Final = "schedext.io/gpu-memory-mib"
+WORKLOAD_TYPE: Final = "workload-type"
+
+# Node facts.
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL: Final = "nvidia.com/gpu.memory"
+GPU_TOPOLOGY: Final = "schedext.io/gpu-topology"

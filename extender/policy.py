@@ -1,0 +1,278 @@
+"""Scheduling policies: filter, score, GPU choice and preemption pruning.
+
+Every function here is purely computational: it reads an :class:`Inventory` and values, and
+returns values. The caller (the service shell) performs any effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from itertools import compress
+
+import numpy as np
+import numpy.typing as npt
+
+from extender import names
+from extender.inventory import IdArray, Inventory, NodeView
+from extender.model import FilterVerdict, PodRequest, Reason, Victim, WorkloadClass
+
+__all__ = [
+    "GpuScoring",
+    "PolicyConfig",
+    "choose_gpus",
+    "filter_ids",
+    "filter_nodes",
+    "node_reasons",
+    "preemption_nodes",
+    "reason_messages",
+    "reject_all",
+    "score_nodes",
+]
+
+CodeArray = npt.NDArray[np.int8]
+ScoreArray = npt.NDArray[np.int64]
+
+MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
+
+
+class GpuScoring(Enum):
+    BINPACK = "binpack"  # fill the most-allocated GPU nodes first, keep whole nodes free
+    SPREAD = "spread"  # prefer the least-allocated GPU nodes
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """The few knobs the policies take. Validated on construction."""
+
+    gpu_resource: str = names.GPU_RESOURCE
+    cpu_intensive_min_cpu_milli: int = 2000
+    gpu_scoring: GpuScoring = GpuScoring.BINPACK
+    # Shares of the 0..10 score: how full the node's GPUs get, and whether the pod's GPUs fit
+    # inside one NVLink/NUMA group.
+    allocation_weight: int = 7
+    topology_weight: int = 3
+
+    def __post_init__(self) -> None:
+        if "/" not in self.gpu_resource or not self.gpu_resource.strip():
+            raise ValueError(
+                f"gpu_resource must be an extended resource name such as {names.GPU_RESOURCE}"
+            )
+        if self.cpu_intensive_min_cpu_milli < 0:
+            raise ValueError("cpu_intensive_min_cpu_milli must be >= 0")
+        if self.allocation_weight < 0 or self.topology_weight < 0:
+            raise ValueError("score weights must be >= 0")
+        if self.allocation_weight + self.topology_weight == 0:
+            raise ValueError("at least one score weight must be > 0")
+
+
+# ------------------------------------------------------------------------------- filter
+
+
+def node_reasons(
+    inventory: Inventory, request: PodRequest, ids: IdArray, config: PolicyConfig
+) -> CodeArray:
+    """A :class:`Reason` code per node id; the first reason that applies wins."""
+    a = inventory.arrays
+    alive = a.alive[ids]
+    codes = np.where(alive, Reason.FITS, Reason.UNKNOWN_NODE).astype(np.int8)
+    conditions: list[tuple[npt.NDArray[np.bool_], Reason]] = []
+    if request.needs_gpu_node:
+        total = a.gpu_total[ids]
+        conditions.append((total <= 0, Reason.NO_GPUS))
+        if request.gpu_model is not None:
+            allowed = inventory.model_mask(request.gpu_model)
+            conditions.append((~allowed[a.model[ids]], Reason.GPU_MODEL))
+        if request.gpu_memory_mib is not None:
+            conditions.append((a.gpu_memory_mib[ids] < request.gpu_memory_mib, Reason.GPU_MEMORY))
+        if request.gpus:
+            conditions.append((total < request.gpus, Reason.GPU_TOTAL))
+    if request.workload is WorkloadClass.CPU_INTENSIVE:
+        cpu_alloc = a.cpu_alloc[ids]
+        conditions.append((cpu_alloc < config.cpu_intensive_min_cpu_milli, Reason.CPU_THRESHOLD))
+        conditions.append((cpu_alloc < request.cpu_milli, Reason.CPU_TOTAL))
+    if request.gpus:
+        conditions.append((a.gpu_free[ids] < request.gpus, Reason.GPU_FREE))
+    if request.workload is WorkloadClass.CPU_INTENSIVE:
+        conditions.append((a.cpu_free[ids] < request.cpu_milli, Reason.CPU_FREE))
+    # Apply in reverse precedence so that the most fundamental reason overwrites the others.
+    for failed, reason in reversed(conditions):
+        codes[failed & alive] = reason
+    return codes
+
+
+def reason_messages(request: PodRequest, config: PolicyConfig) -> list[str]:
+    """Human reasons indexed by :class:`Reason`. They name the pod's need, not the node, so
+    that kube-scheduler's event aggregates them ("0/50 nodes are available: 12 ...")."""
+    gpu = config.gpu_resource
+    messages = {
+        Reason.FITS: "",
+        Reason.UNKNOWN_NODE: "schedext: node is not in schedext's inventory",
+        Reason.INVALID_POD: "schedext: invalid pod",
+        Reason.NO_GPUS: f"schedext: node has no {gpu}",
+        Reason.GPU_MODEL: f"schedext: GPU model does not match {request.gpu_model!r}",
+        Reason.GPU_MEMORY: f"schedext: GPU memory below {request.gpu_memory_mib} MiB",
+        Reason.GPU_TOTAL: f"schedext: node has fewer than {request.gpus} {gpu} in total",
+        Reason.CPU_THRESHOLD: (
+            "schedext: CPU-intensive pods need a node with at least "
+            f"{_cpu(config.cpu_intensive_min_cpu_milli)} allocatable CPU"
+        ),
+        Reason.CPU_TOTAL: f"schedext: node has less than {_cpu(request.cpu_milli)} CPU in total",
+        Reason.GPU_FREE: f"schedext: fewer than {request.gpus} free {gpu}",
+        Reason.CPU_FREE: f"schedext: less than {_cpu(request.cpu_milli)} CPU free",
+    }
+    return [messages[reason] for reason in Reason]
+
+
+def filter_nodes(
+    inventory: Inventory, request: PodRequest, node_names: Sequence[str], config: PolicyConfig
+) -> FilterVerdict:
+    """Which of ``node_names`` can host the pod, and why the others cannot."""
+    return filter_ids(inventory, request, node_names, inventory.ids(node_names), config)[0]
+
+
+def filter_ids(
+    inventory: Inventory,
+    request: PodRequest,
+    node_names: Sequence[str],
+    ids: IdArray,
+    config: PolicyConfig,
+) -> tuple[FilterVerdict, IdArray]:
+    """:func:`filter_nodes` over names already resolved to ``ids``; also returns the ids of
+    the nodes that passed."""
+    codes = node_reasons(inventory, request, ids, config)
+    fits = codes == Reason.FITS
+    if fits.all():
+        return FilterVerdict(passed=list(node_names), failed={}, unresolvable={}), ids
+    passed = list(compress(node_names, fits.tolist()))
+    failing = np.flatnonzero(~fits)
+    messages = reason_messages(request, config)
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for index, code in zip(failing.tolist(), codes[failing].tolist(), strict=True):
+        name, message = node_names[index], messages[code]
+        failed[name] = message
+        if not Reason(code).resolvable:
+            unresolvable[name] = message
+    return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable), ids[fits]
+
+
+def reject_all(node_names: Sequence[str], message: str) -> FilterVerdict:
+    """Every node unresolvable with one reason (a pod that no node can help)."""
+    failed = dict.fromkeys(node_names, message)
+    return FilterVerdict(passed=[], failed=failed, unresolvable=dict(failed))
+
+
+# -------------------------------------------------------------------------------- score
+
+
+def score_nodes(
+    inventory: Inventory, request: PodRequest, ids: IdArray, config: PolicyConfig
+) -> ScoreArray:
+    """0..10 per node id. GPU pods: allocation (bin-packing or spread, per config) plus a
+    bonus where all requested GPUs fit in one NVLink/NUMA group. Pods that need no GPU prefer
+    nodes without GPUs, so that GPU nodes stay free for GPU work. Unknown nodes score 0."""
+    a = inventory.arrays
+    total = a.gpu_total[ids]
+    if request.gpus == 0:
+        scores = np.where(total == 0, MAX_SCORE, 0)
+    else:
+        free = a.gpu_free[ids]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            used_after = np.where(total > 0, (total - free + request.gpus) / total, 0.0)
+        allocation = np.clip(used_after, 0.0, 1.0)
+        if config.gpu_scoring is GpuScoring.SPREAD:
+            allocation = np.where(total > 0, 1.0 - allocation, 0.0)
+        one_group = (a.max_group_free[ids] >= request.gpus).astype(np.float64)
+        weights = config.allocation_weight + config.topology_weight
+        raw = (config.allocation_weight * allocation + config.topology_weight * one_group) / weights
+        scores = np.rint(raw * MAX_SCORE)
+    return np.where(a.alive[ids], scores, 0).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------- GPU choice
+
+
+def choose_gpus(node: NodeView, count: int) -> tuple[int, ...] | None:
+    """Which GPU indices to give a pod: inside the smallest group that can hold them all
+    (best fit keeps larger groups whole for larger pods), else spanning as few groups as
+    possible, taking the fullest groups first; lowest indices first within a group. None when
+    the node lacks ``count`` free GPUs."""
+    free = node.free_gpu_ids
+    if count <= 0:
+        return ()
+    if len(free) < count:
+        return None
+    free_set = set(free)
+    groups = [[i for i in group if i in free_set] for group in node.spec.gpu_groups] or [list(free)]
+    grouped = {i for group in groups for i in group}
+    groups += [[i] for i in free if i not in grouped]  # GPUs outside any published group
+    groups = [g for g in groups if g]
+    fitting = [g for g in groups if len(g) >= count]
+    if fitting:
+        best = min(fitting, key=lambda g: (len(g), g[0]))
+        return tuple(best[:count])
+    chosen: list[int] = []
+    for group in sorted(groups, key=lambda g: (-len(g), g[0])):
+        chosen.extend(group[: count - len(chosen)])
+        if len(chosen) == count:
+            break
+    return tuple(sorted(chosen))
+
+
+# ---------------------------------------------------------------------------- preemption
+
+
+def preemption_nodes(
+    inventory: Inventory,
+    request: PodRequest,
+    candidates: Mapping[str, Sequence[Victim]],
+    config: PolicyConfig,
+) -> list[str]:
+    """The candidate nodes where evicting every proposed victim would let the pod fit as far
+    as schedext's resources go (GPU count of the right model and memory, CPU for
+    CPU-intensive pods). Nodes without victims are dropped: kube-scheduler rejects them."""
+    if request.preempt_never:
+        return []
+    node_names = [name for name, victims in candidates.items() if victims]
+    ids = inventory.ids(node_names)
+    codes = node_reasons(inventory, request, ids, config)
+    a = inventory.arrays
+    kept: list[str] = []
+    for name, code, gpu_free, cpu_free in zip(
+        node_names,
+        codes.tolist(),
+        a.gpu_free[ids].tolist(),
+        a.cpu_free[ids].tolist(),
+        strict=True,
+    ):
+        if code != Reason.FITS and not Reason(code).resolvable:
+            continue
+        freed_gpus, freed_cpu = _freed(inventory, name, candidates[name])
+        if request.gpus and gpu_free + freed_gpus < request.gpus:
+            continue
+        if (
+            request.workload is WorkloadClass.CPU_INTENSIVE
+            and cpu_free + freed_cpu < request.cpu_milli
+        ):
+            continue
+        kept.append(name)
+    return kept
+
+
+def _freed(inventory: Inventory, node: str, victims: Sequence[Victim]) -> tuple[int, int]:
+    gpus = cpu = 0
+    for victim in victims:
+        holding = inventory.holding(victim.uid)
+        if holding is not None:
+            if holding.node == node:
+                gpus += holding.gpus
+                cpu += holding.cpu_milli
+        elif victim.gpus_hint:
+            gpus += victim.gpus_hint
+    return gpus, cpu
+
+
+def _cpu(milli: int) -> str:
+    return f"{milli // 1000}" if milli % 1000 == 0 else f"{milli}m"

@@ -1,0 +1,76 @@
+"""Exact parsing of Kubernetes resource quantities ("100m", "8Gi", "1e3", "194633128Ki").
+
+Kubernetes compares quantities as exact decimals and rounds *up* when it needs an integer
+(``Quantity.Value()`` / ``MilliValue()``), so parsing goes through :class:`fractions.Fraction`
+and never through ``float``.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from math import ceil
+
+__all__ = ["QuantityError", "parse_quantity", "to_milli", "to_units"]
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+# The exponent form is tried before the bare "E" (exa) suffix: "1E3" is 1000, "1E" is 10**18.
+_QUANTITY = re.compile(
+    r"^(?P<sign>[+-]?)(?P<number>\d+(?:\.\d*)?|\.\d+)"
+    r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
+)
+# Kubernetes caps quantities at 2^63-1 milli-units in practice; a bound keeps hostile
+# exponents ("1e999999999") from building gigantic integers.
+_MAX_EXPONENT = 30
+
+
+class QuantityError(ValueError):
+    """A string that is not a Kubernetes quantity."""
+
+
+def parse_quantity(value: str | int | float) -> Fraction:
+    """Return the exact value of a quantity; raise :class:`QuantityError` if it is not one."""
+    if isinstance(value, bool):
+        raise QuantityError(f"not a quantity: {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        # YAML/JSON numbers such as 0.5 arrive as floats; their shortest repr is what was written.
+        return parse_quantity(repr(value))
+    if not isinstance(value, str):
+        raise QuantityError(f"not a quantity: {value!r}")
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise QuantityError(f"not a quantity: {value!r}")
+    number = Fraction(match["number"])
+    if match["exp"] is not None:
+        exponent = int(match["exp"][1:])
+        if abs(exponent) > _MAX_EXPONENT:
+            raise QuantityError(f"quantity exponent out of range: {value!r}")
+        number *= Fraction(10) ** exponent
+    else:
+        suffix = match["suffix"] or ""
+        number *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
+    return -number if match["sign"] == "-" else number
+
+
+def to_milli(value: str | int | float) -> int:
+    """Milli-units, rounded up like ``Quantity.MilliValue()`` (CPU: "100m" -> 100, "2" -> 2000)."""
+    return ceil(parse_quantity(value) * 1000)
+
+
+def to_units(value: str | int | float) -> int:
+    """Whole units, rounded up like ``Quantity.Value()`` (memory: "1Ki" -> 1024)."""
+    return ceil(parse_quantity(value))

@@ -1,0 +1,188 @@
+"""Decoding what a pod asks for (``PodRequest``) and what a bound pod holds (``Holding``).
+
+The effective request follows kube-scheduler's ``PodRequests``: the sum over containers and
+restartable (sidecar) init containers, the element-wise max with each regular init container
+plus the sidecars declared before it, pod-level ``spec.resources`` for cpu/memory when set,
+plus ``spec.overhead``. A resource given only in ``limits`` is requested at its limit, as the
+API server's defaulting does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+
+from extender import fields, names
+from extender.fields import JSONObject
+from extender.model import Holding, HoldingKind, PodRequest, WorkloadClass
+from extender.quantity import QuantityError, parse_quantity
+
+__all__ = ["PodRequestError", "gpu_ids_annotation", "holding_from_pod", "pod_request"]
+
+_CPU = "cpu"
+_MEMORY = "memory"
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_WORKLOADS = {w.value.casefold(): w for w in WorkloadClass if w.value}
+
+
+class PodRequestError(ValueError):
+    """A pod whose resources or schedext annotations cannot be understood."""
+
+
+def pod_request(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> PodRequest:
+    """Decode the scheduling needs of ``pod``; raise :class:`PodRequestError` with a reason."""
+    meta = fields.obj(pod, "metadata")
+    spec = fields.obj(pod, "spec")
+    totals = _effective_requests(spec, (_CPU, _MEMORY, gpu_resource))
+    gpus = totals[gpu_resource]
+    if gpus.denominator != 1 or gpus < 0:
+        raise PodRequestError(f"{gpu_resource} must be a whole number, got {gpus}")
+    labels = fields.string_map(meta, "labels")
+    annotations = fields.string_map(meta, "annotations")
+    priority = fields.get(spec, "priority")
+    return PodRequest(
+        uid=fields.text(meta, "uid"),
+        namespace=fields.text(meta, "namespace") or "default",
+        name=fields.text(meta, "name"),
+        gpus=int(gpus),
+        cpu_milli=_ceil(totals[_CPU] * 1000),
+        memory_bytes=_ceil(totals[_MEMORY]),
+        workload=_workload(labels, annotations),
+        gpu_model=_hint(annotations, labels, names.GPU_MODEL),
+        gpu_memory_mib=_gpu_memory(annotations, labels),
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        preempt_never=fields.text(spec, "preemptionPolicy") == "Never",
+    )
+
+
+def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> Holding | None:
+    """What a bound, non-terminal pod holds on its node; None for pods that hold nothing."""
+    spec = fields.obj(pod, "spec")
+    node = fields.text(spec, "nodeName")
+    if not node or fields.text(fields.obj(pod, "status"), "phase") in _TERMINAL_PHASES:
+        return None
+    meta = fields.obj(pod, "metadata")
+    try:
+        totals = _effective_requests(spec, (_CPU, _MEMORY, gpu_resource))
+    except PodRequestError:
+        # A bound pod is a fact, not a request: count what we cannot read as nothing rather
+        # than losing the whole pod (its GPU ids, if annotated, still count below).
+        totals = {_CPU: Fraction(0), _MEMORY: Fraction(0), gpu_resource: Fraction(0)}
+    gpus = max(0, _ceil(totals[gpu_resource]))
+    gpu_ids = gpu_ids_annotation(fields.string_map(meta, "annotations").get(names.GPU_IDS))
+    if gpu_ids is not None and len(gpu_ids) != gpus:
+        # The annotation is what the node agent was told to expose; trust it for the count too.
+        gpus = len(gpu_ids)
+    priority = fields.get(spec, "priority")
+    return Holding(
+        uid=fields.text(meta, "uid"),
+        namespace=fields.text(meta, "namespace") or "default",
+        name=fields.text(meta, "name"),
+        node=node,
+        kind=HoldingKind.BOUND,
+        cpu_milli=_ceil(totals[_CPU] * 1000),
+        memory_bytes=_ceil(totals[_MEMORY]),
+        gpus=gpus,
+        gpu_ids=gpu_ids,
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+    )
+
+
+def gpu_ids_annotation(value: str | None) -> tuple[int, ...] | None:
+    """Parse ``schedext.io/gpu-ids`` ("0,1,3"); None when absent or unreadable."""
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        return None
+    ids = tuple(sorted({int(p) for p in parts}))
+    return ids if len(ids) == len(parts) else None
+
+
+def _effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str, Fraction]:
+    containers = fields.objects(spec, "containers")
+    init_containers = fields.objects(spec, "initContainers")
+    total = dict.fromkeys(resources, Fraction(0))
+    for container in containers:
+        _add(total, _container_requests(container, resources))
+    sidecars_so_far = dict.fromkeys(resources, Fraction(0))
+    for container in init_containers:
+        requests = _container_requests(container, resources)
+        if fields.text(container, "restartPolicy") == "Always":
+            # A sidecar runs beside the main containers for the pod's whole life.
+            _add(total, requests)
+            _add(sidecars_so_far, requests)
+            continue
+        for resource in resources:
+            total[resource] = max(total[resource], requests[resource] + sidecars_so_far[resource])
+    pod_level = fields.obj(fields.obj(spec, "resources"), "requests")
+    for resource in (_CPU, _MEMORY):
+        if resource in resources and resource in pod_level:
+            total[resource] = _quantity(pod_level[resource], resource, "spec.resources")
+    overhead = fields.obj(spec, "overhead")
+    for resource in resources:
+        if resource in overhead:
+            total[resource] += _quantity(overhead[resource], resource, "spec.overhead")
+    return total
+
+
+def _container_requests(container: JSONObject, resources: tuple[str, ...]) -> dict[str, Fraction]:
+    block = fields.obj(container, "resources")
+    requests = fields.obj(block, "requests")
+    limits = fields.obj(block, "limits")
+    where = f"container {fields.text(container, 'name') or '?'!r}"
+    out: dict[str, Fraction] = {}
+    for resource in resources:
+        raw = requests.get(resource, limits.get(resource))
+        out[resource] = Fraction(0) if raw is None else _quantity(raw, resource, where)
+    return out
+
+
+def _quantity(raw: object, resource: str, where: str) -> Fraction:
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        raise PodRequestError(f"{where}: {resource} is not a quantity: {raw!r}")
+    try:
+        value = parse_quantity(raw)
+    except QuantityError:
+        raise PodRequestError(f"{where}: {resource} is not a quantity: {raw!r}") from None
+    if value < 0:
+        raise PodRequestError(f"{where}: {resource} must not be negative: {raw!r}")
+    return value
+
+
+def _add(total: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
+    for resource, value in more.items():
+        total[resource] += value
+
+
+def _ceil(value: Fraction) -> int:
+    return -((-value.numerator) // value.denominator)
+
+
+def _hint(annotations: Mapping[str, str], labels: Mapping[str, str], key: str) -> str | None:
+    value = annotations.get(key, labels.get(key))
+    if value is None:
+        return None
+    return value.strip() or None
+
+
+def _workload(labels: Mapping[str, str], annotations: Mapping[str, str]) -> WorkloadClass:
+    raw = labels.get(names.WORKLOAD_TYPE, annotations.get(names.WORKLOAD_TYPE))
+    if raw is None or not raw.strip():
+        return WorkloadClass.UNSPECIFIED
+    workload = _WORKLOADS.get(raw.strip().casefold())
+    if workload is None:
+        allowed = " or ".join(w.value for w in WorkloadClass if w.value)
+        raise PodRequestError(f"label {names.WORKLOAD_TYPE}={raw!r} must be {allowed}")
+    return workload
+
+
+def _gpu_memory(annotations: Mapping[str, str], labels: Mapping[str, str]) -> int | None:
+    raw = _hint(annotations, labels, names.GPU_MEMORY_MIB)
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) <= 0:
+        raise PodRequestError(
+            f"annotation {names.GPU_MEMORY_MIB}={raw!r} must be a positive whole number of MiB"
+        )
+    return int(raw)

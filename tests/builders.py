@@ -1,0 +1,146 @@
+"""Builders for Kubernetes node and pod objects, shaped like what the API server sends.
+
+``make_node(gpus=8, model="NVIDIA-H100-80GB-HBM3", groups=[[0, 1, 2, 3], [4, 5, 6, 7]])``
+``make_pod("trainer", gpus=2, model="H100", node="gpu-1", gpu_ids=[0, 1])``
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from extender import names
+
+_uids = itertools.count(1)
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+A100 = "NVIDIA-A100-SXM4-40GB"
+T4 = "Tesla-T4"
+GPU_MEMORY = {H100: 81559, A100: 40960, T4: 15360}
+
+
+def make_node(
+    name: str = "node",
+    *,
+    gpus: int = 0,
+    model: str | None = None,
+    gpu_memory_mib: int | None = None,
+    groups: Sequence[Sequence[int]] | None = None,
+    cpu: str = "32",
+    memory: str = "128Gi",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    gpu_resource: str = names.GPU_RESOURCE,
+) -> dict[str, Any]:
+    node_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+    if gpus and model is None:
+        model = H100
+    if model:
+        node_labels[names.GPU_PRODUCT_LABEL] = model
+        memory_mib = gpu_memory_mib or GPU_MEMORY.get(model)
+        if memory_mib:
+            node_labels[names.GPU_MEMORY_LABEL] = str(memory_mib)
+    node_labels.update(labels or {})
+    node_annotations = dict(annotations or {})
+    if groups is not None:
+        node_annotations[names.GPU_TOPOLOGY] = json.dumps({"groups": [list(g) for g in groups]})
+    resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+    if gpus:
+        resources[gpu_resource] = str(gpus)
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"node-uid-{name}",
+            "labels": node_labels,
+            "annotations": node_annotations,
+        },
+        "spec": {},
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def make_pod(
+    name: str = "pod",
+    *,
+    namespace: str = "default",
+    uid: str | None = None,
+    gpus: int = 0,
+    cpu: str | None = "100m",
+    memory: str | None = "128Mi",
+    workload: str | None = None,
+    model: str | None = None,
+    gpu_memory_mib: int | str | None = None,
+    node: str | None = None,
+    gpu_ids: Sequence[int] | None = None,
+    priority: int | None = None,
+    preemption_policy: str | None = None,
+    phase: str | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    init_containers: list[dict[str, Any]] | None = None,
+    gpu_resource: str = names.GPU_RESOURCE,
+) -> dict[str, Any]:
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if cpu is not None:
+        requests["cpu"] = cpu
+    if memory is not None:
+        requests["memory"] = memory
+        limits["memory"] = memory
+    if gpus:
+        limits[gpu_resource] = str(gpus)
+        requests[gpu_resource] = str(gpus)
+    pod_labels = dict(labels or {})
+    if workload is not None:
+        pod_labels[names.WORKLOAD_TYPE] = workload
+    pod_annotations = dict(annotations or {})
+    if model is not None:
+        pod_annotations[names.GPU_MODEL] = model
+    if gpu_memory_mib is not None:
+        pod_annotations[names.GPU_MEMORY_MIB] = str(gpu_memory_mib)
+    if gpu_ids is not None:
+        pod_annotations[names.GPU_IDS] = ",".join(map(str, gpu_ids))
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "resources": {"requests": requests, "limits": limits},
+            }
+        ],
+        "schedulerName": "default-scheduler",
+        "terminationGracePeriodSeconds": 0,
+    }
+    if init_containers:
+        spec["initContainers"] = init_containers
+    if node is not None:
+        spec["nodeName"] = node
+    if priority is not None:
+        spec["priority"] = priority
+    if preemption_policy is not None:
+        spec["preemptionPolicy"] = preemption_policy
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or f"uid-{name}-{next(_uids)}",
+            "labels": pod_labels,
+            "annotations": pod_annotations,
+        },
+        "spec": spec,
+        "status": {"phase": phase or ("Running" if node else "Pending")},
+    }
+
+
+def uid_of(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["uid"])
+
+
+def name_of(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["name"])

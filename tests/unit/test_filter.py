@@ -1,0 +1,181 @@
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from extender.policy import PolicyConfig
+from tests.builders import A100, H100, T4, make_node, make_pod
+from tests.unit.helpers import scheduler_with
+
+FITS = "fits"
+BUSY = "busy"  # FailedNodes only: preemption may help
+UNRESOLVABLE = "unresolvable"  # FailedNodes and FailedAndUnresolvableNodes
+
+
+@dataclass
+class FilterCase:
+    name: str
+    pod: dict[str, Any]
+    nodes: list[dict[str, Any]]
+    expected: dict[str, tuple[str, str]]  # node -> (outcome, reason fragment)
+    bound: list[dict[str, Any]] = field(default_factory=list)
+    config: PolicyConfig = field(default_factory=PolicyConfig)
+
+
+CASES = [
+    FilterCase(
+        "gpu pod fits a node with enough free gpus",
+        make_pod(gpus=2),
+        [make_node("g1", gpus=4)],
+        {"g1": (FITS, "")},
+    ),
+    FilterCase(
+        "node without gpu hardware is unresolvable for a gpu pod",
+        make_pod(gpus=1),
+        [make_node("cpu1")],
+        {"cpu1": (UNRESOLVABLE, "node has no nvidia.com/gpu")},
+    ),
+    FilterCase(
+        "node without free gpu is busy, not unresolvable",
+        make_pod(gpus=2),
+        [make_node("g1", gpus=4)],
+        {"g1": (BUSY, "fewer than 2 free nvidia.com/gpu")},
+        bound=[make_pod("holder", gpus=3, node="g1", gpu_ids=[0, 1, 2])],
+    ),
+    FilterCase(
+        "pods bound without gpu ids still consume gpus by count",
+        make_pod(gpus=2),
+        [make_node("g1", gpus=4)],
+        {"g1": (BUSY, "fewer than 2 free")},
+        bound=[make_pod("legacy", gpus=3, node="g1")],
+    ),
+    FilterCase(
+        "node with fewer gpus in total than requested is unresolvable",
+        make_pod(gpus=8),
+        [make_node("g1", gpus=4)],
+        {"g1": (UNRESOLVABLE, "fewer than 8 nvidia.com/gpu in total")},
+    ),
+    FilterCase(
+        "gpu model hint matches a part of the product name, ignoring case",
+        make_pod(gpus=1, model="h100"),
+        [make_node("h", gpus=8, model=H100), make_node("a", gpus=8, model=A100)],
+        {"h": (FITS, ""), "a": (UNRESOLVABLE, "GPU model does not match 'h100'")},
+    ),
+    FilterCase(
+        "an exact product name matches only that product",
+        make_pod(gpus=1, model="NVIDIA-A100-SXM4-40GB"),
+        [
+            make_node("a40", gpus=8, model="NVIDIA-A100-SXM4-40GB"),
+            make_node("a80", gpus=8, model="NVIDIA-A100-SXM4-40GB-PLUS"),
+        ],
+        {"a40": (FITS, ""), "a80": (UNRESOLVABLE, "GPU model")},
+    ),
+    FilterCase(
+        "gpu model hint rejects gpu nodes without a product label",
+        make_pod(gpus=1, model="T4"),
+        [make_node("unlabelled", gpus=2, model=""), make_node("t4", gpus=2, model=T4)],
+        {"unlabelled": (UNRESOLVABLE, "GPU model"), "t4": (FITS, "")},
+    ),
+    FilterCase(
+        "minimum gpu memory",
+        make_pod(gpus=1, gpu_memory_mib=40000),
+        [make_node("h", gpus=8, model=H100), make_node("t4", gpus=4, model=T4)],
+        {"h": (FITS, ""), "t4": (UNRESOLVABLE, "GPU memory below 40000 MiB")},
+    ),
+    FilterCase(
+        "cpu-intensive pod avoids nodes under the cpu threshold",
+        make_pod(cpu="500m", workload="CPU-intensive"),
+        [make_node("small", cpu="1500m"), make_node("big", cpu="4")],
+        {"small": (UNRESOLVABLE, "at least 2 allocatable CPU"), "big": (FITS, "")},
+    ),
+    FilterCase(
+        "cpu threshold is configurable",
+        make_pod(cpu="500m", workload="CPU-intensive"),
+        [make_node("small", cpu="1500m")],
+        {"small": (FITS, "")},
+        config=PolicyConfig(cpu_intensive_min_cpu_milli=1000),
+    ),
+    FilterCase(
+        "cpu-intensive pod needs free cpu for its request (busy)",
+        make_pod(cpu="3", workload="CPU-intensive"),
+        [make_node("n", cpu="4")],
+        {"n": (BUSY, "less than 3 CPU free")},
+        bound=[make_pod("other", cpu="2", node="n")],
+    ),
+    FilterCase(
+        "cpu-intensive pod bigger than the node is unresolvable",
+        make_pod(cpu="8", workload="CPU-intensive"),
+        [make_node("n", cpu="4")],
+        {"n": (UNRESOLVABLE, "less than 8 CPU in total")},
+    ),
+    FilterCase(
+        "gpu-intensive pod needs gpu hardware even when it requests none",
+        make_pod(workload="GPU-intensive"),
+        [make_node("cpu1"), make_node("g1", gpus=1)],
+        {"cpu1": (UNRESOLVABLE, "node has no nvidia.com/gpu"), "g1": (FITS, "")},
+    ),
+    FilterCase(
+        "pod without gpu needs fits anywhere",
+        make_pod(),
+        [make_node("cpu1"), make_node("g1", gpus=1)],
+        {"cpu1": (FITS, ""), "g1": (FITS, "")},
+    ),
+    FilterCase(
+        "a node unknown to the inventory is rejected with a clear reason",
+        make_pod(gpus=1),
+        [make_node("g1", gpus=1)],
+        {"g1": (FITS, ""), "ghost": (UNRESOLVABLE, "not in schedext's inventory")},
+    ),
+    FilterCase(
+        "terminated pods free their gpus",
+        make_pod(gpus=4),
+        [make_node("g1", gpus=4)],
+        {"g1": (FITS, "")},
+        bound=[make_pod("done", gpus=4, node="g1", gpu_ids=[0, 1, 2, 3], phase="Succeeded")],
+    ),
+    FilterCase(
+        "an invalid pod is unresolvable everywhere with the reason",
+        make_pod(gpus=1, gpu_memory_mib="lots"),
+        [make_node("g1", gpus=1), make_node("g2", gpus=1)],
+        {
+            "g1": (UNRESOLVABLE, "invalid pod: annotation schedext.io/gpu-memory-mib"),
+            "g2": (UNRESOLVABLE, "invalid pod"),
+        },
+    ),
+    FilterCase(
+        "the most fundamental reason wins",
+        make_pod(gpus=8, model="T4"),
+        [make_node("h", gpus=4, model=H100)],
+        {"h": (UNRESOLVABLE, "GPU model")},
+        bound=[make_pod("holder", gpus=4, node="h", gpu_ids=[0, 1, 2, 3])],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_filter(case: FilterCase) -> None:
+    scheduler = scheduler_with(case.nodes, case.bound, case.config)
+    names = list(case.expected)
+    verdict = scheduler.filter(case.pod, names)
+    for node, (outcome, fragment) in case.expected.items():
+        if outcome == FITS:
+            assert node in verdict.passed
+            assert node not in verdict.failed
+        else:
+            assert node not in verdict.passed
+            assert fragment in verdict.failed[node]
+            assert (node in verdict.unresolvable) == (outcome == UNRESOLVABLE)
+            if outcome == UNRESOLVABLE:
+                assert verdict.unresolvable[node] == verdict.failed[node]
+
+
+def test_filter_keeps_the_order_of_the_input() -> None:
+    scheduler = scheduler_with([make_node(f"g{i}", gpus=2) for i in range(6)])
+    names = ["g3", "g0", "g5", "g1", "g4", "g2"]
+    assert scheduler.filter(make_pod(gpus=1), names).passed == names
+
+
+def test_reasons_do_not_name_the_node_so_kube_scheduler_can_aggregate_them() -> None:
+    scheduler = scheduler_with([make_node("cpu-a"), make_node("cpu-b")])
+    verdict = scheduler.filter(make_pod(gpus=1), ["cpu-a", "cpu-b"])
+    assert verdict.failed["cpu-a"] == verdict.failed["cpu-b"]

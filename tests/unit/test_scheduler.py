@@ -1,0 +1,237 @@
+import pytest
+
+from extender import names
+from extender.errors import BindRefusedError
+from extender.model import HoldingKind, Victim
+from extender.scheduler import Scheduler
+from tests.builders import A100, H100, make_node, make_pod, name_of, uid_of
+from tests.unit.helpers import scheduler_with
+
+
+def filtered(scheduler, pod, nodes):  # type: ignore[no-untyped-def]
+    return scheduler.filter(pod, nodes)
+
+
+def plan(scheduler, pod, node, now=0.0):  # type: ignore[no-untyped-def]
+    return scheduler.plan_bind(
+        uid=uid_of(pod), namespace="default", name=name_of(pod), node=node, now=now
+    )
+
+
+def test_bind_reserves_distinct_gpus_for_successive_pods() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=4)])
+    first, second = make_pod("a", gpus=2), make_pod("b", gpus=2)
+    filtered(scheduler, first, ["g"])
+    filtered(scheduler, second, ["g"])
+    plan_a = plan(scheduler, first, "g")
+    plan_b = plan(scheduler, second, "g")
+    assert set(plan_a.gpu_ids).isdisjoint(plan_b.gpu_ids)
+    assert plan_a.annotations == {names.GPU_IDS: "0,1"}
+    assert plan_b.annotations == {names.GPU_IDS: "2,3"}
+
+
+def test_reservation_is_visible_to_the_next_filter() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    first, second = make_pod("a", gpus=2), make_pod("b", gpus=1)
+    filtered(scheduler, first, ["g"])
+    plan(scheduler, first, "g")
+    verdict = filtered(scheduler, second, ["g"])
+    assert verdict.passed == []
+    assert "fewer than 1 free" in verdict.failed["g"]
+
+
+def test_bind_rechecks_against_the_current_inventory() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    first, second = make_pod("a", gpus=2), make_pod("b", gpus=2)
+    assert filtered(scheduler, first, ["g"]).passed == ["g"]
+    assert filtered(scheduler, second, ["g"]).passed == ["g"]  # both saw a free node
+    plan(scheduler, first, "g")
+    with pytest.raises(
+        BindRefusedError, match="no longer fits node g: schedext: fewer than 2 free"
+    ):
+        plan(scheduler, second, "g")
+
+
+def test_bind_of_a_pod_never_filtered_is_refused_clearly() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    with pytest.raises(BindRefusedError, match="unknown to schedext"):
+        plan(scheduler, make_pod("stranger", gpus=1), "g")
+
+
+def test_bind_with_a_uid_of_another_pod_is_refused() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    pod = make_pod("real", gpus=1)
+    filtered(scheduler, pod, ["g"])
+    with pytest.raises(BindRefusedError, match="belongs to pod default/real"):
+        scheduler.plan_bind(uid=uid_of(pod), namespace="default", name="imposter", node="g", now=0)
+
+
+def test_bind_to_an_unknown_node_is_refused() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    pod = make_pod("p", gpus=1)
+    filtered(scheduler, pod, ["g"])
+    with pytest.raises(BindRefusedError, match="not in schedext's inventory"):
+        plan(scheduler, pod, "ghost")
+
+
+def test_second_bind_of_the_same_pod_is_refused_while_in_flight_and_after() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=4)])
+    pod = make_pod("p", gpus=1)
+    filtered(scheduler, pod, ["g"])
+    first = plan(scheduler, pod, "g")
+    with pytest.raises(BindRefusedError, match="already being bound to node g"):
+        plan(scheduler, pod, "g")
+    scheduler.confirm_bind(first)
+    with pytest.raises(BindRefusedError, match="already bound to node g"):
+        plan(scheduler, pod, "g")
+
+
+def test_aborted_bind_gives_the_gpus_back() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    pod = make_pod("p", gpus=2)
+    filtered(scheduler, pod, ["g"])
+    scheduler.abort_bind(plan(scheduler, pod, "g"))
+    assert filtered(scheduler, make_pod("q", gpus=2), ["g"]).passed == ["g"]
+    # and the pod itself can be bound again
+    assert plan(scheduler, pod, "g").gpu_ids == (0, 1)
+
+
+def test_confirmed_bind_becomes_a_bound_holding_without_expiry() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    pod = make_pod("p", gpus=1)
+    filtered(scheduler, pod, ["g"])
+    scheduler.confirm_bind(plan(scheduler, pod, "g"))
+    held = scheduler.inventory.holding(uid_of(pod))
+    assert held is not None
+    assert (held.kind, held.expires_at, held.gpu_ids) == (HoldingKind.BOUND, None, (0,))
+    assert scheduler.expire(1e9) == []
+
+
+def test_unconfirmed_reservation_expires() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    pod = make_pod("p", gpus=2)
+    filtered(scheduler, pod, ["g"])
+    plan(scheduler, pod, "g", now=100.0)
+    assert scheduler.expire(100.0 + 59) == []
+    assert [h.uid for h in scheduler.expire(100.0 + 60)] == [uid_of(pod)]
+    assert filtered(scheduler, make_pod("q", gpus=2), ["g"]).passed == ["g"]
+
+
+def test_watch_event_of_the_bound_pod_replaces_the_reservation() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=4)])
+    pod = make_pod("p", gpus=2)
+    filtered(scheduler, pod, ["g"])
+    bind = plan(scheduler, pod, "g")
+    bound = make_pod("p", uid=uid_of(pod), gpus=2, node="g", gpu_ids=bind.gpu_ids)
+    scheduler.upsert_pod(bound)
+    held = scheduler.inventory.holding(uid_of(pod))
+    assert held is not None
+    assert held.kind is HoldingKind.BOUND
+    scheduler.abort_bind(bind)  # a late failure report must not free a bound pod's GPUs
+    assert scheduler.inventory.holding(uid_of(pod)) is not None
+
+
+def test_pending_pods_from_the_watch_can_be_bound() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=1)])
+    pod = make_pod("p", gpus=1)
+    scheduler.upsert_pod(pod)  # seen by the informer, never filtered by this process
+    assert plan(scheduler, pod, "g").gpu_ids == (0,)
+
+
+def test_deleted_pod_frees_its_gpus_and_is_forgotten() -> None:
+    scheduler = scheduler_with(
+        [make_node("g", gpus=1)], [make_pod("old", uid="old", gpus=1, node="g", gpu_ids=[0])]
+    )
+    scheduler.delete_pod("old")
+    assert filtered(scheduler, make_pod("new", gpus=1), ["g"]).passed == ["g"]
+
+
+def test_pending_memory_is_bounded() -> None:
+    scheduler = Scheduler(pending_capacity=2)
+    scheduler.upsert_node(make_node("g", gpus=8))
+    pods = [make_pod(f"p{i}", gpus=1) for i in range(3)]
+    for pod in pods:
+        scheduler.filter(pod, ["g"])
+    assert scheduler.pending_count == 2
+    with pytest.raises(BindRefusedError, match="unknown to schedext"):
+        plan(scheduler, pods[0], "g")
+
+
+# ------------------------------------------------------------------ preemption
+
+
+def test_preempt_keeps_nodes_where_the_victims_free_enough_gpus() -> None:
+    victims = [
+        make_pod(f"v{i}", uid=f"v{i}", gpus=2, node="g1", gpu_ids=[2 * i, 2 * i + 1])
+        for i in range(2)
+    ]
+    scheduler = scheduler_with(
+        [make_node("g1", gpus=4), make_node("g2", gpus=4)],
+        [
+            *victims,
+            make_pod("w", uid="w", cpu="4", node="g2"),
+            make_pod("x", uid="x", gpus=4, node="g2", gpu_ids=[0, 1, 2, 3]),
+        ],
+    )
+    kept = scheduler.preempt(
+        make_pod("hi", gpus=4), {"g1": [Victim("v0"), Victim("v1")], "g2": [Victim("w")]}
+    )
+    assert kept == ["g1"]
+
+
+def test_preempt_drops_nodes_with_the_wrong_gpu_model() -> None:
+    scheduler = scheduler_with(
+        [make_node("a", gpus=2, model=A100), make_node("h", gpus=2, model=H100)],
+        [
+            make_pod("va", uid="va", gpus=2, node="a", gpu_ids=[0, 1]),
+            make_pod("vh", uid="vh", gpus=2, node="h", gpu_ids=[0, 1]),
+        ],
+    )
+    kept = scheduler.preempt(
+        make_pod("hi", gpus=2, model="H100"), {"a": [Victim("va")], "h": [Victim("vh")]}
+    )
+    assert kept == ["h"]
+
+
+def test_preempt_uses_the_victim_pod_when_the_inventory_does_not_know_it() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)], [make_pod("legacy", gpus=2, node="g")])
+    kept = scheduler.preempt(make_pod("hi", gpus=2), {"g": [Victim("unknown-uid", gpus_hint=2)]})
+    assert kept == ["g"]
+    assert scheduler.preempt(make_pod("hi", gpus=2), {"g": [Victim("unknown-uid")]}) == []
+
+
+def test_preempt_never_returns_a_node_without_victims() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    assert scheduler.preempt(make_pod("hi", gpus=1), {"g": []}) == []
+
+
+def test_preempt_respects_preemption_policy_never() -> None:
+    scheduler = scheduler_with(
+        [make_node("g", gpus=2)], [make_pod("v", uid="v", gpus=2, node="g", gpu_ids=[0, 1])]
+    )
+    pod = make_pod("hi", gpus=2, preemption_policy="Never")
+    assert scheduler.preempt(pod, {"g": [Victim("v")]}) == []
+
+
+def test_preempt_counts_only_victims_on_that_node() -> None:
+    scheduler = scheduler_with(
+        [make_node("g1", gpus=2), make_node("g2", gpus=2)],
+        [
+            make_pod("v1", uid="v1", gpus=2, node="g1", gpu_ids=[0, 1]),
+            make_pod("v2", uid="v2", gpus=2, node="g2", gpu_ids=[0, 1]),
+        ],
+    )
+    assert scheduler.preempt(make_pod("hi", gpus=2), {"g1": [Victim("v2")]}) == []
+
+
+def test_preempt_for_cpu_intensive_pods_needs_enough_cpu_freed() -> None:
+    scheduler = scheduler_with(
+        [make_node("n", cpu="4")],
+        [
+            make_pod("small", uid="small", cpu="1", node="n"),
+            make_pod("big", uid="big", cpu="3", node="n"),
+        ],
+    )
+    pod = make_pod("hi", cpu="3", workload="CPU-intensive")
+    assert scheduler.preempt(pod, {"n": [Victim("small")]}) == []
+    assert scheduler.preempt(pod, {"n": [Victim("big")]}) == ["n"]
