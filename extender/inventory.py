@@ -98,6 +98,7 @@ class Inventory:
         self._states: list[_NodeState | None] = [None]
         self._free_slots: list[int] = []
         self._holdings: dict[str, Holding] = {}
+        self._reserved: set[str] = set()  # uids of RESERVED holdings, so expiry is cheap
         self._holdings_by_node: dict[str, dict[str, None]] = {}  # insertion-ordered sets
         self._model_ids: dict[str, int] = {"": 0}
         self._model_names: list[str] = [""]
@@ -142,6 +143,10 @@ class Inventory:
             memory_free=state.spec.memory_bytes - state.memory_used,
             holdings=tuple(self._holdings[uid] for uid in self._holdings_by_node.get(name, {})),
         )
+
+    @property
+    def reservation_count(self) -> int:
+        return len(self._reserved)
 
     def holding(self, uid: str) -> Holding | None:
         return self._holdings.get(uid)
@@ -232,6 +237,8 @@ class Inventory:
         if old is not None:
             self._unrecord(old)
         self._holdings[holding.uid] = holding
+        if holding.kind is HoldingKind.RESERVED:
+            self._reserved.add(holding.uid)
         self._holdings_by_node.setdefault(holding.node, {})[holding.uid] = None
         slot = self._slots.get(holding.node)
         if slot is not None:
@@ -280,11 +287,8 @@ class Inventory:
 
     def expire(self, now: float) -> list[Holding]:
         """Drop reservations whose time is up (a bind that never completed)."""
-        expired = [
-            h
-            for h in self._holdings.values()
-            if h.kind is HoldingKind.RESERVED and h.expires_at is not None and h.expires_at <= now
-        ]
+        reserved = (self._holdings[uid] for uid in self._reserved)
+        expired = [h for h in reserved if h.expires_at is not None and h.expires_at <= now]
         for holding in expired:
             self.remove_holding(holding.uid)
         return expired
@@ -297,6 +301,7 @@ class Inventory:
         return state
 
     def _unrecord(self, holding: Holding) -> None:
+        self._reserved.discard(holding.uid)
         on_node = self._holdings_by_node.get(holding.node)
         if on_node is not None:
             on_node.pop(holding.uid, None)

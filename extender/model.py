@@ -108,13 +108,35 @@ class Reason(IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Rejection:
+    """Nodes rejected for one reason."""
+
+    message: str
+    resolvable: bool  # whether preemption could help (FailedNodes only)
+    nodes: list[str]
+    # Whether every name is one the inventory holds: such names are known to need no JSON
+    # escaping (see nodes.node_spec), which lets the encoder skip checking thousands of them.
+    known_nodes: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class FilterVerdict:
-    """Filter's answer. ``failed`` holds every rejected node; ``unresolvable`` the subset that
-    preemption cannot help (kube-scheduler reads both maps; older versions only the first)."""
+    """Filter's answer: the nodes that passed, in input order (all known to the inventory),
+    and the rejected ones grouped by reason (a few groups, so encoding them costs little even
+    at thousands of nodes)."""
 
     passed: list[str]
-    failed: dict[str, str]
-    unresolvable: dict[str, str]
+    rejections: tuple[Rejection, ...] = ()
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Every rejected node and its reason (kube-scheduler's ``FailedNodes``)."""
+        return {node: r.message for r in self.rejections for node in r.nodes}
+
+    @property
+    def unresolvable(self) -> dict[str, str]:
+        """Rejected nodes that preemption cannot help (``FailedAndUnresolvableNodes``)."""
+        return {node: r.message for r in self.rejections if not r.resolvable for node in r.nodes}
 
 
 @dataclass(frozen=True, slots=True)

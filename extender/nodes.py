@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -20,9 +21,17 @@ from extender.quantity import QuantityError, parse_quantity
 __all__ = ["node_spec", "parse_topology"]
 
 
+# What the API server allows in a node name (a DNS subdomain). Names are checked on the way in
+# so that the wire encoder may write known names into JSON without escaping them.
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
 def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> NodeSpec:
-    """Reduce a node object to what scheduling uses. Unreadable values count as absent."""
+    """Reduce a node object to what scheduling uses. Unreadable values count as absent; a
+    node whose name is not a valid Kubernetes node name gets the empty name (callers skip it).
+    """
     meta = fields.obj(node, "metadata")
+    name = fields.text(meta, "name")
     status = fields.obj(node, "status")
     allocatable = fields.obj(status, "allocatable") or fields.obj(status, "capacity")
     labels = fields.string_map(meta, "labels")
@@ -32,7 +41,7 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
     groups, problem = parse_topology(annotations.get(names.GPU_TOPOLOGY), gpu_count)
     memory_label = labels.get(names.GPU_MEMORY_LABEL, "")
     return NodeSpec(
-        name=fields.text(meta, "name"),
+        name=name if _NODE_NAME.fullmatch(name) else "",
         uid=fields.text(meta, "uid"),
         cpu_milli=max(0, _ceil(_quantity(allocatable.get("cpu")) * 1000)),
         memory_bytes=max(0, _ceil(_quantity(allocatable.get("memory")))),

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from extender import names
 from extender.inventory import IdArray, Inventory, NodeView
-from extender.model import FilterVerdict, PodRequest, Reason, Victim, WorkloadClass
+from extender.model import FilterVerdict, PodRequest, Reason, Rejection, Victim, WorkloadClass
 
 __all__ = [
     "GpuScoring",
@@ -105,22 +105,21 @@ def node_reasons(
 def reason_messages(request: PodRequest, config: PolicyConfig) -> list[str]:
     """Human reasons indexed by :class:`Reason`. They name the pod's need, not the node, so
     that kube-scheduler's event aggregates them ("0/50 nodes are available: 12 ...")."""
-    gpu = config.gpu_resource
+    # Short: kube-scheduler decodes every rejected node's message (thousands per call).
     messages = {
         Reason.FITS: "",
-        Reason.UNKNOWN_NODE: "schedext: node is not in schedext's inventory",
+        Reason.UNKNOWN_NODE: "schedext: node not in inventory",
         Reason.INVALID_POD: "schedext: invalid pod",
-        Reason.NO_GPUS: f"schedext: node has no {gpu}",
-        Reason.GPU_MODEL: f"schedext: GPU model does not match {request.gpu_model!r}",
-        Reason.GPU_MEMORY: f"schedext: GPU memory below {request.gpu_memory_mib} MiB",
-        Reason.GPU_TOTAL: f"schedext: node has fewer than {request.gpus} {gpu} in total",
+        Reason.NO_GPUS: "schedext: node has no GPUs",
+        Reason.GPU_MODEL: f"schedext: GPU model is not {request.gpu_model}",
+        Reason.GPU_MEMORY: f"schedext: GPU memory under {request.gpu_memory_mib} MiB",
+        Reason.GPU_TOTAL: f"schedext: node has fewer than {request.gpus} GPUs",
         Reason.CPU_THRESHOLD: (
-            "schedext: CPU-intensive pods need a node with at least "
-            f"{_cpu(config.cpu_intensive_min_cpu_milli)} allocatable CPU"
+            f"schedext: CPU-intensive needs {_cpu(config.cpu_intensive_min_cpu_milli)}+ CPU nodes"
         ),
-        Reason.CPU_TOTAL: f"schedext: node has less than {_cpu(request.cpu_milli)} CPU in total",
-        Reason.GPU_FREE: f"schedext: fewer than {request.gpus} free {gpu}",
-        Reason.CPU_FREE: f"schedext: less than {_cpu(request.cpu_milli)} CPU free",
+        Reason.CPU_TOTAL: f"schedext: node has under {_cpu(request.cpu_milli)} CPU",
+        Reason.GPU_FREE: f"schedext: fewer than {request.gpus} free GPUs",
+        Reason.CPU_FREE: f"schedext: under {_cpu(request.cpu_milli)} CPU free",
     }
     return [messages[reason] for reason in Reason]
 
@@ -144,24 +143,26 @@ def filter_ids(
     codes = node_reasons(inventory, request, ids, config)
     fits = codes == Reason.FITS
     if fits.all():
-        return FilterVerdict(passed=list(node_names), failed={}, unresolvable={}), ids
+        return FilterVerdict(passed=list(node_names)), ids
     passed = list(compress(node_names, fits.tolist()))
-    failing = np.flatnonzero(~fits)
     messages = reason_messages(request, config)
-    failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    for index, code in zip(failing.tolist(), codes[failing].tolist(), strict=True):
-        name, message = node_names[index], messages[code]
-        failed[name] = message
-        if not Reason(code).resolvable:
-            unresolvable[name] = message
-    return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable), ids[fits]
+    # Group by reason: a few C-speed passes instead of a Python step per rejected node.
+    rejections = tuple(
+        Rejection(
+            message=messages[code],
+            resolvable=Reason(code).resolvable,
+            nodes=list(compress(node_names, (codes == code).tolist())),
+            known_nodes=code != Reason.UNKNOWN_NODE,
+        )
+        for code in np.unique(codes[~fits]).tolist()
+    )
+    return FilterVerdict(passed=passed, rejections=rejections), ids[fits]
 
 
 def reject_all(node_names: Sequence[str], message: str) -> FilterVerdict:
     """Every node unresolvable with one reason (a pod that no node can help)."""
-    failed = dict.fromkeys(node_names, message)
-    return FilterVerdict(passed=[], failed=failed, unresolvable=dict(failed))
+    rejection = Rejection(message, resolvable=False, nodes=list(node_names), known_nodes=False)
+    return FilterVerdict(passed=[], rejections=(rejection,))
 
 
 # -------------------------------------------------------------------------------- score
@@ -187,7 +188,9 @@ def score_nodes(
         one_group = (a.max_group_free[ids] >= request.gpus).astype(np.float64)
         weights = config.allocation_weight + config.topology_weight
         raw = (config.allocation_weight * allocation + config.topology_weight * one_group) / weights
-        scores = np.rint(raw * MAX_SCORE)
+        # Prioritize normally sees only filter's survivors; a node that cannot take the pod
+        # now must still not look attractive.
+        scores = np.where(free >= request.gpus, np.rint(raw * MAX_SCORE), 0)
     return np.where(a.alive[ids], scores, 0).astype(np.int64)
 
 

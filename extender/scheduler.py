@@ -15,7 +15,15 @@ from extender import fields, names, policy
 from extender.errors import BindRefusedError
 from extender.fields import JSONObject
 from extender.inventory import IdArray, Inventory, InventoryConflictError
-from extender.model import BindPlan, FilterVerdict, Holding, HoldingKind, Reason, Victim
+from extender.model import (
+    BindPlan,
+    FilterVerdict,
+    Holding,
+    HoldingKind,
+    PodRequest,
+    Reason,
+    Victim,
+)
 from extender.nodes import node_spec
 from extender.pending import PendingPods
 from extender.policy import PolicyConfig, ScoreArray
@@ -41,6 +49,8 @@ class Scheduler:
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the
         # last one saves the name lookups (filter's own input order varies call to call).
         self._last_passed: tuple[list[str], IdArray, int] | None = None
+        # The same pod comes through filter and then prioritize (and again on every retry).
+        self._last_request: tuple[str, str, PodRequest] | None = None
 
     @property
     def inventory(self) -> Inventory:
@@ -50,11 +60,15 @@ class Scheduler:
     def pending_count(self) -> int:
         return len(self._pending)
 
+    @property
+    def reservation_count(self) -> int:
+        return self._inventory.reservation_count
+
     # ------------------------------------------------------------------ verbs
 
     def filter(self, pod: JSONObject, node_names: Sequence[str]) -> FilterVerdict:
         try:
-            request = pod_request(pod, gpu_resource=self.config.gpu_resource)
+            request = self._request(pod)
         except PodRequestError as error:
             return policy.reject_all(node_names, f"schedext: invalid pod: {error}")
         self._pending.remember(request)
@@ -68,7 +82,7 @@ class Scheduler:
     def prioritize(self, pod: JSONObject, node_names: Sequence[str]) -> ScoreArray:
         """Scores aligned with ``node_names``."""
         try:
-            request = pod_request(pod, gpu_resource=self.config.gpu_resource)
+            request = self._request(pod)
         except PodRequestError:
             return np.zeros(len(node_names), dtype=np.int64)
         return policy.score_nodes(self._inventory, request, self._ids(node_names), self.config)
@@ -222,6 +236,18 @@ class Scheduler:
             self._pending.forget(holding.uid)
 
     # -------------------------------------------------------------- internals
+
+    def _request(self, pod: JSONObject) -> PodRequest:
+        """Decode ``pod``, reusing the last decode of the same object version."""
+        meta = fields.obj(pod, "metadata")
+        uid, version = fields.text(meta, "uid"), fields.text(meta, "resourceVersion")
+        last = self._last_request
+        if last is not None and version and last[0] == uid and last[1] == version:
+            return last[2]
+        request = pod_request(pod, gpu_resource=self.config.gpu_resource)
+        if version:
+            self._last_request = (uid, version, request)
+        return request
 
     def _ids(self, node_names: Sequence[str]) -> IdArray:
         last = self._last_passed

@@ -82,3 +82,21 @@ def test_topology_annotation(
         assert why is not None
         assert problem in why
         assert why.startswith(names.GPU_TOPOLOGY)
+
+
+@pytest.mark.parametrize(
+    ("name", "kept"),
+    [
+        ("gpu-node-1", True),
+        ("node.rack-2.example.com", True),
+        ("a", True),
+        ('evil"node', False),
+        ("Upper", False),
+        ("-leading-dash", False),
+        ("x" * 254, False),
+    ],
+)
+def test_only_valid_kubernetes_node_names_are_kept(name: str, kept: bool) -> None:
+    node = make_node("placeholder")
+    node["metadata"]["name"] = name
+    assert node_spec(node).name == (name if kept else "")

@@ -70,7 +70,7 @@ def test_bind_to_an_unknown_node_is_refused() -> None:
     scheduler = scheduler_with([make_node("g", gpus=2)])
     pod = make_pod("p", gpus=1)
     filtered(scheduler, pod, ["g"])
-    with pytest.raises(BindRefusedError, match="not in schedext's inventory"):
+    with pytest.raises(BindRefusedError, match="node not in inventory"):
         plan(scheduler, pod, "ghost")
 
 

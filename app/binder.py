@@ -1,0 +1,32 @@
+"""Binders perform a :class:`extender.model.BindPlan`: they move the pod onto its node.
+
+The in-memory binder serves the embedded demo and snapshot modes; the API binder (which
+posts ``pods/binding``) lives in ``app.kube``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from extender.model import BindPlan
+
+__all__ = ["BindError", "Binder", "InMemoryBinder"]
+
+
+class BindError(Exception):
+    """The bind did not happen; ``str(error)`` is the message for kube-scheduler."""
+
+
+class Binder(Protocol):
+    async def bind(self, plan: BindPlan) -> None:
+        """Bind the pod as planned, or raise :class:`BindError`."""
+
+
+class InMemoryBinder:
+    """Records binds instead of writing them anywhere: the demo has no API server."""
+
+    def __init__(self) -> None:
+        self.bound: dict[str, BindPlan] = {}
+
+    async def bind(self, plan: BindPlan) -> None:
+        self.bound[plan.uid] = plan

@@ -1,0 +1,148 @@
+"""``schedext`` command line: ``serve`` (the extender), ``bench`` (latency benchmark)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from app import __version__, logs
+from app.settings import Settings, load_settings
+from app.snapshot import SnapshotError
+
+__all__ = ["main"]
+
+log = logging.getLogger("schedext")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    handler: Any = args.handler
+    code: int = handler(args)
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="schedext",
+        description="Kubernetes scheduler extender: GPU topology, IP pools and gangs.",
+    )
+    parser.add_argument("--version", action="version", version=f"schedext {__version__}")
+    commands = parser.add_subparsers(dest="command")
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the extender",
+        description=(
+            "Serve the extender verbs. With no --snapshot, no --kubeconfig and no in-cluster "
+            "environment, it serves an embedded demo inventory on 127.0.0.1:8888."
+        ),
+    )
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8888)")
+    serve.add_argument("--snapshot", type=Path, help="nodes and pods from a kubectl JSON/YAML dump")
+    serve.add_argument("--kubeconfig", type=Path, help="watch the cluster of this kubeconfig")
+    serve.add_argument("--config", type=Path, help="YAML settings file (see README)")
+    serve.add_argument("--path-prefix", help="also serve the verbs under this prefix")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--bench-endpoints", action="store_true", help="add the constant-answer benchmark endpoint"
+    )
+    serve.set_defaults(handler=_serve)
+
+    bench = commands.add_parser(
+        "bench", help="latency benchmark of filter and prioritize (see loadtests/bench.py)"
+    )
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    bench.set_defaults(handler=_bench)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    server = {
+        key: value
+        for key, value in (
+            ("host", args.host),
+            ("port", args.port),
+            ("path_prefix", args.path_prefix),
+            ("bench_endpoints", args.bench_endpoints or None),
+        )
+        if value is not None
+    }
+    if server:
+        overrides["server"] = server
+    for key in ("snapshot", "kubeconfig", "log_level"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    try:
+        settings = load_settings(args.config, **overrides)
+    except (ValidationError, FileNotFoundError) as error:
+        print(f"schedext: invalid settings: {error}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_level)
+    try:
+        return _run(settings)
+    except SnapshotError as error:
+        print(f"schedext: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(settings: Settings) -> int:
+    import uvicorn  # noqa: PLC0415 (keep `schedext --help` fast)
+
+    from app.main import create_app  # noqa: PLC0415
+
+    if settings.kubeconfig is not None or "KUBERNETES_SERVICE_HOST" in os.environ:
+        print(
+            "schedext: live cluster mode (--kubeconfig or in-cluster) is not available in this "
+            "build; use --snapshot or the embedded demo",
+            file=sys.stderr,
+        )
+        return 2
+    app = create_app(settings)
+    service = app.state.service
+    if settings.snapshot is None:
+        log.info(
+            "no cluster configured: serving the embedded demo inventory "
+            "(pass --snapshot FILE or --kubeconfig PATH for real data)"
+        )
+    log.info(
+        "listening",
+        extra={
+            "url": f"http://{settings.server.host}:{settings.server.port}",
+            "inventory": service.description,
+        },
+    )
+    uvicorn.run(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_config=None,
+        access_log=settings.server.access_log,
+        workers=1,  # the inventory lives in this process; HA comes from leader election
+        http="httptools",
+        loop="uvloop",
+        server_header=False,
+    )
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from loadtests.bench import main as bench_main  # noqa: PLC0415
+
+    return bench_main(args.args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

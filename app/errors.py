@@ -1,0 +1,32 @@
+"""Errors of the service shell.
+
+    Exception
+     +-- RequestRejectedError       a request we refuse to answer as asked; has an HTTP status
+     |    +-- WireError             body is not the protocol's shape (400)     [app.wire]
+     |    +-- BodyTooLargeError     body over server.max_body_bytes (413)
+     |    +-- BodyTimeoutError      body not received within server.body_timeout_s (408)
+     |    +-- NotReadyError         inventory not synced / not the leader (503)
+     +-- BindError                  the binder could not bind (reported in Error) [app.binder]
+
+Filter and bind report these in the protocol's ``Error`` field with HTTP 200 (what
+kube-scheduler reads); prioritize and preempt, whose results have no such field, answer the
+status with ``{"Error": message}``.
+"""
+
+from __future__ import annotations
+
+
+class RequestRejectedError(Exception):
+    status = 400
+
+
+class BodyTooLargeError(RequestRejectedError):
+    status = 413
+
+
+class BodyTimeoutError(RequestRejectedError):
+    status = 408
+
+
+class NotReadyError(RequestRejectedError):
+    status = 503

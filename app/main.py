@@ -1,0 +1,124 @@
+"""The application factory: assembles settings, the core, a binder and an inventory source."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+from collections.abc import AsyncIterator
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+
+from app import __version__
+from app.binder import Binder, InMemoryBinder
+from app.metrics import Metrics
+from app.routes import health, inventory, verbs
+from app.service import Service
+from app.settings import Settings
+from app.snapshot import demo_snapshot, read_snapshot
+from app.sources import InventorySource, SnapshotSource
+from extender.scheduler import Scheduler
+
+__all__ = ["create_app", "default_source"]
+
+log = logging.getLogger("schedext")
+
+
+def default_source(settings: Settings) -> InventorySource:
+    if settings.snapshot is not None:
+        return SnapshotSource(read_snapshot(settings.snapshot))
+    return SnapshotSource(demo_snapshot())
+
+
+def create_app(
+    settings: Settings,
+    *,
+    source: InventorySource | None = None,
+    binder: Binder | None = None,
+) -> FastAPI:
+    scheduler = Scheduler(
+        settings.policy.config(),
+        pending_capacity=settings.bind.pending_capacity,
+        reservation_ttl=settings.bind.reservation_ttl_s,
+    )
+    source = source or default_source(settings)
+    service = Service(
+        settings=settings,
+        scheduler=scheduler,
+        binder=binder or InMemoryBinder(),
+        metrics=Metrics(lambda: scheduler),
+        description=source.description,
+    )
+    app = FastAPI(
+        title="schedext",
+        version=__version__,
+        summary="Kubernetes scheduler extender: GPU topology, IP pools and gangs",
+        lifespan=_lifespan,
+        docs_url=None,  # the interactive docs pull assets from a CDN
+        redoc_url=None,
+    )
+    app.state.service = service
+    app.state.source = source
+    app.include_router(health.router)
+    app.include_router(inventory.router)
+    app.include_router(verbs.router)
+    if settings.server.path_prefix:
+        app.include_router(verbs.router, prefix=settings.server.path_prefix)
+    if settings.server.bench_endpoints:
+        app.include_router(health.bench_router)
+    app.add_exception_handler(RequestValidationError, _bad_request)
+    app.add_exception_handler(Exception, _internal_error)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    service: Service = app.state.service
+    source: InventorySource = app.state.source
+    await source.start(service)
+    # Everything loaded so far lives as long as the process: keep the collector off it, and
+    # collect young objects less often (tail latency is mostly GC pauses).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    expiry = asyncio.create_task(_expire_reservations(service), name="reservation-expiry")
+    log.info("schedext ready to serve", extra={"inventory": service.description})
+    try:
+        yield
+    finally:
+        expiry.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await expiry
+        await source.stop()
+
+
+async def _expire_reservations(service: Service) -> None:
+    """Give back GPUs of binds that never completed (the bind call died mid-way)."""
+    period = min(5.0, service.settings.bind.reservation_ttl_s / 2)
+    while True:
+        await asyncio.sleep(period)
+        for holding in service.scheduler.expire(service.clock()):
+            log.warning(
+                "reservation expired",
+                extra={"pod": holding.key, "node": holding.node, "gpus": holding.gpu_ids},
+            )
+
+
+async def _bad_request(_request: Request, error: Exception) -> Response:
+    return Response(
+        orjson.dumps({"Error": f"bad request: {error}"}),
+        status_code=400,
+        media_type="application/json",
+    )
+
+
+async def _internal_error(_request: Request, error: Exception) -> Response:
+    log.error("unhandled error: %s: %s", type(error).__name__, error)
+    return Response(
+        orjson.dumps({"Error": f"schedext internal error ({type(error).__name__})"}),
+        status_code=500,
+        media_type="application/json",
+    )

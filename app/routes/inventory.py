@@ -1,0 +1,53 @@
+"""``GET /inventory``: GPU occupancy per node, as JSON (for operators and the tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+
+from app.service import Service
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/inventory")
+async def inventory(request: Request) -> Response:
+    service: Service = request.app.state.service
+    inv = service.scheduler.inventory
+    nodes: list[dict[str, Any]] = []
+    for name in sorted(inv.node_names()):
+        view = inv.node(name)
+        if view is None:
+            continue
+        holders = {h.uid: h for h in view.holdings}
+        group_of = {i: g for g, members in enumerate(view.spec.gpu_groups) for i in members}
+        nodes.append(
+            {
+                "name": name,
+                "gpuModel": view.spec.gpu_model,
+                "gpuMemoryMiB": view.spec.gpu_memory_mib,
+                "gpus": [
+                    {
+                        "index": index,
+                        "group": group_of.get(index),
+                        "holder": holders[uid].key if uid in holders else None,
+                        "reserved": uid in holders and holders[uid].kind.value == "reserved",
+                    }
+                    for index, uid in enumerate(view.holders)
+                ],
+                "anonymousGpus": view.anonymous_gpus,
+                "freeGpus": len(view.free_gpu_ids),
+                "cpuMilli": {"allocatable": view.spec.cpu_milli, "free": view.cpu_free},
+                "topologyProblem": view.spec.topology_problem,
+            }
+        )
+    body = {
+        "nodes": nodes,
+        "pendingPods": service.scheduler.pending_count,
+        "reservations": service.scheduler.reservation_count,
+    }
+    return Response(orjson.dumps(body), media_type="application/json")

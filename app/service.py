@@ -1,0 +1,70 @@
+"""The objects one running schedext process is made of, gathered for the routes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from app.binder import Binder
+from app.errors import BodyTimeoutError, BodyTooLargeError, NotReadyError
+from app.metrics import Metrics
+from app.settings import Settings
+from extender.scheduler import Scheduler
+
+__all__ = ["Readiness", "Service"]
+
+
+@dataclass(slots=True)
+class Readiness:
+    """Whether verbs may be answered; ``reason`` says why not."""
+
+    ready: bool = False
+    reason: str = "inventory not synced"
+
+    def set_ready(self) -> None:
+        self.ready, self.reason = True, ""
+
+    def set_not_ready(self, reason: str) -> None:
+        self.ready, self.reason = False, reason
+
+
+@dataclass(slots=True)
+class Service:
+    settings: Settings
+    scheduler: Scheduler
+    binder: Binder
+    metrics: Metrics
+    readiness: Readiness = field(default_factory=Readiness)
+    clock: Callable[[], float] = time.monotonic
+    description: str = ""  # where the inventory comes from, for logs and the root page
+
+    def require_ready(self) -> None:
+        if not self.readiness.ready:
+            raise NotReadyError(self.readiness.reason)
+
+    async def read_body(self, request: Request) -> bytes:
+        """The request body, refused when over the size limit or too slow to arrive."""
+        limit = self.settings.server.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise BodyTooLargeError(
+                f"request body of {declared} bytes exceeds the {limit}-byte limit"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.settings.server.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyTooLargeError(f"request body exceeds the {limit}-byte limit")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise BodyTimeoutError(
+                f"request body not received within {self.settings.server.body_timeout_s}s"
+            ) from None
+        return b"".join(chunks)

@@ -1,0 +1,124 @@
+"""Settings: defaults < YAML config file < environment (``SCHEDEXT_...``) < CLI flags.
+
+Nested groups use ``__`` in environment names, e.g. ``SCHEDEXT_POLICY__GPU_SCORING=spread``
+or ``SCHEDEXT_SERVER__MAX_BODY_BYTES=4194304``. The pure core receives only the small frozen
+:class:`extender.policy.PolicyConfig` built from the ``policy`` group.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from extender import names
+from extender.policy import GpuScoring, PolicyConfig
+from extender.quantity import QuantityError, to_milli
+
+__all__ = ["Settings", "load_settings"]
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Group):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8888, ge=0, le=65535)
+    # Verbs are served at /<verb> and, when set, also at <path_prefix>/<verb>.
+    path_prefix: str = ""
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # A client that has not sent its whole body by then is cut off (slow-body defence).
+    body_timeout_s: float = Field(default=10.0, gt=0)
+    access_log: bool = False
+    # A constant-answer endpoint the latency benchmark compares against.
+    bench_endpoints: bool = False
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _normalise_prefix(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if value and not value.startswith("/"):
+            value = "/" + value
+        return value
+
+
+class PolicySettings(_Group):
+    gpu_resource: str = names.GPU_RESOURCE
+    cpu_intensive_min_cpu: str = "2000m"
+    gpu_scoring: Literal["binpack", "spread"] = "binpack"
+    allocation_weight: int = Field(default=7, ge=0)
+    topology_weight: int = Field(default=3, ge=0)
+
+    @field_validator("cpu_intensive_min_cpu")
+    @classmethod
+    def _cpu_quantity(cls, value: str) -> str:
+        try:
+            if to_milli(value) < 0:
+                raise ValueError("must not be negative")
+        except QuantityError:
+            raise ValueError(f"not a CPU quantity: {value!r}") from None
+        return value
+
+    def config(self) -> PolicyConfig:
+        return PolicyConfig(
+            gpu_resource=self.gpu_resource,
+            cpu_intensive_min_cpu_milli=to_milli(self.cpu_intensive_min_cpu),
+            gpu_scoring=GpuScoring(self.gpu_scoring),
+            allocation_weight=self.allocation_weight,
+            topology_weight=self.topology_weight,
+        )
+
+
+class BindSettings(_Group):
+    # How long a GPU reservation made by bind lives without the pod being seen bound.
+    reservation_ttl_s: float = Field(default=60.0, gt=0)
+    # Pending pods remembered between filter and bind.
+    pending_capacity: int = Field(default=10_000, ge=1)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SCHEDEXT_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    server: ServerSettings = ServerSettings()
+    policy: PolicySettings = PolicySettings()
+    bind: BindSettings = BindSettings()
+    snapshot: Path | None = None
+    kubeconfig: Path | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,  # noqa: ARG003 (no .env files)
+        file_secret_settings: PydanticBaseSettingsSource,  # noqa: ARG003 (no secrets dir)
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, YamlConfigSettingsSource(settings_cls)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from the environment and an optional YAML file; ``overrides`` (CLI flags,
+    nested as dicts) win over both."""
+    if config_file is None:
+        return Settings(**overrides)
+    if not config_file.is_file():
+        raise FileNotFoundError(f"config file not found: {config_file}")
+    from_file = type(
+        "Settings",
+        (Settings,),
+        {"model_config": {**Settings.model_config, "yaml_file": str(config_file)}},
+    )
+    settings: Settings = from_file(**overrides)
+    return settings

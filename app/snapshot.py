@@ -1,0 +1,87 @@
+"""Loading nodes and pods from a snapshot file: what ``kubectl get nodes,pods -A -o json``
+(or ``-o yaml``) prints, a NodeList/PodList, single objects, or several YAML documents."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+__all__ = ["Snapshot", "SnapshotError", "demo_snapshot", "read_snapshot"]
+
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class SnapshotError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    source: str
+    nodes: list[Mapping[str, Any]]
+    pods: list[Mapping[str, Any]]
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise SnapshotError(f"cannot read snapshot {path}: {error.strerror}") from None
+    return parse_snapshot(data, source=str(path))
+
+
+def demo_snapshot() -> Snapshot:
+    data = resources.files("app").joinpath("demo/inventory.json").read_bytes()
+    return parse_snapshot(data, source="embedded demo inventory")
+
+
+def parse_snapshot(data: bytes, *, source: str) -> Snapshot:
+    documents: list[Any]
+    try:
+        documents = [orjson.loads(data)]
+    except orjson.JSONDecodeError:
+        try:
+            documents = list(yaml.load_all(data, Loader=_LOADER))
+        except yaml.YAMLError as error:
+            raise SnapshotError(f"{source} is neither JSON nor YAML: {error}") from None
+    nodes: list[Mapping[str, Any]] = []
+    pods: list[Mapping[str, Any]] = []
+    for kind, obj in _objects(documents, default_kind=""):
+        if kind == "Node":
+            nodes.append(obj)
+        elif kind == "Pod":
+            pods.append(obj)
+    if not nodes:
+        raise SnapshotError(
+            f"{source} contains no Node objects (expected e.g. `kubectl get nodes,pods -A -o json`)"
+        )
+    return Snapshot(source=source, nodes=nodes, pods=pods)
+
+
+def _objects(documents: list[Any], default_kind: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for document in documents:
+        if not isinstance(document, Mapping):
+            continue
+        kind = document.get("kind") or default_kind
+        items = document.get("items")
+        if isinstance(items, list) and (kind.endswith("List") or "items" in document):
+            # A NodeList's items carry no kind; a plain List's items carry their own.
+            item_kind = kind[: -len("List")] if kind not in ("", "List") else ""
+            yield from _objects(items, default_kind=item_kind)
+        elif isinstance(kind, str):
+            yield kind, document
+
+
+def dumps(snapshot: Snapshot) -> str:
+    """A snapshot as a kubectl-style List (used to write generated snapshots)."""
+    items = [{"kind": "Node", **n} for n in snapshot.nodes] + [
+        {"kind": "Pod", **p} for p in snapshot.pods
+    ]
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=1)

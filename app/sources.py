@@ -1,0 +1,36 @@
+"""Where the inventory comes from: a snapshot file, the embedded demo, or (``app.kube``) a
+live cluster watched by informers."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from app.service import Service
+from app.snapshot import Snapshot
+
+__all__ = ["InventorySource", "SnapshotSource"]
+
+
+class InventorySource(Protocol):
+    description: str
+
+    async def start(self, service: Service) -> None:
+        """Fill the inventory (or start filling it); mark the service ready once synced."""
+
+    async def stop(self) -> None: ...
+
+
+class SnapshotSource:
+    """A fixed set of nodes and pods, loaded once. Binds are kept in memory."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self.description = snapshot.source
+
+    async def start(self, service: Service) -> None:
+        service.scheduler.replace_nodes(self._snapshot.nodes)
+        service.scheduler.replace_pods(self._snapshot.pods)
+        service.readiness.set_ready()
+
+    async def stop(self) -> None:
+        return None

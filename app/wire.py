@@ -1,0 +1,309 @@
+"""The extender wire protocol, ``k8s.io/kube-scheduler/extender/v1``, exactly.
+
+kube-scheduler encodes these types without json tags, so keys are Go field names
+(``NodeNames``, ``FailedAndUnresolvableNodes``, ``PodUID``, ``NumPDBViolations``) and unset
+fields are ``null``. Its decoder matches keys case-insensitively, so we read any case and
+always write the Go spelling. Scores are JSON integers: Go refuses ``8.0`` for an int64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from app.errors import RequestRejectedError
+from extender import fields
+from extender.model import FilterVerdict, Rejection, Victim
+from extender.requests import holding_from_pod, pod_request
+
+__all__ = [
+    "BindingArgs",
+    "ExtenderArgs",
+    "PreemptionArgs",
+    "WireError",
+    "binding_args",
+    "binding_result",
+    "extender_args",
+    "filter_error",
+    "filter_result",
+    "host_priorities",
+    "preemption_args",
+    "preemption_result",
+]
+
+
+class WireError(RequestRejectedError):
+    """A request body that is not what the protocol says; the message says what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """Filter and prioritize requests. Exactly one of ``node_names`` (nodeCacheCapable: true)
+    and ``nodes`` (full node objects, nodeCacheCapable: false) is set."""
+
+    pod: Mapping[str, Any]
+    node_names: list[str]
+    nodes: list[Mapping[str, Any]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class VictimsArgs:
+    victims: list[Victim]
+    uids: list[str]
+    num_pdb_violations: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    pod: Mapping[str, Any]
+    candidates: dict[str, VictimsArgs]
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    name: str
+    namespace: str
+    uid: str
+    node: str
+
+
+# ------------------------------------------------------------------------------ decoding
+
+
+def _document(body: bytes, what: str) -> Mapping[str, Any]:
+    if not body:
+        raise WireError(f"empty request body; expected {what} as JSON")
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise WireError(f"request body is not valid JSON ({error})") from None
+    if not isinstance(document, Mapping):
+        raise WireError(f"{what} must be a JSON object, got {_kind(document)}")
+    return document
+
+
+def _pod(document: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    pod = fields.get(document, "Pod")
+    if not isinstance(pod, Mapping):
+        raise WireError(f"{what}.Pod must be a pod object, got {_kind(pod)}")
+    return pod
+
+
+def extender_args(body: bytes) -> ExtenderArgs:
+    document = _document(body, "ExtenderArgs")
+    pod = _pod(document, "ExtenderArgs")
+    names = fields.get(document, "NodeNames")
+    if names is not None:
+        if not isinstance(names, list) or not _all_strings(names):
+            raise WireError("ExtenderArgs.NodeNames must be a list of node names")
+        return ExtenderArgs(pod=pod, node_names=names, nodes=None)
+    node_list = fields.get(document, "Nodes")
+    if node_list is None:
+        raise WireError("ExtenderArgs has neither NodeNames nor Nodes")
+    items = fields.get(node_list, "items") if isinstance(node_list, Mapping) else None
+    if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
+        raise WireError("ExtenderArgs.Nodes must be a NodeList with an items list of nodes")
+    node_names = [fields.text(fields.obj(node, "metadata"), "name") for node in items]
+    if not all(node_names):
+        raise WireError("every node in ExtenderArgs.Nodes.items needs metadata.name")
+    return ExtenderArgs(pod=pod, node_names=node_names, nodes=items)
+
+
+def _all_strings(values: list[Any]) -> bool:
+    try:
+        "".join(values)  # C-speed type check: fails on the first non-string
+    except TypeError:
+        return False
+    return True
+
+
+def preemption_args(body: bytes, *, gpu_resource: str) -> PreemptionArgs:
+    """Both shapes: ``NodeNameToMetaVictims`` (UIDs) and ``NodeNameToVictims`` (full pods)."""
+    document = _document(body, "ExtenderPreemptionArgs")
+    pod = _pod(document, "ExtenderPreemptionArgs")
+    meta = fields.get(document, "NodeNameToMetaVictims")
+    full = fields.get(document, "NodeNameToVictims")
+    source, name = (
+        (meta, "NodeNameToMetaVictims")
+        if meta is not None
+        else (
+            full,
+            "NodeNameToVictims",
+        )
+    )
+    if source is None:
+        raise WireError(
+            "ExtenderPreemptionArgs has neither NodeNameToMetaVictims nor NodeNameToVictims"
+        )
+    if not isinstance(source, Mapping):
+        raise WireError(f"ExtenderPreemptionArgs.{name} must be an object keyed by node name")
+    candidates: dict[str, VictimsArgs] = {}
+    for node, entry in source.items():
+        pods = fields.get(entry, "Pods") if isinstance(entry, Mapping) else None
+        if pods is None:
+            pods = []
+        if not isinstance(pods, list) or not all(isinstance(p, Mapping) for p in pods):
+            raise WireError(f"{name}[{node!r}].Pods must be a list of objects")
+        pdb = fields.get(entry, "NumPDBViolations")
+        victims = [_victim(p, full_pod=meta is None, gpu_resource=gpu_resource) for p in pods]
+        if not all(v.uid for v in victims):
+            raise WireError(f"{name}[{node!r}]: every victim needs a UID")
+        candidates[str(node)] = VictimsArgs(
+            victims=victims,
+            uids=[v.uid for v in victims],
+            num_pdb_violations=pdb if isinstance(pdb, int) and not isinstance(pdb, bool) else 0,
+        )
+    return PreemptionArgs(pod=pod, candidates=candidates)
+
+
+def _victim(pod: Mapping[str, Any], *, full_pod: bool, gpu_resource: str) -> Victim:
+    if not full_pod:
+        return Victim(uid=fields.text(pod, "UID"))
+    uid = fields.text(fields.obj(pod, "metadata"), "uid")
+    holding = holding_from_pod(pod, gpu_resource=gpu_resource)
+    if holding is not None:
+        return Victim(uid=uid, gpus_hint=holding.gpus)
+    try:
+        return Victim(uid=uid, gpus_hint=pod_request(pod, gpu_resource=gpu_resource).gpus)
+    except ValueError:
+        return Victim(uid=uid)
+
+
+def binding_args(body: bytes) -> BindingArgs:
+    document = _document(body, "ExtenderBindingArgs")
+    values = {}
+    for key in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = fields.get(document, key)
+        if not isinstance(value, str) or not value:
+            raise WireError(f"ExtenderBindingArgs.{key} must be a non-empty string")
+        values[key] = value
+    return BindingArgs(
+        name=values["PodName"],
+        namespace=values["PodNamespace"],
+        uid=values["PodUID"],
+        node=values["Node"],
+    )
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number"
+    )
+
+
+# ------------------------------------------------------------------------------ encoding
+
+
+def filter_result(verdict: FilterVerdict, args: ExtenderArgs) -> bytes:
+    """Answer in the field matching the request's mode: with nodeCacheCapable: false,
+    kube-scheduler reads only ``Nodes`` (names alone would reject every node)."""
+    groups = [(_rejection_json(r), r.resolvable) for r in verdict.rejections]
+    failed = ",".join(body for body, _ in groups)
+    unresolvable = ",".join(body for body, resolvable in groups if not resolvable)
+    if args.nodes is None:
+        # The hot path: names mode, JSON written directly from the grouped verdict.
+        return (
+            f'{{"Nodes":null,"NodeNames":[{_names_json(verdict.passed)}],'
+            f'"FailedNodes":{{{failed}}},"FailedAndUnresolvableNodes":{{{unresolvable}}},'
+            '"Error":""}'
+        ).encode()
+    keep = set(verdict.passed)
+    items = [n for n, name in zip(args.nodes, args.node_names, strict=True) if name in keep]
+    return orjson.dumps(
+        {
+            "Nodes": {"metadata": {}, "items": items},
+            "NodeNames": None,
+            "FailedNodes": orjson.Fragment(f"{{{failed}}}"),
+            "FailedAndUnresolvableNodes": orjson.Fragment(f"{{{unresolvable}}}"),
+            "Error": "",
+        }
+    )
+
+
+def _names_json(names: Sequence[str]) -> str:
+    """The inside of a JSON array of node names the inventory knows: valid Kubernetes node
+    names (checked when the node was added), which never need escaping."""
+    return '"' + '","'.join(names) + '"' if names else ""
+
+
+def _rejection_json(rejection: Rejection) -> str:
+    """``"node":"reason",...`` for one group of rejected nodes (inside of an object)."""
+    if not rejection.known_nodes:  # names straight from the request: let orjson escape them
+        return orjson.dumps(dict.fromkeys(rejection.nodes, rejection.message))[1:-1].decode()
+    message = orjson.dumps(rejection.message).decode()
+    return '"' + f'":{message},"'.join(rejection.nodes) + f'":{message}'
+
+
+def filter_error(message: str) -> bytes:
+    return orjson.dumps(
+        {
+            "Nodes": None,
+            "NodeNames": None,
+            "FailedNodes": None,
+            "FailedAndUnresolvableNodes": None,
+            "Error": message,
+        }
+    )
+
+
+def host_priorities(node_names: Sequence[str], scores: npt.NDArray[np.int64]) -> bytes:
+    """``[{"Host": name, "Score": n}, ...]``, written per score value (at most 11 groups):
+    kube-scheduler sums scores by host, so the order of the entries does not matter."""
+    if not node_names:
+        return b"[]"
+    if not _safe_names(node_names):
+        return orjson.dumps(
+            [{"Host": n, "Score": s} for n, s in zip(node_names, scores.tolist(), strict=True)]
+        )
+    # Sort names by score with one C-level gather, then write each run of equal scores with
+    # one join: far cheaper than a dict per host.
+    order = np.argsort(scores, kind="stable")
+    ranked = scores[order]
+    hosts = itemgetter(*order.tolist())(node_names) if len(order) > 1 else (node_names[0],)
+    cuts = (np.flatnonzero(np.diff(ranked)) + 1).tolist()
+    parts = []
+    for start, end in zip([0, *cuts], [*cuts, len(ranked)], strict=True):
+        score = int(ranked[start])
+        parts.append(
+            '{"Host":"'
+            + f'","Score":{score}}},{{"Host":"'.join(hosts[start:end])
+            + f'","Score":{score}}}'
+        )
+    return ("[" + ",".join(parts) + "]").encode()
+
+
+def _safe_names(names: Sequence[str]) -> bool:
+    """Whether every name can be written into JSON as it is (no quote, backslash or control
+    character): true of every real node name; false only for hostile or broken requests."""
+    joined = '","'.join(names)
+    return joined.count('"') == 2 * (len(names) - 1) and "\\" not in joined and joined.isprintable()
+
+
+def preemption_result(args: PreemptionArgs, kept: Sequence[str]) -> bytes:
+    """Always ``NodeNameToMetaVictims``, whatever shape came in; victims keep their order
+    (kube-scheduler assumes decreasing priority) and their PDB violation count."""
+    result = {
+        node: {
+            "Pods": [{"UID": uid} for uid in args.candidates[node].uids],
+            "NumPDBViolations": args.candidates[node].num_pdb_violations,
+        }
+        for node in kept
+    }
+    return orjson.dumps({"NodeNameToMetaVictims": result})
+
+
+def binding_result(error: str = "") -> bytes:
+    return orjson.dumps({"Error": error})
+
+
+def error_body(message: str) -> bytes:
+    """A 4xx body for verbs whose result type has no Error field (prioritize, preempt)."""
+    return orjson.dumps({"Error": message})

@@ -1,0 +1,226 @@
+"""Every class of bad input gets a specific message in the protocol's terms, never FastAPI's
+422 page or a 500 with a traceback, and the service keeps serving."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from tests.api.conftest import Serve, fixture
+from tests.api.server import RunningServer
+
+FILTER_ERROR_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
+
+BAD_BODIES = [
+    ("malformed json", b'{"Pod": {', "not valid JSON"),
+    ("empty body", b"", "empty request body"),
+    ("not an object", b"[1, 2]", "must be a JSON object, got a list"),
+    (
+        "pod is not an object",
+        b'{"Pod": "web-1", "NodeNames": ["a"]}',
+        "Pod must be a pod object, got a string",
+    ),
+    ("pod missing", b'{"NodeNames": ["a"]}', "Pod must be a pod object, got null"),
+    (
+        "node names not a list",
+        b'{"Pod": {}, "NodeNames": "a,b"}',
+        "NodeNames must be a list of node names",
+    ),
+    (
+        "node names not strings",
+        b'{"Pod": {}, "NodeNames": [1, 2]}',
+        "NodeNames must be a list of node names",
+    ),
+    (
+        "neither names nor nodes",
+        b'{"Pod": {}, "Nodes": null, "NodeNames": null}',
+        "neither NodeNames nor Nodes",
+    ),
+    (
+        "nodes without items",
+        b'{"Pod": {}, "Nodes": {"metadata": {}}}',
+        "NodeList with an items list",
+    ),
+    (
+        "node without a name",
+        b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}',
+        "needs metadata.name",
+    ),
+    ("not utf-8", b'{"Pod": "\xff\xfe"}', "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"), [(b, m) for _, b, m in BAD_BODIES], ids=[n for n, _, _ in BAD_BODIES]
+)
+def test_bad_filter_request_is_answered_in_the_error_field(
+    demo: RunningServer, body: bytes, message: str
+) -> None:
+    with demo.client() as client:
+        response = client.post("/filter", content=body)
+        assert response.status_code == 200
+        result = response.json()
+        assert list(result) == FILTER_ERROR_KEYS
+        assert message in result["Error"]
+        assert result["NodeNames"] is None
+        assert result["Nodes"] is None
+        assert "Traceback" not in response.text
+        assert client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"), [(b, m) for _, b, m in BAD_BODIES], ids=[n for n, _, _ in BAD_BODIES]
+)
+def test_bad_prioritize_request_gets_a_4xx_with_a_message(
+    demo: RunningServer, body: bytes, message: str
+) -> None:
+    with demo.client() as client:
+        response = client.post("/prioritize", content=body)
+    assert response.status_code == 400
+    assert message in response.json()["Error"]
+
+
+PREEMPT_BODIES = [
+    ("malformed json", b"{", "not valid JSON"),
+    ("no victims map", b'{"Pod": {}}', "neither NodeNameToMetaVictims nor NodeNameToVictims"),
+    (
+        "victims not a map",
+        b'{"Pod": {}, "NodeNameToMetaVictims": [1]}',
+        "must be an object keyed by node name",
+    ),
+    (
+        "pods not a list",
+        b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": 3}}}',
+        "Pods must be a list",
+    ),
+    (
+        "victim without uid",
+        b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [{}]}}}',
+        "every victim needs a UID",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [(b, m) for _, b, m in PREEMPT_BODIES],
+    ids=[n for n, _, _ in PREEMPT_BODIES],
+)
+def test_bad_preempt_request_gets_a_4xx_with_a_message(
+    demo: RunningServer, body: bytes, message: str
+) -> None:
+    with demo.client() as client:
+        response = client.post("/preempt", content=body)
+    assert response.status_code == 400
+    assert message in response.json()["Error"]
+
+
+BIND_BODIES = [
+    ("malformed json", b"nope", "not valid JSON"),
+    (
+        "missing node",
+        b'{"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}',
+        "ExtenderBindingArgs.Node must be a non-empty string",
+    ),
+    (
+        "uid is a number",
+        b'{"PodName": "p", "PodNamespace": "ns", "PodUID": 7, "Node": "n"}',
+        "PodUID must be a non-empty string",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"), [(b, m) for _, b, m in BIND_BODIES], ids=[n for n, _, _ in BIND_BODIES]
+)
+def test_bad_bind_request_is_answered_in_the_error_field(
+    demo: RunningServer, body: bytes, message: str
+) -> None:
+    with demo.client() as client:
+        response = client.post("/bind", content=body)
+    assert response.status_code == 200
+    assert list(response.json()) == ["Error"]
+    assert message in response.json()["Error"]
+
+
+def test_oversized_bodies_are_refused_and_the_service_keeps_serving(serve: Serve) -> None:
+    server = serve(settings={"server": {"max_body_bytes": 4096}})
+    big = b'{"Pod": {}, "NodeNames": [' + b",".join(b'"node-%d"' % i for i in range(2000)) + b"]}"
+    with server.client() as client:
+        filtered = client.post("/filter", content=big)
+        assert filtered.status_code == 200
+        assert "exceeds the 4096-byte limit" in filtered.json()["Error"]
+        prioritized = client.post("/prioritize", content=big)
+        assert prioritized.status_code == 413
+        assert "exceeds the 4096-byte limit" in prioritized.json()["Error"]
+        # the same keep-alive pool keeps working
+        ok = client.post("/filter", content=_fixture_bytes())
+        assert ok.status_code == 200
+        assert ok.json()["Error"] == ""
+
+
+def test_oversized_chunked_body_without_length_is_refused(serve: Serve) -> None:
+    server = serve(settings={"server": {"max_body_bytes": 4096}})
+
+    def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(10):
+            yield b" " * 1024
+
+    with server.client() as client:
+        response = client.post("/bind", content=chunks())
+    assert "exceeds the 4096-byte limit" in response.json()["Error"]
+
+
+def test_a_body_that_never_finishes_arriving_is_cut_off(serve: Serve) -> None:
+    server = serve(settings={"server": {"body_timeout_s": 0.3}})
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(
+            b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"Pod":'
+        )
+        started = time.monotonic()
+        answer = _read_response(sock)
+        elapsed = time.monotonic() - started
+    assert "200 OK" in answer
+    assert "not received within 0.3s" in answer
+    assert elapsed < 5  # bounded by the body timeout, not by the client
+    with server.client() as client:
+        assert client.get("/healthz").status_code == 200
+
+
+def test_unknown_paths_and_methods_get_json_not_tracebacks(demo: RunningServer) -> None:
+    with demo.client() as client:
+        missing = client.post("/filterz", content=b"{}")
+        wrong_method = client.get("/filter")
+    assert missing.status_code == 404
+    assert missing.headers["content-type"] == "application/json"
+    assert wrong_method.status_code == 405
+    assert "Traceback" not in missing.text + wrong_method.text
+
+
+def _read_response(sock: socket.socket) -> str:
+    """One whole HTTP response (headers and Content-Length body), bounded by the socket timeout."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(
+            line.split(b":")[1]
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-body"
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode()
+
+
+def _fixture_bytes() -> bytes:
+    import orjson  # noqa: PLC0415
+
+    return orjson.dumps(fixture("filter_request_nodecache_true.json"))

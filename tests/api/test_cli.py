@@ -1,0 +1,150 @@
+"""The ``schedext`` command as a user runs it: a real process on a free loopback port."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from tests.api.conftest import fixture, write_snapshot
+from tests.builders import make_node
+
+SCHEDEXT = [sys.executable, "-m", "app.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Served:
+    url: str
+    process: subprocess.Popen[bytes]
+    output: IO[bytes]
+
+    def stop(self) -> str:
+        """Stop the process and return everything it logged."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.output.seek(0)
+        return self.output.read().decode()
+
+
+@contextmanager
+def schedext_serve(*args: str) -> Iterator[Served]:
+    port = free_port()
+    with tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(
+            [*SCHEDEXT, "serve", "--port", str(port), *args],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        served = Served(f"http://127.0.0.1:{port}", process, output)
+        try:
+            _wait_ready(served)
+            yield served
+        finally:
+            served.stop()
+
+
+def _wait_ready(served: Served) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        if served.process.poll() is not None:
+            raise AssertionError(f"schedext exited: {served.stop()}")
+        try:
+            if httpx.get(f"{served.url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"schedext serve not ready within 30 s: {served.stop()}")
+        time.sleep(0.1)
+
+
+def test_serve_without_a_cluster_answers_the_fixture_filter_from_the_demo_inventory() -> None:
+    with schedext_serve() as served:
+        answer = httpx.post(
+            f"{served.url}/filter", json=fixture("filter_request_nodecache_true.json")
+        ).json()
+        logs = served.stop()
+    assert answer["NodeNames"] == ["gpu-node-a"]
+    assert set(answer["FailedNodes"]) == {"gpu-node-b", "gpu-node-c"}
+    assert "embedded demo inventory" in logs
+    assert all(json.loads(line) for line in logs.splitlines() if line.startswith("{"))
+
+
+def test_serve_loads_a_snapshot_file(tmp_path: Path) -> None:
+    snapshot = write_snapshot(tmp_path / "cluster.json", [make_node("only-node", gpus=2)])
+    with schedext_serve("--snapshot", str(snapshot)) as served:
+        answer = httpx.post(
+            f"{served.url}/filter",
+            json={"Pod": fixture("pod.json"), "NodeNames": ["only-node", "gpu-node-a"]},
+        ).json()
+    assert answer["NodeNames"] == []
+    assert "GPU model is not A100" in answer["FailedNodes"]["only-node"]
+    assert "node not in inventory" in answer["FailedNodes"]["gpu-node-a"]
+
+
+def test_serve_loads_kubectl_yaml(tmp_path: Path) -> None:
+    snapshot = tmp_path / "cluster.yaml"
+    snapshot.write_text(
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- kind: Node\n  metadata: {name: yaml-node}\n"
+        "  status: {allocatable: {cpu: '8', memory: 32Gi, nvidia.com/gpu: '4'}}\n"
+    )
+    with schedext_serve("--snapshot", str(snapshot)) as served:
+        inventory = httpx.get(f"{served.url}/inventory").json()
+    assert [(n["name"], n["freeGpus"]) for n in inventory["nodes"]] == [("yaml-node", 4)]
+
+
+def test_serve_reports_an_unreadable_snapshot_clearly(tmp_path: Path) -> None:
+    missing = subprocess.run(
+        [*SCHEDEXT, "serve", "--snapshot", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert "cannot read snapshot" in missing.stderr
+    (tmp_path / "empty.json").write_text('{"kind": "List", "items": []}')
+    empty = subprocess.run(
+        [*SCHEDEXT, "serve", "--snapshot", str(tmp_path / "empty.json")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert empty.returncode == 2
+    assert "contains no Node objects" in empty.stderr
+    assert "Traceback" not in missing.stderr + empty.stderr
+
+
+def test_serve_refuses_invalid_settings(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*SCHEDEXT, "serve", "--port", "99999"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "invalid settings" in result.stderr
+    assert "less than or equal to 65535" in result.stderr

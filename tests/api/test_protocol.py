@@ -1,0 +1,194 @@
+"""The wire protocol over real HTTP, with the real-shaped kube-scheduler bodies."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+
+from tests.api.conftest import Serve, fixture
+from tests.api.server import RunningServer
+from tests.builders import make_node, make_pod
+
+FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
+
+
+def lower_keys(value: Any) -> Any:
+    """Every key lower-cased, as kube-scheduler's own compatibility test does."""
+    if isinstance(value, dict):
+        return {k.lower(): lower_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [lower_keys(v) for v in value]
+    return value
+
+
+def post(server: RunningServer, verb: str, body: Any) -> Any:
+    with server.client() as client:
+        response = client.post(f"/{verb}", content=orjson.dumps(body))
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/json"
+    return response.json()
+
+
+def test_fixture_filter_request_against_the_demo_inventory(demo: RunningServer) -> None:
+    result = post(demo, "filter", fixture("filter_request_nodecache_true.json"))
+    assert list(result) == FILTER_KEYS
+    assert result["Nodes"] is None
+    assert result["Error"] == ""
+    assert result["NodeNames"] == ["gpu-node-a"]
+    assert result["FailedNodes"] == {
+        "gpu-node-b": "schedext: fewer than 2 free GPUs",
+        "gpu-node-c": "schedext: GPU model is not A100",
+    }
+    assert result["FailedAndUnresolvableNodes"] == {"gpu-node-c": "schedext: GPU model is not A100"}
+
+
+def test_full_node_mode_answers_with_the_original_node_objects(demo: RunningServer) -> None:
+    request = fixture("filter_request_nodecache_false.json")
+    result = post(demo, "filter", request)
+    assert result["NodeNames"] is None
+    assert result["Nodes"] == {"metadata": {}, "items": [request["Nodes"]["items"][0]]}
+    assert set(result["FailedNodes"]) == {"gpu-node-b", "gpu-node-c"}
+    assert set(result["FailedAndUnresolvableNodes"]) == {"gpu-node-c"}
+
+
+def test_keys_in_any_case_are_accepted_and_go_spelling_is_written(demo: RunningServer) -> None:
+    exact = post(demo, "filter", fixture("filter_request_nodecache_true.json"))
+    lowered = post(demo, "filter", lower_keys(fixture("filter_request_nodecache_true.json")))
+    assert lowered == exact
+    full = post(demo, "filter", lower_keys(fixture("filter_request_nodecache_false.json")))
+    assert list(full) == FILTER_KEYS
+    assert [n["metadata"]["name"] for n in full["Nodes"]["items"]] == ["gpu-node-a"]
+
+
+def test_prioritize_answers_integer_scores_for_every_node_in_order(demo: RunningServer) -> None:
+    for name in (
+        "prioritize_request_nodecache_true.json",
+        "prioritize_request_nodecache_false.json",
+    ):
+        request = fixture(name)
+        result = post(demo, "prioritize", request)
+        expected_hosts = request["NodeNames"] or [
+            n["metadata"]["name"] for n in request["Nodes"]["items"]
+        ]
+        # kube-scheduler sums scores by host: every host once, in any order
+        assert sorted(entry["Host"] for entry in result) == sorted(expected_hosts)
+        assert all(list(entry) == ["Host", "Score"] for entry in result)
+        assert all(type(entry["Score"]) is int and 0 <= entry["Score"] <= 10 for entry in result)
+
+
+def test_prioritize_prefers_the_fuller_node_that_fits(serve: Serve) -> None:
+    server = serve(
+        nodes=[make_node("busy", gpus=8), make_node("idle", gpus=8)],
+        pods=[make_pod("b", gpus=4, node="busy", gpu_ids=[0, 1, 2, 3])],
+    )
+    result = post(
+        server,
+        "prioritize",
+        {"Pod": make_pod(gpus=2), "Nodes": None, "NodeNames": ["idle", "busy"]},
+    )
+    scores = {entry["Host"]: entry["Score"] for entry in result}
+    assert scores["busy"] > scores["idle"]
+
+
+def test_prioritize_escapes_names_that_need_it(demo: RunningServer) -> None:
+    names = ['evil"node', "back\\slash", "gpu-node-a", "tab\tname"]
+    result = post(demo, "prioritize", {"Pod": make_pod(gpus=1), "NodeNames": names})
+    assert sorted(entry["Host"] for entry in result) == sorted(names)
+
+
+def test_filter_escapes_unknown_names_that_need_it(demo: RunningServer) -> None:
+    names = ['evil"node', "gpu-node-a"]
+    result = post(demo, "filter", {"Pod": make_pod(gpus=1), "NodeNames": names})
+    assert result["NodeNames"] == ["gpu-node-a"]
+    assert result["FailedAndUnresolvableNodes"] == {'evil"node': "schedext: node not in inventory"}
+    lowered = post(demo, "filter", {"Pod": make_pod(gpus=1, workload="bogus"), "NodeNames": names})
+    assert set(lowered["FailedNodes"]) == set(names)
+
+
+def test_unknown_node_is_rejected_with_a_reason(demo: RunningServer) -> None:
+    request = fixture("filter_request_nodecache_true.json")
+    request["NodeNames"] = ["gpu-node-a", "no-such-node"]
+    result = post(demo, "filter", request)
+    assert result["NodeNames"] == ["gpu-node-a"]
+    assert "node not in inventory" in result["FailedAndUnresolvableNodes"]["no-such-node"]
+    assert (
+        result["FailedNodes"]["no-such-node"]
+        == result["FailedAndUnresolvableNodes"]["no-such-node"]
+    )
+
+
+def preempt_cluster(serve: Serve) -> RunningServer:
+    return serve(
+        nodes=[make_node("g1", gpus=4), make_node("g2", gpus=4)],
+        pods=[
+            make_pod("v1", uid="v1", gpus=2, node="g1", gpu_ids=[0, 1], priority=1),
+            make_pod("v2", uid="v2", gpus=2, node="g1", gpu_ids=[2, 3], priority=2),
+            make_pod("cpu", uid="cpu", cpu="4", node="g2", priority=1),
+            make_pod("v3", uid="v3", gpus=4, node="g2", gpu_ids=[0, 1, 2, 3], priority=1000),
+        ],
+    )
+
+
+def test_preempt_with_uids_keeps_only_nodes_where_the_victims_free_enough_gpus(
+    serve: Serve,
+) -> None:
+    server = preempt_cluster(serve)
+    request = {
+        "Pod": make_pod("hi", gpus=4, priority=100),
+        "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {
+            "g1": {"Pods": [{"UID": "v2"}, {"UID": "v1"}], "NumPDBViolations": 1},
+            "g2": {"Pods": [{"UID": "cpu"}], "NumPDBViolations": 0},
+        },
+    }
+    result = post(server, "preempt", request)
+    assert result == {
+        "NodeNameToMetaVictims": {
+            "g1": {"Pods": [{"UID": "v2"}, {"UID": "v1"}], "NumPDBViolations": 1}
+        }
+    }
+
+
+def test_preempt_with_full_pods_answers_with_uids(serve: Serve) -> None:
+    server = preempt_cluster(serve)
+    victims = {
+        "g1": {
+            "Pods": [
+                make_pod("v2", uid="v2", gpus=2, node="g1", gpu_ids=[2, 3]),
+                make_pod("v1", uid="v1", gpus=2, node="g1", gpu_ids=[0, 1]),
+            ],
+            "NumPDBViolations": 0,
+        },
+        "g2": {"Pods": [make_pod("cpu", uid="cpu", cpu="4", node="g2")], "NumPDBViolations": 0},
+    }
+    request = {
+        "Pod": make_pod("hi", gpus=4),
+        "NodeNameToVictims": victims,
+        "NodeNameToMetaVictims": None,
+    }
+    result = post(server, "preempt", request)
+    assert result == {
+        "NodeNameToMetaVictims": {
+            "g1": {"Pods": [{"UID": "v2"}, {"UID": "v1"}], "NumPDBViolations": 0}
+        }
+    }
+    lowered = post(server, "preempt", lower_keys(copy.deepcopy(request)))
+    assert lowered == result
+
+
+def test_preempt_fixture_bodies_are_understood(demo: RunningServer) -> None:
+    by_uid = post(demo, "preempt", fixture("preempt_request_nodecache_true.json"))
+    # The victim's UID is unknown to the demo inventory: nothing says it frees an A100.
+    assert by_uid == {"NodeNameToMetaVictims": {}}
+    full = post(demo, "preempt", fixture("preempt_request_nodecache_false.json"))
+    # The full victim pod shows it holds GPUs on gpu-node-b: with the 1 free, enough.
+    assert full == {
+        "NodeNameToMetaVictims": {
+            "gpu-node-b": {
+                "Pods": [{"UID": "9d9d9d9d-1111-4222-8333-444444444444"}],
+                "NumPDBViolations": 0,
+            }
+        }
+    }

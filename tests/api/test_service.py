@@ -1,0 +1,112 @@
+"""Probes, readiness gating, metrics, the path prefix and settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from app.service import Service
+from app.settings import load_settings
+from tests.api.conftest import Serve, fixture
+from tests.api.server import RunningServer
+
+FILTER = orjson.dumps(fixture("filter_request_nodecache_true.json"))
+
+
+class NeverSyncedSource:
+    """An inventory source whose informers have not listed yet."""
+
+    description = "a cluster still listing"
+
+    async def start(self, service: Service) -> None:
+        service.readiness.set_not_ready("inventory not synced: nodes and pods not listed yet")
+
+    async def stop(self) -> None:
+        return None
+
+
+def test_verbs_refuse_until_the_inventory_is_synced(serve: Serve) -> None:
+    server = serve(source=NeverSyncedSource())
+    with server.client() as client:
+        assert client.get("/healthz").status_code == 200
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        assert "inventory not synced" in ready.text
+        filtered = client.post("/filter", content=FILTER).json()
+        assert filtered["Error"] == "inventory not synced: nodes and pods not listed yet"
+        assert filtered["NodeNames"] is None
+        assert client.post("/prioritize", content=FILTER).status_code == 503
+        assert (
+            "inventory not synced"
+            in client.post("/bind", content=orjson.dumps(fixture("bind_request.json"))).json()[
+                "Error"
+            ]
+        )
+
+
+def test_ready_service_answers_readyz(demo: RunningServer) -> None:
+    with demo.client() as client:
+        assert client.get("/readyz").text == "ok"
+        root = client.get("/").json()
+    assert root["ready"] is True
+    assert root["inventory"] == "embedded demo inventory"
+
+
+def test_verbs_are_also_served_under_the_configured_prefix(serve: Serve) -> None:
+    server = serve(settings={"server": {"path_prefix": "scheduler/"}})
+    with server.client() as client:
+        prefixed = client.post("/scheduler/filter", content=FILTER).json()
+        plain = client.post("/filter", content=FILTER).json()
+        assert prefixed == plain
+        assert prefixed["NodeNames"] == ["gpu-node-a"]
+        assert client.get("/").json()["verbs"][0] == "/scheduler/filter"
+
+
+def test_metrics_count_latency_decisions_and_inventory(demo: RunningServer) -> None:
+    with demo.client() as client:
+        client.post("/filter", content=FILTER)
+        client.post("/filter", content=b"{broken")
+        text = client.get("/metrics").text
+    assert 'schedext_request_duration_seconds_count{verb="filter"} 2.0' in text
+    assert 'schedext_decisions_total{outcome="feasible",verb="filter"} 1.0' in text
+    assert 'schedext_decisions_total{outcome="rejected",verb="filter"} 1.0' in text
+    assert 'schedext_filter_nodes_total{outcome="unresolvable"} 1.0' in text
+    assert 'schedext_inventory_gpus{model="NVIDIA-H100-80GB-HBM3"} 32.0' in text
+    assert 'schedext_inventory_gpus_free{model="NVIDIA-H100-80GB-HBM3"} 18.0' in text
+    assert "schedext_inventory_nodes 10.0" in text
+
+
+def test_bench_endpoint_is_off_unless_asked_for(serve: Serve) -> None:
+    with serve().client() as client:
+        assert client.post("/bench/constant", content=FILTER).status_code == 404
+    with serve(settings={"server": {"bench_endpoints": True}}).client() as client:
+        assert client.post("/bench/constant", content=FILTER).json()["Error"] == ""
+
+
+def test_settings_come_from_file_then_environment_then_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "schedext.yaml"
+    config.write_text("server:\n  port: 9000\n  host: 0.0.0.0\npolicy:\n  gpu_scoring: spread\n")
+    monkeypatch.setenv("SCHEDEXT_SERVER__PORT", "9100")
+    settings = load_settings(config, server={"host": "127.0.0.2"})
+    assert (settings.server.host, settings.server.port) == ("127.0.0.2", 9100)
+    assert settings.policy.gpu_scoring == "spread"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"policy": {"cpu_intensive_min_cpu": "lots"}}, "not a CPU quantity"),
+        ({"policy": {"allocation_weight": -1}}, "greater than or equal to 0"),
+        ({"server": {"max_body_bytes": 10}}, "greater than or equal to 1024"),
+        ({"server": {"no_such_setting": 1}}, "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_settings_are_refused_with_a_reason(
+    overrides: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_settings(**overrides)
