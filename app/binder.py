@@ -18,12 +18,18 @@ class BindError(Exception):
 
 
 class Binder(Protocol):
+    # True when a watch (not the binder) confirms the bind: the reservation then stays until
+    # the pod is seen bound or gone.
+    confirmed_by_watch: bool
+
     async def bind(self, plan: BindPlan) -> None:
         """Bind the pod as planned, or raise :class:`BindError`."""
 
 
 class InMemoryBinder:
     """Records binds instead of writing them anywhere: the demo has no API server."""
+
+    confirmed_by_watch = False
 
     def __init__(self) -> None:
         self.bound: dict[str, BindPlan] = {}

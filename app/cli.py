@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -101,18 +100,15 @@ def _serve(args: argparse.Namespace) -> int:
 def _run(settings: Settings) -> int:
     import uvicorn  # noqa: PLC0415 (keep `schedext --help` fast)
 
-    from app.main import create_app  # noqa: PLC0415
+    from app.main import create_app, live_cluster_configured  # noqa: PLC0415
 
-    if settings.kubeconfig is not None or "KUBERNETES_SERVICE_HOST" in os.environ:
-        print(
-            "schedext: live cluster mode (--kubeconfig or in-cluster) is not available in this "
-            "build; use --snapshot or the embedded demo",
-            file=sys.stderr,
-        )
+    try:
+        app = create_app(settings)
+    except ValueError as error:  # unreadable credentials
+        print(f"schedext: {error}", file=sys.stderr)
         return 2
-    app = create_app(settings)
     service = app.state.service
-    if settings.snapshot is None:
+    if settings.snapshot is None and not live_cluster_configured(settings):
         log.info(
             "no cluster configured: serving the embedded demo inventory "
             "(pass --snapshot FILE or --kubeconfig PATH for real data)"

@@ -14,6 +14,10 @@ from fastapi.exceptions import RequestValidationError
 
 from app import __version__
 from app.binder import Binder, InMemoryBinder
+from app.kube.api import KubeApi
+from app.kube.binder import ApiBinder
+from app.kube.config import in_cluster_available, load_cluster_config
+from app.kube.source import ClusterSource
 from app.metrics import Metrics
 from app.routes import health, inventory, verbs
 from app.service import Service
@@ -22,15 +26,27 @@ from app.snapshot import demo_snapshot, read_snapshot
 from app.sources import InventorySource, SnapshotSource
 from extender.scheduler import Scheduler
 
-__all__ = ["create_app", "default_source"]
+__all__ = ["create_app", "default_parts", "live_cluster_configured"]
 
 log = logging.getLogger("schedext")
 
 
-def default_source(settings: Settings) -> InventorySource:
+def live_cluster_configured(settings: Settings) -> bool:
+    return settings.snapshot is None and (settings.kubeconfig is not None or in_cluster_available())
+
+
+def default_parts(settings: Settings) -> tuple[InventorySource, Binder]:
+    """A snapshot file, the live cluster (kubeconfig or in-cluster), or the embedded demo."""
     if settings.snapshot is not None:
-        return SnapshotSource(read_snapshot(settings.snapshot))
-    return SnapshotSource(demo_snapshot())
+        return SnapshotSource(read_snapshot(settings.snapshot)), InMemoryBinder()
+    if live_cluster_configured(settings):
+        cluster = load_cluster_config(settings.kubeconfig)
+        api = KubeApi(cluster)
+        binder = ApiBinder(
+            api, attempts=settings.bind.api_attempts, deadline_s=settings.bind.api_deadline_s
+        )
+        return ClusterSource(api, server=cluster.server), binder
+    return SnapshotSource(demo_snapshot()), InMemoryBinder()
 
 
 def create_app(
@@ -44,7 +60,9 @@ def create_app(
         pending_capacity=settings.bind.pending_capacity,
         reservation_ttl=settings.bind.reservation_ttl_s,
     )
-    source = source or default_source(settings)
+    if source is None:
+        source, default_binder = default_parts(settings)
+        binder = binder or default_binder
     service = Service(
         settings=settings,
         scheduler=scheduler,

@@ -36,6 +36,12 @@ class Metrics:
             ["verb", "outcome"],
             registry=self.registry,
         )
+        self._request_modes = Counter(
+            "schedext_requests_by_mode_total",
+            "Filter/prioritize requests by nodeCacheCapable mode: names or full node objects.",
+            ["verb", "mode"],
+            registry=self.registry,
+        )
         self._filtered_nodes = Counter(
             "schedext_filter_nodes_total",
             "Nodes judged by filter: fits, busy (preemption may help) or unresolvable.",
@@ -53,6 +59,9 @@ class Metrics:
     def observe(self, verb: str, outcome: str, seconds: float) -> None:
         self._verb_latency[verb].observe(seconds)
         self._decisions.labels(verb, outcome).inc()
+
+    def mode(self, verb: str, *, names_only: bool) -> None:
+        self._request_modes.labels(verb, "names" if names_only else "nodes").inc()
 
     def filtered(self, *, fits: int, busy: int, unresolvable: int) -> None:
         if fits:

@@ -82,6 +82,11 @@ class BindSettings(_Group):
     reservation_ttl_s: float = Field(default=60.0, gt=0)
     # Pending pods remembered between filter and bind.
     pending_capacity: int = Field(default=10_000, ge=1)
+    # The API binder's whole budget, retries included: keep it below the extender's
+    # httpTimeout in the KubeSchedulerConfiguration (10s in manifests/scheduler-config.yaml),
+    # so that kube-scheduler hears the real outcome instead of a timeout.
+    api_deadline_s: float = Field(default=8.0, gt=0)
+    api_attempts: int = Field(default=4, ge=1)
 
 
 class Settings(BaseSettings):

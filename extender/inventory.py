@@ -13,7 +13,7 @@ arrays.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import NamedTuple
@@ -271,14 +271,18 @@ class Inventory:
             self._unrecord(holding)
         return holding
 
-    def replace_bound(self, holdings: Iterable[Holding]) -> None:
-        """Make the bound holdings exactly ``holdings`` (a pod relist). Reservations stay:
-        they are binds in flight that the relist may not show yet."""
+    def replace_bound(
+        self, holdings: Iterable[Holding], *, live: Collection[str] | None = None
+    ) -> None:
+        """Make the bound holdings exactly ``holdings`` (a pod relist). Reservations are binds
+        in flight that the list may not show bound yet: they stay, unless ``live`` (the UIDs of
+        every listed pod) shows their pod is gone."""
         wanted = {h.uid: h for h in holdings}
         stale = [
             uid
             for uid, h in self._holdings.items()
-            if h.kind is HoldingKind.BOUND and uid not in wanted
+            if uid not in wanted
+            and (h.kind is HoldingKind.BOUND or (live is not None and uid not in live))
         ]
         for uid in stale:
             self.remove_holding(uid)

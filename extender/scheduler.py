@@ -7,6 +7,7 @@ Time is passed in (``now``), never read.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ from extender.model import (
     FilterVerdict,
     Holding,
     HoldingKind,
+    NodeSpec,
     PodRequest,
     Reason,
     Victim,
@@ -151,25 +153,16 @@ class Scheduler:
             annotations=annotations,
         )
 
-    def confirm_bind(self, plan: BindPlan) -> None:
-        """The bind went through: the reservation becomes a bound holding."""
+    def confirm_bind(self, plan: BindPlan, *, awaiting_watch: bool = False) -> None:
+        """The bind went through. With ``awaiting_watch`` (a live cluster) the reservation
+        stays, without expiry, until the watch shows the pod bound or deleted; otherwise it
+        becomes a bound holding at once."""
         self._pending.forget(plan.uid)
         held = self._inventory.holding(plan.uid)
-        if held is not None and held.kind is HoldingKind.RESERVED and held.node == plan.node:
-            self._inventory.upsert_holding(
-                Holding(
-                    uid=held.uid,
-                    namespace=held.namespace,
-                    name=held.name,
-                    node=held.node,
-                    kind=HoldingKind.BOUND,
-                    cpu_milli=held.cpu_milli,
-                    memory_bytes=held.memory_bytes,
-                    gpus=held.gpus,
-                    gpu_ids=held.gpu_ids,
-                    priority=held.priority,
-                )
-            )
+        if held is None or held.kind is not HoldingKind.RESERVED or held.node != plan.node:
+            return  # the watch got there first, or the pod is gone: nothing to confirm
+        kind = HoldingKind.RESERVED if awaiting_watch else HoldingKind.BOUND
+        self._inventory.upsert_holding(dataclasses.replace(held, kind=kind, expires_at=None))
 
     def abort_bind(self, plan: BindPlan) -> None:
         """The bind failed: give the reserved resources back."""
@@ -213,27 +206,30 @@ class Scheduler:
         except PodRequestError:
             self._pending.forget(uid)  # filter will report why
 
+    def forget_pending(self, uid: str) -> None:
+        self._pending.forget(uid)
+
     def delete_pod(self, uid: str) -> None:
         self._inventory.remove_holding(uid)
         self._pending.forget(uid)
 
     def replace_nodes(self, nodes: Iterable[JSONObject]) -> None:
-        specs = [node_spec(n, gpu_resource=self.config.gpu_resource) for n in nodes]
-        self._inventory.replace_nodes(spec for spec in specs if spec.name)
+        relist = self.node_relist()
+        relist.add(nodes)
+        relist.commit()
 
     def replace_pods(self, pods: Iterable[JSONObject]) -> None:
-        """A full pod list: bound pods replace all bound holdings; pending pods are
-        remembered; reservations (binds in flight) stay."""
-        bound: list[Holding] = []
-        for pod in pods:
-            holding = holding_from_pod(pod, gpu_resource=self.config.gpu_resource)
-            if holding is not None:
-                bound.append(holding)
-            else:
-                self.upsert_pod(pod)
-        self._inventory.replace_bound(bound)
-        for holding in bound:
-            self._pending.forget(holding.uid)
+        relist = self.pod_relist()
+        relist.add(pods)
+        relist.commit()
+
+    def node_relist(self) -> NodeRelist:
+        """Replace all nodes with a full list that arrives page by page."""
+        return NodeRelist(self)
+
+    def pod_relist(self) -> PodRelist:
+        """Replace all pod state with a full list that arrives page by page."""
+        return PodRelist(self)
 
     # -------------------------------------------------------------- internals
 
@@ -254,3 +250,47 @@ class Scheduler:
         if last is not None and last[2] == self._inventory.layout and last[0] == node_names:
             return last[1]
         return self._inventory.ids(node_names)
+
+
+class NodeRelist:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._gpu_resource = scheduler.config.gpu_resource
+        self._inventory = scheduler.inventory
+        self._specs: list[NodeSpec] = []
+
+    def add(self, nodes: Iterable[JSONObject]) -> None:
+        for node in nodes:
+            spec = node_spec(node, gpu_resource=self._gpu_resource)
+            if spec.name:
+                self._specs.append(spec)
+
+    def commit(self) -> None:
+        self._inventory.replace_nodes(self._specs)
+
+
+class PodRelist:
+    """Keeps only what each pod amounts to (a holding, or a pending request), never the pod
+    objects, so that 100,000 pods can be relisted in bounded memory."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+        self._bound: list[Holding] = []
+        self._live: set[str] = set()
+
+    def add(self, pods: Iterable[JSONObject]) -> None:
+        gpu_resource = self._scheduler.config.gpu_resource
+        for pod in pods:
+            uid = fields.text(fields.obj(pod, "metadata"), "uid")
+            if not uid:
+                continue
+            self._live.add(uid)
+            holding = holding_from_pod(pod, gpu_resource=gpu_resource)
+            if holding is not None:
+                self._bound.append(holding)
+            else:
+                self._scheduler.upsert_pod(pod)  # pending: remembered for bind
+
+    def commit(self) -> None:
+        self._scheduler.inventory.replace_bound(self._bound, live=self._live)
+        for holding in self._bound:
+            self._scheduler.forget_pending(holding.uid)

@@ -65,6 +65,7 @@ async def _answer(
 
 async def _filter(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.extender_args(body)
+    service.metrics.mode("filter", names_only=args.nodes is None)
     verdict = service.scheduler.filter(args.pod, args.node_names)
     busy = sum(len(r.nodes) for r in verdict.rejections if r.resolvable)
     unresolvable = sum(len(r.nodes) for r in verdict.rejections if not r.resolvable)
@@ -74,6 +75,7 @@ async def _filter(service: Service, body: bytes) -> tuple[bytes, str]:
 
 async def _prioritize(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.extender_args(body)
+    service.metrics.mode("prioritize", names_only=args.nodes is None)
     scores = service.scheduler.prioritize(args.pod, args.node_names)
     return wire.host_priorities(args.node_names, scores), "scored"
 
@@ -108,7 +110,7 @@ async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
     except BaseException:
         service.scheduler.abort_bind(plan)  # cancelled or crashed: give the GPUs back
         raise
-    service.scheduler.confirm_bind(plan)
+    service.scheduler.confirm_bind(plan, awaiting_watch=service.binder.confirmed_by_watch)
     log.info("bound %s to %s gpus=%s", plan.key, plan.node, list(plan.gpu_ids))
     return wire.binding_result(), "bound"
 

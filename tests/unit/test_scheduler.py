@@ -235,3 +235,57 @@ def test_preempt_for_cpu_intensive_pods_needs_enough_cpu_freed() -> None:
     pod = make_pod("hi", cpu="3", workload="CPU-intensive")
     assert scheduler.preempt(pod, {"n": [Victim("small")]}) == []
     assert scheduler.preempt(pod, {"n": [Victim("big")]}) == ["n"]
+
+
+# ------------------------------------------------------------ live cluster (watch)
+
+
+def test_with_a_watch_the_reservation_stays_until_the_pod_is_seen_bound() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    pod = make_pod("p", gpus=1)
+    filtered(scheduler, pod, ["g"])
+    bind = plan(scheduler, pod, "g", now=0.0)
+    scheduler.confirm_bind(bind, awaiting_watch=True)
+    held = scheduler.inventory.holding(uid_of(pod))
+    assert held is not None
+    assert (held.kind, held.expires_at) == (HoldingKind.RESERVED, None)
+    assert scheduler.expire(1e9) == []  # a bound pod's GPUs never expire
+    scheduler.upsert_pod(make_pod("p", uid=uid_of(pod), gpus=1, node="g", gpu_ids=bind.gpu_ids))
+    held = scheduler.inventory.holding(uid_of(pod))
+    assert held is not None
+    assert held.kind is HoldingKind.BOUND
+
+
+def test_pod_relist_rebuilds_holdings_from_annotations_and_drops_what_is_gone() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=4)])
+    gone, pending = make_pod("gone", gpus=1), make_pod("pending", gpus=1)
+    for pod in (gone, pending):
+        filtered(scheduler, pod, ["g"])
+    scheduler.confirm_bind(plan(scheduler, gone, "g"), awaiting_watch=True)  # then deleted unseen
+    plan(scheduler, pending, "g")  # a bind in flight for a pod that still exists
+    relist = scheduler.pod_relist()
+    relist.add([make_pod("old", uid="old", gpus=2, node="g", gpu_ids=[2, 3])])
+    relist.add([make_pod("pending", uid=uid_of(pending), gpus=1)])
+    relist.commit()
+    holders = scheduler.inventory.node("g")
+    assert holders is not None
+    assert holders.holders == (None, uid_of(pending), "old", "old")
+
+
+def test_a_relist_is_applied_only_when_committed() -> None:
+    scheduler = scheduler_with([make_node("a"), make_node("b")])
+    relist = scheduler.node_relist()
+    relist.add([make_node("c")])
+    assert sorted(scheduler.inventory.node_names()) == ["a", "b"]
+    relist.commit()
+    assert scheduler.inventory.node_names() == ["c"]
+
+
+def test_a_pod_that_finishes_gives_its_gpus_back() -> None:
+    scheduler = scheduler_with(
+        [make_node("g", gpus=1)], [make_pod("job", uid="job", gpus=1, node="g", gpu_ids=[0])]
+    )
+    scheduler.upsert_pod(
+        make_pod("job", uid="job", gpus=1, node="g", gpu_ids=[0], phase="Succeeded")
+    )
+    assert filtered(scheduler, make_pod("next", gpus=1), ["g"]).passed == ["g"]

@@ -1,0 +1,125 @@
+"""A small async API client over httpx: JSON in, JSON out, errors mapped by status."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+
+from app.kube.config import ClusterConfig
+from app.kube.errors import ApiError, ApiTransientError, error_for
+
+__all__ = ["KubeApi"]
+
+JSON = dict[str, Any]
+
+
+class KubeApi:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self._config = config
+        self._client = httpx.AsyncClient(
+            base_url=config.server,
+            verify=config.ssl_context,
+            transport=transport,
+            timeout=httpx.Timeout(timeout),
+            headers={"Accept": "application/json", "User-Agent": "schedext"},
+        )
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def _headers(self) -> dict[str, str]:
+        authorization = self._config.authorization()
+        return {"Authorization": authorization} if authorization else {}
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
+        return await self._request("GET", path, params=params)
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> JSON:
+        return await self._request("POST", path, content=orjson.dumps(body))
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+    ) -> JSON:
+        try:
+            response = await self._client.request(
+                method,
+                path,
+                params=params,
+                content=content,
+                headers={**self._headers(), "Content-Type": "application/json"},
+            )
+        except httpx.TransportError as error:
+            raise ApiTransientError(f"{method} {path}: {type(error).__name__}: {error}") from None
+        if response.status_code >= 300:
+            raise _status_error(method, path, response.status_code, response.content)
+        try:
+            document = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            raise ApiError(
+                f"{method} {path}: answer is not JSON", status=response.status_code
+            ) from None
+        if not isinstance(document, dict):
+            raise ApiError(f"{method} {path}: answer is not an object", status=response.status_code)
+        return document
+
+    @asynccontextmanager
+    async def stream_lines(
+        self, path: str, params: Mapping[str, str], *, read_timeout: float
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """A watch: the response body as lines (one JSON event each)."""
+        timeout = httpx.Timeout(10.0, read=read_timeout)
+        request = self._client.build_request(
+            "GET", path, params=params, headers=self._headers(), timeout=timeout
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.TransportError as error:
+            raise ApiTransientError(f"watch {path}: {type(error).__name__}: {error}") from None
+        try:
+            if response.status_code >= 300:
+                raise _status_error("GET", path, response.status_code, await response.aread())
+            yield _lines(response, path)
+        finally:
+            await response.aclose()
+
+
+async def _lines(response: httpx.Response, path: str) -> AsyncIterator[bytes]:
+    buffer = b""
+    try:
+        async for chunk in response.aiter_bytes():
+            buffer += chunk
+            *complete, buffer = buffer.split(b"\n")
+            for line in complete:
+                if line.strip():
+                    yield line
+    except httpx.TransportError as error:
+        raise ApiTransientError(f"watch {path} cut: {type(error).__name__}: {error}") from None
+    if buffer.strip():
+        yield buffer
+
+
+def _status_error(method: str, path: str, status: int, body: bytes) -> ApiError:
+    message, reason = "", ""
+    try:
+        document = orjson.loads(body)
+        if isinstance(document, dict):
+            message = str(document.get("message", ""))
+            reason = str(document.get("reason", ""))
+    except orjson.JSONDecodeError:
+        message = body[:200].decode(errors="replace")
+    return error_for(status, f"{method} {path}: {status} {message}".strip(), reason)

@@ -1,0 +1,113 @@
+"""The API binder: one ``pods/binding`` write carries the node and the GPU annotations.
+
+The Binding's ``metadata.uid`` is a precondition (a re-created pod with the same name is never
+bound by mistake) and its ``metadata.annotations`` are merged into the pod by the API server
+in the same update that sets ``spec.nodeName``: no window where a bound pod lacks its GPU ids.
+
+Retries are decided by error type, within a deadline kept below kube-scheduler's extender
+``httpTimeout``. A 409 is explained by reading the pod: deleted, re-created, bound elsewhere
+(an error), already bound here by our earlier attempt whose answer was lost (success), or a
+passing write conflict (retried).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from app.binder import BindError
+from app.kube.api import KubeApi
+from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError, ApiTransientError
+from extender.model import BindPlan
+
+__all__ = ["ApiBinder"]
+
+log = logging.getLogger("schedext.binder")
+
+
+class ApiBinder:
+    # The reservation stays until the pod watch shows the pod bound.
+    confirmed_by_watch = True
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        attempts: int = 4,
+        deadline_s: float = 8.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = api
+        self._attempts = attempts
+        self._deadline_s = deadline_s
+        self._sleep = sleep
+        self._clock = clock
+
+    async def bind(self, plan: BindPlan) -> None:
+        path = f"/api/v1/namespaces/{plan.namespace}/pods/{plan.name}/binding"
+        body = _binding(plan)
+        deadline = self._clock() + self._deadline_s
+        delay = 0.1
+        last: ApiError | None = None
+        for _ in range(self._attempts):
+            try:
+                await self._api.post(path, body)
+                return
+            except ApiNotFoundError:
+                raise BindError(f"pod {plan.key} was deleted before it could be bound") from None
+            except ApiConflictError as error:
+                if await self._already_done(plan):
+                    return
+                last = error
+            except ApiTransientError as error:
+                last = error
+            except ApiError as error:
+                raise BindError(f"binding {plan.key} to {plan.node} was refused: {error}") from None
+            if self._clock() + delay > deadline:
+                break
+            log.info("bind of %s: %s; retrying in %.1fs", plan.key, last, delay)
+            await self._sleep(delay)
+            delay *= 2
+        raise BindError(f"binding {plan.key} to {plan.node} failed: {last}")
+
+    async def _already_done(self, plan: BindPlan) -> bool:
+        """Explain a 409 by the pod's state: True when it is bound as planned; raises
+        BindError when binding cannot succeed; False for a conflict worth retrying."""
+        try:
+            pod = await self._api.get(f"/api/v1/namespaces/{plan.namespace}/pods/{plan.name}")
+        except ApiNotFoundError:
+            raise BindError(f"pod {plan.key} was deleted before it could be bound") from None
+        except ApiError:
+            return False
+        meta: dict[str, Any] = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        if meta.get("uid") != plan.uid:
+            raise BindError(
+                f"pod {plan.key} was re-created (uid {meta.get('uid')}); not binding it"
+            )
+        if meta.get("deletionTimestamp"):
+            raise BindError(f"pod {plan.key} is being deleted")
+        annotations = meta.get("annotations") or {}
+        if node == plan.node and all(annotations.get(k) == v for k, v in plan.annotations.items()):
+            return True  # our earlier attempt went through; its answer was lost
+        if node:
+            raise BindError(f"pod {plan.key} is already bound to node {node}")
+        return False
+
+
+def _binding(plan: BindPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": plan.name,
+            "namespace": plan.namespace,
+            "uid": plan.uid,
+            "annotations": dict(plan.annotations),
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": plan.node},
+    }

@@ -1,0 +1,211 @@
+"""List+watch, in kopf's shape: a tested :func:`watch_once` inside a tiny
+:func:`watch_forever`.
+
+``watch_once``: list (page by page, replacing the sink's state when the last page is in),
+report "listed", then watch from the list's resourceVersion with bookmarks. A watch that ends
+or breaks is resumed from the last resourceVersion seen; it returns when the API server says
+that version is gone (410), so that the caller relists. Other errors propagate.
+
+``watch_forever``: calls ``watch_once`` until cancelled, backing off (capped, with jitter)
+after errors. Its ``sleep`` is the test seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from app.kube.api import KubeApi
+from app.kube.errors import ApiError, ApiGoneError, ApiTransientError
+
+__all__ = ["Backoff", "Relist", "Resource", "Sink", "watch_forever", "watch_once"]
+
+log = logging.getLogger("schedext.watch")
+
+JSON = dict[str, Any]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    name: str  # for logs and metrics: "nodes", "pods"
+    path: str  # collection path: "/api/v1/nodes"
+    field_selector: str = ""
+    page_size: int = 500
+    # The API server ends a watch after this; we then resume from the last version seen.
+    watch_timeout_s: int = 300
+
+    def params(self, **extra: str) -> dict[str, str]:
+        params = dict(extra)
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        return params
+
+
+class Relist(Protocol):
+    def add(self, items: Iterable[JSON]) -> None: ...
+
+    def commit(self) -> None:
+        """All pages are in: replace the state with them."""
+
+
+class Sink(Protocol):
+    """Where events go (the one writer path of the inventory)."""
+
+    def relist(self) -> Relist: ...
+
+    def upsert(self, obj: JSON) -> None: ...
+
+    def delete(self, obj: JSON) -> None: ...
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter; reset after progress."""
+
+    def __init__(
+        self, *, initial: float = 0.5, cap: float = 30.0, rng: random.Random | None = None
+    ) -> None:
+        self.initial, self.cap = initial, cap
+        self._attempt = 0
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not secrecy)
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap, self.initial * 2**self._attempt)
+        self._attempt += 1
+        return self._rng.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self._attempt = 0
+
+
+async def watch_once(
+    api: KubeApi,
+    resource: Resource,
+    sink: Sink,
+    *,
+    on_listed: Callable[[], None] = lambda: None,
+    sleep: Sleep = asyncio.sleep,
+    backoff: Backoff | None = None,
+) -> None:
+    """List, then watch until the API server says our resourceVersion is gone (returns)."""
+    cursor = _Cursor(await _list(api, resource, sink))
+    on_listed()
+    backoff = backoff or Backoff()
+    while True:
+        try:
+            await _watch(api, resource, sink, cursor, on_progress=backoff.reset)
+        except ApiGoneError:
+            log.info("watch of %s: version %s is gone, relisting", resource.name, cursor.version)
+            return
+        except ApiTransientError as error:
+            # The connection broke (API server restarting, network): resume from the last
+            # version we saw; the API server replays what we missed, or answers 410.
+            delay = backoff.next_delay()
+            log.warning("watch of %s broke (%s); resuming in %.1fs", resource.name, error, delay)
+            await sleep(delay)
+
+
+async def watch_forever(
+    api: KubeApi,
+    resource: Resource,
+    sink: Sink,
+    *,
+    on_listed: Callable[[], None] = lambda: None,
+    sleep: Sleep = asyncio.sleep,
+    backoff: Backoff | None = None,
+) -> None:
+    backoff = backoff or Backoff()
+    while True:
+        try:
+            await watch_once(api, resource, sink, on_listed=on_listed, sleep=sleep, backoff=backoff)
+        except ApiError as error:
+            delay = backoff.next_delay()
+            log.warning(
+                "list+watch of %s failed (%s); retrying in %.1fs", resource.name, error, delay
+            )
+            await sleep(delay)
+
+
+async def _list(api: KubeApi, resource: Resource, sink: Sink) -> str:
+    """All pages, fed to one relist; returns the list's resourceVersion."""
+    relist = sink.relist()
+    version, token = "", ""
+    while True:
+        params = resource.params(limit=str(resource.page_size))
+        if token:
+            params["continue"] = token
+        page = await api.get(resource.path, params)
+        metadata = page.get("metadata") or {}
+        version = version or str(metadata.get("resourceVersion", ""))
+        items = page.get("items") or []
+        relist.add(item for item in items if isinstance(item, dict))
+        token = str(metadata.get("continue") or "")
+        if not token:
+            break
+    relist.commit()
+    log.info("listed %s at resourceVersion %s", resource.name, version)
+    return version
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """The last resourceVersion applied: where a broken watch resumes."""
+
+    version: str
+
+
+async def _watch(
+    api: KubeApi,
+    resource: Resource,
+    sink: Sink,
+    cursor: _Cursor,
+    *,
+    on_progress: Callable[[], None],
+) -> None:
+    """One watch request, until the server ends it; ``cursor`` follows every event applied."""
+    params = resource.params(
+        watch="1",
+        resourceVersion=cursor.version,
+        allowWatchBookmarks="true",
+        timeoutSeconds=str(resource.watch_timeout_s),
+    )
+    async with api.stream_lines(
+        resource.path, params, read_timeout=resource.watch_timeout_s + 30
+    ) as lines:
+        async for line in lines:
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                raise ApiTransientError(f"watch of {resource.name}: undecodable event") from None
+            kind = event.get("type") if isinstance(event, dict) else None
+            obj = event.get("object") if isinstance(event, dict) else None
+            if not isinstance(obj, dict):
+                continue
+            if kind == "ERROR":
+                _raise_status(resource, obj)
+            new_version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            if kind in ("ADDED", "MODIFIED"):
+                sink.upsert(obj)
+            elif kind == "DELETED":
+                sink.delete(obj)
+            elif kind != "BOOKMARK":
+                log.debug("watch of %s: ignoring event type %r", resource.name, kind)
+                continue
+            cursor.version = new_version or cursor.version
+            on_progress()
+
+
+def _raise_status(resource: Resource, status: JSON) -> None:
+    code = status.get("code")
+    message = f"watch of {resource.name}: {status.get('message', status)}"
+    if code == 410:
+        raise ApiGoneError(message, status=410, reason=str(status.get("reason", "")))
+    if isinstance(code, int) and (code >= 500 or code == 429):
+        raise ApiTransientError(message, status=code)
+    raise ApiError(message, status=code if isinstance(code, int) else 0)

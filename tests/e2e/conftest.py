@@ -1,0 +1,268 @@
+"""End-to-end fixtures: one real control plane per session (etcd, kube-apiserver built from Go
+modules), and per test a fresh schedext process watching it plus a real, unmodified
+kube-scheduler configured with ``manifests/scheduler-config.yaml`` (only the extender URL and
+the kubeconfig path are templated)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.harness import (
+    ControlPlane,
+    KubeApi,
+    find_binaries,
+    free_port,
+    pod_manifest,
+    wait_for,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEDULER_CONFIG = ROOT / "manifests" / "scheduler-config.yaml"
+GPU = "nvidia.com/gpu"
+GPU_IDS = "schedext.io/gpu-ids"
+_namespaces = itertools.count(1)
+
+
+class Schedext:
+    """``schedext serve --kubeconfig`` as a real process on a fixed loopback port."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, *extra_args: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_args = extra_args
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, wait_ready: bool = True) -> None:
+        with self.log_path.open("ab") as log:
+            command = [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--kubeconfig",
+                str(self.kubeconfig),
+            ]
+            self.process = subprocess.Popen(
+                [*command, "--port", str(self.port), *self.extra_args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if wait_ready:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        try:
+            wait_for(self._ready, timeout=timeout, message="schedext not ready")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\nschedext log:\n{self.tail()}") from None
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"schedext exited with {self.process.returncode}:\n{self.tail()}")
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=15)
+
+    def get(self, path: str) -> Any:
+        return httpx.get(f"{self.url}{path}", timeout=10).json()
+
+    def tail(self, lines: int = 80) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def scheduler_config(url: str, *, node_cache_capable: bool = True) -> str:
+    """The shipped manifest with only the addresses replaced (and the mode, when asked)."""
+    text = SCHEDULER_CONFIG.read_text()
+    templated = text.replace("http://127.0.0.1:8888", url).replace(
+        "/etc/kubernetes/scheduler.conf", "{{KUBECONFIG}}"
+    )
+    assert templated.count(url) == 1, "manifest layout changed: extender URL not found once"
+    assert "{{KUBECONFIG}}" in templated, "manifest layout changed: kubeconfig path not found"
+    if not node_cache_capable:
+        templated = templated.replace("nodeCacheCapable: true", "nodeCacheCapable: false")
+    return templated
+
+
+@dataclass
+class Cluster:
+    """One test's view: the API, a namespace of its own, schedext and kube-scheduler."""
+
+    cp: ControlPlane
+    api: KubeApi
+    schedext: Schedext
+    namespace: str
+    node_cache_capable: bool = True
+    created_pods: list[str] = field(default_factory=list)
+
+    def start_scheduler(self, *, node_cache_capable: bool = True) -> None:
+        self.node_cache_capable = node_cache_capable
+        self.cp.start_scheduler(
+            scheduler_config(self.schedext.url, node_cache_capable=node_cache_capable)
+        )
+
+    def node(
+        self,
+        name: str,
+        *,
+        gpus: int = 0,
+        model: str | None = None,
+        memory_mib: int | None = None,
+        groups: list[list[int]] | None = None,
+        cpu: str = "32",
+        labels: Mapping[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+    ) -> None:
+        node_labels = dict(labels or {})
+        if model:
+            node_labels["nvidia.com/gpu.product"] = model
+        if memory_mib:
+            node_labels["nvidia.com/gpu.memory"] = str(memory_mib)
+        annotations = {}
+        if groups:
+            annotations["schedext.io/gpu-topology"] = json.dumps({"groups": groups})
+        self.api.create_node(
+            name,
+            cpu=cpu,
+            memory="256Gi",
+            gpus=gpus,
+            labels=node_labels,
+            annotations=annotations,
+            taints=taints,
+        )
+
+    def pod(
+        self,
+        name: str,
+        *,
+        gpus: int = 0,
+        cpu: str = "100m",
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        managed: bool = False,
+        priority: int | None = None,
+        node_selector: Mapping[str, str] | None = None,
+    ) -> None:
+        requests = {"cpu": cpu, "memory": "64Mi"}
+        limits: dict[str, str] = {}
+        if gpus:
+            requests[GPU] = limits[GPU] = str(gpus)
+        if managed:
+            requests["schedext.io/managed"] = limits["schedext.io/managed"] = "1"
+        manifest = pod_manifest(
+            name,
+            requests=requests,
+            limits=limits or None,
+            labels=labels,
+            annotations=annotations,
+            node_selector=node_selector,
+        )
+        if priority is not None:
+            manifest["spec"]["priority"] = priority
+        self.api.create_pod(self.namespace, manifest)
+        self.created_pods.append(name)
+
+    def get_pod(self, name: str) -> dict[str, Any]:
+        return self.api.get_pod(self.namespace, name)
+
+    def wait_bound(self, name: str, timeout: float = 60) -> str:
+        return self.api.wait_pod_bound(self.namespace, name, timeout=timeout)
+
+    def gpu_ids(self, name: str) -> list[int]:
+        value = (self.get_pod(name)["metadata"].get("annotations") or {}).get(GPU_IDS, "")
+        return [int(i) for i in value.split(",") if i]
+
+    def bound_pods(self) -> dict[str, str]:
+        pods = self.api.list_pods(self.namespace)
+        return {
+            p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")
+        }
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return self.api.events_for(self.namespace, name)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with ControlPlane(bin_dir=find_binaries(), work_dir=tmp_path_factory.mktemp("cp")) as cp:
+        yield cp
+
+
+def _reset(api: KubeApi) -> None:
+    """Delete every test pod and every node, and wait until they are gone."""
+    for namespace in api.apply_raw("GET", "/api/v1/namespaces")["items"]:
+        ns = namespace["metadata"]["name"]
+        if ns.startswith("e2e-"):
+            for pod in api.list_pods(ns):
+                api.delete_pod(ns, pod["metadata"]["name"])
+    for node in api.apply_raw("GET", "/api/v1/nodes")["items"]:
+        api.delete_node(node["metadata"]["name"])
+    wait_for(
+        lambda: not api.apply_raw("GET", "/api/v1/nodes")["items"], timeout=30, message="nodes left"
+    )
+
+
+@pytest.fixture
+def cluster(
+    control_plane: ControlPlane, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    """A clean cluster, schedext watching it, and kube-scheduler using the shipped config.
+    Component logs are printed when the test fails."""
+    api = control_plane.api
+    control_plane.stop_scheduler()
+    _reset(api)
+    namespace = f"e2e-{next(_namespaces)}"
+    api.create_namespace(namespace)
+    schedext = Schedext(control_plane.kubeconfig, tmp_path / "schedext.log")
+    schedext.start()
+    env = Cluster(cp=control_plane, api=api, schedext=schedext, namespace=namespace)
+    request.node.e2e_cluster = env
+    mode = request.node.get_closest_marker("node_cache_capable")
+    env.start_scheduler(node_cache_capable=mode.args[0] if mode else True)
+    try:
+        yield env
+    finally:
+        control_plane.stop_scheduler()
+        schedext.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    env: Cluster | None = getattr(item, "e2e_cluster", None)
+    if report.failed and env is not None and call.when in ("call", "setup"):
+        report.sections.append(("schedext log", env.schedext.tail(120)))
+        report.sections.append(("control plane logs", env.cp.dump_logs(lines=60)))
+
+
+def eventually(predicate: Any, *, timeout: float = 30, message: str = "condition not met") -> Any:
+    return wait_for(predicate, timeout=timeout, interval=0.2, message=message)

@@ -1,0 +1,52 @@
+"""A port of kube-scheduler's TestSchedulerExtender idea to schedext: the node a pod lands on
+is the one that only the combination of kube-scheduler's own filters, schedext's filter and
+schedext's weighted prioritize can explain."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.e2e.conftest import Cluster
+from tests.e2e.harness import pod_manifest
+from tests.e2e.test_scheduling import H100
+
+T4 = "Tesla-T4"
+NVLINK = [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def _bound_at_creation(cluster: Cluster, name: str, node: str, gpu_ids: list[int]) -> None:
+    """A pod already running on ``node`` with its GPUs recorded as schedext records them."""
+    manifest = pod_manifest(
+        name,
+        requests={"cpu": "10m", "nvidia.com/gpu": str(len(gpu_ids))},
+        limits={"nvidia.com/gpu": str(len(gpu_ids))},
+        annotations={"schedext.io/gpu-ids": ",".join(map(str, gpu_ids))},
+    )
+    manifest["spec"]["nodeName"] = node
+    cluster.api.create_pod(cluster.namespace, manifest)
+
+
+def test_placement_combines_in_tree_filters_schedext_filter_and_weighted_prioritize(
+    cluster: Cluster,
+) -> None:
+    cluster.node("machine1", cpu="16")  # no GPUs: kube-scheduler's NodeResourcesFit rejects
+    cluster.node("machine2", gpus=4, model=T4)  # schedext rejects: wrong model
+    cluster.node("machine3", gpus=8, model=H100, groups=NVLINK)  # 6 used, 2 free in one group
+    cluster.node("machine4", gpus=8, model=H100, groups=NVLINK)  # empty
+    taint = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+    cluster.node("machine5", gpus=8, model=H100, groups=NVLINK, taints=[taint])  # like machine3
+    _bound_at_creation(cluster, "resident-3", "machine3", [0, 1, 2, 3, 4, 5])
+    _bound_at_creation(cluster, "resident-5", "machine5", [0, 1, 2, 3, 4, 5])
+
+    cluster.pod("trainer", gpus=2, annotations={"schedext.io/gpu-model": "H100"})
+
+    # machine3 and machine4 pass every filter; bin-packing and the NVLink bonus score
+    # machine3 10 and machine4 5, which at weight 5 outweighs kube-scheduler's own
+    # least-allocated preference for the emptier machine4.
+    assert cluster.wait_bound("trainer") == "machine3"
+    assert cluster.gpu_ids("trainer") == [6, 7]
+    metrics = httpx.get(f"{cluster.schedext.url}/metrics", timeout=10).text
+    assert 'schedext_decisions_total{outcome="feasible",verb="filter"}' in metrics
+    assert 'schedext_decisions_total{outcome="scored",verb="prioritize"}' in metrics
+    assert 'schedext_decisions_total{outcome="bound",verb="bind"} 1.0' in metrics
+    assert 'schedext_filter_nodes_total{outcome="unresolvable"} 1.0' in metrics  # machine2
