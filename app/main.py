@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 
 from app import __version__
 from app.binder import Binder, InMemoryBinder
+from app.gangs import GangWaiters
 from app.kube.api import KubeApi
 from app.kube.binder import ApiBinder
 from app.kube.config import in_cluster_available, load_cluster_config
@@ -45,7 +46,10 @@ def default_parts(settings: Settings) -> tuple[InventorySource, Binder]:
         binder = ApiBinder(
             api, attempts=settings.bind.api_attempts, deadline_s=settings.bind.api_deadline_s
         )
-        return ClusterSource(api, server=cluster.server), binder
+        source = ClusterSource(
+            api, server=cluster.server, status_interval_s=settings.gang.status_interval_s
+        )
+        return source, binder
     return SnapshotSource(demo_snapshot()), InMemoryBinder()
 
 
@@ -59,7 +63,10 @@ def create_app(
         settings.policy.config(),
         pending_capacity=settings.bind.pending_capacity,
         reservation_ttl=settings.bind.reservation_ttl_s,
+        gang_timeout_s=settings.gang.default_timeout_s,
+        gang_max_wait_s=settings.gang.max_wait_s,
     )
+    metrics = Metrics(lambda: scheduler)
     if source is None:
         source, default_binder = default_parts(settings)
         binder = binder or default_binder
@@ -67,7 +74,8 @@ def create_app(
         settings=settings,
         scheduler=scheduler,
         binder=binder or InMemoryBinder(),
-        metrics=Metrics(lambda: scheduler),
+        metrics=metrics,
+        gangs=GangWaiters(metrics),
         description=source.description,
     )
     app = FastAPI(
@@ -114,8 +122,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 async def _expire_reservations(service: Service) -> None:
-    """Give back GPUs of binds that never completed (the bind call died mid-way)."""
-    period = min(5.0, service.settings.bind.reservation_ttl_s / 2)
+    """Give back GPUs of binds that never completed (the bind call died mid-way), and end the
+    waits of gangs past their timeout (their waiting binds also notice on their own)."""
+    period = min(1.0, service.settings.bind.reservation_ttl_s / 2)
     while True:
         await asyncio.sleep(period)
         for holding in service.scheduler.expire(service.clock()):
@@ -123,6 +132,7 @@ async def _expire_reservations(service: Service) -> None:
                 "reservation expired",
                 extra={"pod": holding.key, "node": holding.node, "gpus": holding.gpu_ids},
             )
+        service.gangs.dispatch(service.scheduler.take_gang_events())
 
 
 async def _bad_request(_request: Request, error: Exception) -> Response:

@@ -48,6 +48,13 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self._gang_events = Counter(
+            "schedext_gang_events_total",
+            "Gang barrier outcomes: complete, released (lost to an older group or cannot "
+            "complete) and timed_out.",
+            ["outcome"],
+            registry=self.registry,
+        )
         # Label children resolved once: .labels() costs a lock and a dict lookup per call.
         self._verb_latency = {verb: self._latency.labels(verb) for verb in VERBS}
         self._node_outcomes = {
@@ -70,6 +77,9 @@ class Metrics:
             self._node_outcomes["busy"].inc(busy)
         if unresolvable:
             self._node_outcomes["unresolvable"].inc(unresolvable)
+
+    def gang_event(self, outcome: str) -> None:
+        self._gang_events.labels(outcome).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -112,3 +122,8 @@ class _InventoryCollector(Collector):
         )
         reserved.add_metric([], scheduler.reservation_count)
         yield reserved
+        waiting = GaugeMetricFamily(
+            "schedext_gangs_waiting", "PodGroups whose members wait at the bind barrier."
+        )
+        waiting.add_metric([], len(scheduler.waiting_groups()))
+        yield waiting

@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from app.binder import Binder
 from app.errors import BodyTimeoutError, BodyTooLargeError, NotReadyError
+from app.gangs import GangWaiters
 from app.metrics import Metrics
 from app.settings import Settings
 from extender.scheduler import Scheduler
@@ -38,6 +39,7 @@ class Service:
     scheduler: Scheduler
     binder: Binder
     metrics: Metrics
+    gangs: GangWaiters
     readiness: Readiness = field(default_factory=Readiness)
     clock: Callable[[], float] = time.monotonic
     description: str = ""  # where the inventory comes from, for logs and the root page

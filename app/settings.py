@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -56,6 +56,9 @@ class PolicySettings(_Group):
     gpu_scoring: Literal["binpack", "spread"] = "binpack"
     allocation_weight: int = Field(default=7, ge=0)
     topology_weight: int = Field(default=3, ge=0)
+    rack_weight: int = Field(default=10, ge=0)
+    rack_label: str = names.RACK_LABEL
+    zone_label: str = names.ZONE_LABEL
 
     @field_validator("cpu_intensive_min_cpu")
     @classmethod
@@ -74,6 +77,9 @@ class PolicySettings(_Group):
             gpu_scoring=GpuScoring(self.gpu_scoring),
             allocation_weight=self.allocation_weight,
             topology_weight=self.topology_weight,
+            rack_weight=self.rack_weight,
+            rack_label=self.rack_label,
+            zone_label=self.zone_label,
         )
 
 
@@ -82,11 +88,22 @@ class BindSettings(_Group):
     reservation_ttl_s: float = Field(default=60.0, gt=0)
     # Pending pods remembered between filter and bind.
     pending_capacity: int = Field(default=10_000, ge=1)
-    # The API binder's whole budget, retries included: keep it below the extender's
-    # httpTimeout in the KubeSchedulerConfiguration (10s in manifests/scheduler-config.yaml),
-    # so that kube-scheduler hears the real outcome instead of a timeout.
+    # The API binder's whole budget, retries included.
     api_deadline_s: float = Field(default=8.0, gt=0)
     api_attempts: int = Field(default=4, ge=1)
+    # kube-scheduler's extender httpTimeout (manifests/scheduler-config.yaml). A bind may wait
+    # at the gang barrier and then write to the API server: both must fit inside it, or
+    # kube-scheduler gives up on an answer that was still coming.
+    extender_http_timeout_s: float = Field(default=30.0, gt=0)
+
+
+class GangSettings(_Group):
+    # How long members wait at the bind barrier when the PodGroup sets no
+    # scheduleTimeoutSeconds, and the cap on any group's wait (see bind.extender_http_timeout_s).
+    default_timeout_s: float = Field(default=20.0, gt=0)
+    max_wait_s: float = Field(default=20.0, gt=0)
+    # How often PodGroup status (phase, scheduled, running) is written back when it changed.
+    status_interval_s: float = Field(default=2.0, gt=0)
 
 
 class Settings(BaseSettings):
@@ -97,9 +114,21 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     policy: PolicySettings = PolicySettings()
     bind: BindSettings = BindSettings()
+    gang: GangSettings = GangSettings()
     snapshot: Path | None = None
     kubeconfig: Path | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _bind_fits_in_the_extender_timeout(self) -> Settings:
+        budget = self.gang.max_wait_s + self.bind.api_deadline_s
+        if budget >= self.bind.extender_http_timeout_s:
+            raise ValueError(
+                f"gang.max_wait_s ({self.gang.max_wait_s:g}) + bind.api_deadline_s "
+                f"({self.bind.api_deadline_s:g}) must stay below bind.extender_http_timeout_s "
+                f"({self.bind.extender_http_timeout_s:g}), kube-scheduler's httpTimeout"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -1,11 +1,12 @@
-"""Loading nodes and pods from a snapshot file: what ``kubectl get nodes,pods -A -o json``
-(or ``-o yaml``) prints, a NodeList/PodList, single objects, or several YAML documents."""
+"""Loading nodes, pods and PodGroups from a snapshot file: what
+``kubectl get nodes,pods,podgroups -A -o json`` (or ``-o yaml``) prints, a NodeList/PodList,
+single objects, or several YAML documents."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ class Snapshot:
     source: str
     nodes: list[Mapping[str, Any]]
     pods: list[Mapping[str, Any]]
+    pod_groups: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 def read_snapshot(path: Path) -> Snapshot:
@@ -53,16 +55,19 @@ def parse_snapshot(data: bytes, *, source: str) -> Snapshot:
             raise SnapshotError(f"{source} is neither JSON nor YAML: {error}") from None
     nodes: list[Mapping[str, Any]] = []
     pods: list[Mapping[str, Any]] = []
+    pod_groups: list[Mapping[str, Any]] = []
     for kind, obj in _objects(documents, default_kind=""):
         if kind == "Node":
             nodes.append(obj)
         elif kind == "Pod":
             pods.append(obj)
+        elif kind == "PodGroup":
+            pod_groups.append(obj)
     if not nodes:
         raise SnapshotError(
             f"{source} contains no Node objects (expected e.g. `kubectl get nodes,pods -A -o json`)"
         )
-    return Snapshot(source=source, nodes=nodes, pods=pods)
+    return Snapshot(source=source, nodes=nodes, pods=pods, pod_groups=pod_groups)
 
 
 def _objects(documents: list[Any], default_kind: str) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -28,6 +28,9 @@ class SnapshotSource:
         self.description = snapshot.source
 
     async def start(self, service: Service) -> None:
+        groups = service.scheduler.pod_group_relist()
+        groups.add(self._snapshot.pod_groups)
+        groups.commit()
         service.scheduler.replace_nodes(self._snapshot.nodes)
         service.scheduler.replace_pods(self._snapshot.pods)
         service.readiness.set_ready()

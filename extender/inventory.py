@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from extender import names
 from extender.model import Holding, HoldingKind, NodeSpec
 
 __all__ = ["Inventory", "InventoryConflictError", "NodeArrays", "NodeView"]
@@ -50,6 +51,9 @@ class NodeArrays(NamedTuple):
     memory_free: IntArray
     model: IntArray
     gpu_memory_mib: IntArray
+    # Interned values of the rack and zone labels (0: the node has none).
+    rack: IntArray
+    zone: IntArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,15 @@ class _NodeState:
 
 
 class Inventory:
-    def __init__(self, *, capacity: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        capacity: int = 64,
+        rack_label: str = names.RACK_LABEL,
+        zone_label: str = names.ZONE_LABEL,
+    ) -> None:
+        self._rack_label, self._zone_label = rack_label, zone_label
+        self._topology_ids: dict[str, int] = {"": 0}
         self._slots: dict[str, int] = {}
         self._states: list[_NodeState | None] = [None]
         self._free_slots: list[int] = []
@@ -372,6 +384,8 @@ class Inventory:
         cols.memory_free[slot] = spec.memory_bytes - state.memory_used
         cols.model[slot] = self._model_id(spec.gpu_model)
         cols.gpu_memory_mib[slot] = spec.gpu_memory_mib or 0
+        cols.rack[slot] = self._topology_id(spec.labels.get(self._rack_label, ""))
+        cols.zone[slot] = self._topology_id(spec.labels.get(self._zone_label, ""))
         self._changed()
 
     def _model_id(self, model: str | None) -> int:
@@ -382,6 +396,12 @@ class Inventory:
             model_id = self._model_ids[model] = len(self._model_names)
             self._model_names.append(model)
         return model_id
+
+    def _topology_id(self, value: str) -> int:
+        topology_id = self._topology_ids.get(value)
+        if topology_id is None:
+            topology_id = self._topology_ids[value] = len(self._topology_ids)
+        return topology_id
 
     def _changed(self) -> None:
         self.version += 1
@@ -409,6 +429,8 @@ class _Columns:
     memory_free: IntArray
     model: IntArray
     gpu_memory_mib: IntArray
+    rack: IntArray
+    zone: IntArray
 
     def append(self) -> int:
         if self.size == len(self.alive):

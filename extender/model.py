@@ -30,6 +30,8 @@ class PodRequest:
     gpu_memory_mib: int | None = None
     priority: int = 0
     preempt_never: bool = False
+    # The pod's gang, "namespace/name" of its PodGroup, when it belongs to one.
+    group: str | None = None
 
     @property
     def key(self) -> str:
@@ -80,6 +82,8 @@ class Holding:
     gpu_ids: tuple[int, ...] | None = None
     priority: int = 0
     expires_at: float | None = None  # only reservations expire
+    group: str | None = None  # "namespace/name" of the pod's PodGroup
+    running: bool = False  # pod phase Running (PodGroup status counts it)
 
     @property
     def key(self) -> str:
@@ -149,10 +153,22 @@ class BindPlan:
     node: str
     gpu_ids: tuple[int, ...]
     annotations: Mapping[str, str]
+    group: str | None = None  # the gang, whose barrier bind waits at
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """What a PodGroup's status says (the fields scheduler-plugins keeps)."""
+
+    phase: str  # Pending | PreScheduling | Scheduling | Scheduled | Running
+    members: int
+    scheduled: int  # bound members
+    running: int
+    waiting: int  # members holding a reservation at the bind barrier
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,3 +21,10 @@ WORKLOAD_TYPE: Final = "workload-type"
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL: Final = "nvidia.com/gpu.memory"
 GPU_TOPOLOGY: Final = "schedext.io/gpu-topology"
+
+# Gangs (scheduler-plugins coscheduling compatible).
+POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+
+# Topology labels for rack/zone affinity of gang members.
+RACK_LABEL: Final = "topology.kubernetes.io/rack"
+ZONE_LABEL: Final = "topology.kubernetes.io/zone"

@@ -20,6 +20,7 @@ from extender.model import FilterVerdict, PodRequest, Reason, Rejection, Victim,
 
 __all__ = [
     "GpuScoring",
+    "GroupAffinity",
     "PolicyConfig",
     "choose_gpus",
     "filter_ids",
@@ -33,6 +34,7 @@ __all__ = [
 
 CodeArray = npt.NDArray[np.int8]
 ScoreArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
 
@@ -53,6 +55,11 @@ class PolicyConfig:
     # inside one NVLink/NUMA group.
     allocation_weight: int = 7
     topology_weight: int = 3
+    # Gang members: share of the score for landing in the rack (or else the zone) of the
+    # members already placed, or, for the first member, in a rack that can hold the group.
+    rack_weight: int = 10
+    rack_label: str = names.RACK_LABEL
+    zone_label: str = names.ZONE_LABEL
 
     def __post_init__(self) -> None:
         if "/" not in self.gpu_resource or not self.gpu_resource.strip():
@@ -61,7 +68,7 @@ class PolicyConfig:
             )
         if self.cpu_intensive_min_cpu_milli < 0:
             raise ValueError("cpu_intensive_min_cpu_milli must be >= 0")
-        if self.allocation_weight < 0 or self.topology_weight < 0:
+        if min(self.allocation_weight, self.topology_weight, self.rack_weight) < 0:
             raise ValueError("score weights must be >= 0")
         if self.allocation_weight + self.topology_weight == 0:
             raise ValueError("at least one score weight must be > 0")
@@ -159,21 +166,39 @@ def filter_ids(
     return FilterVerdict(passed=passed, rejections=rejections), ids[fits]
 
 
-def reject_all(node_names: Sequence[str], message: str) -> FilterVerdict:
-    """Every node unresolvable with one reason (a pod that no node can help)."""
-    rejection = Rejection(message, resolvable=False, nodes=list(node_names), known_nodes=False)
+def reject_all(
+    node_names: Sequence[str], message: str, *, resolvable: bool = False
+) -> FilterVerdict:
+    """Every node rejected with one reason: unresolvable (a pod no node can help), or
+    ``resolvable`` when evicting pods could help (a gang short of free GPUs)."""
+    rejection = Rejection(message, resolvable=resolvable, nodes=list(node_names), known_nodes=False)
     return FilterVerdict(passed=[], rejections=(rejection,))
 
 
 # -------------------------------------------------------------------------------- score
 
 
+@dataclass(frozen=True, slots=True)
+class GroupAffinity:
+    """Where a gang member's group already is: the racks/zones of its placed members (most
+    members first), and how many GPUs its unplaced members still need."""
+
+    racks: tuple[int, ...] = ()
+    zones: tuple[int, ...] = ()
+    gpus_needed: int = 0
+
+
 def score_nodes(
-    inventory: Inventory, request: PodRequest, ids: IdArray, config: PolicyConfig
+    inventory: Inventory,
+    request: PodRequest,
+    ids: IdArray,
+    config: PolicyConfig,
+    affinity: GroupAffinity | None = None,
 ) -> ScoreArray:
     """0..10 per node id. GPU pods: allocation (bin-packing or spread, per config) plus a
-    bonus where all requested GPUs fit in one NVLink/NUMA group. Pods that need no GPU prefer
-    nodes without GPUs, so that GPU nodes stay free for GPU work. Unknown nodes score 0."""
+    bonus where all requested GPUs fit in one NVLink/NUMA group, plus, for gang members, a
+    bonus for the rack (or zone) of the group. Pods that need no GPU prefer nodes without
+    GPUs, so that GPU nodes stay free for GPU work. Unknown nodes score 0."""
     a = inventory.arrays
     total = a.gpu_total[ids]
     if request.gpus == 0:
@@ -186,12 +211,33 @@ def score_nodes(
         if config.gpu_scoring is GpuScoring.SPREAD:
             allocation = np.where(total > 0, 1.0 - allocation, 0.0)
         one_group = (a.max_group_free[ids] >= request.gpus).astype(np.float64)
+        raw = config.allocation_weight * allocation + config.topology_weight * one_group
         weights = config.allocation_weight + config.topology_weight
-        raw = (config.allocation_weight * allocation + config.topology_weight * one_group) / weights
+        if affinity is not None and config.rack_weight:
+            raw = raw + config.rack_weight * _group_term(inventory, ids, affinity)
+            weights += config.rack_weight
         # Prioritize normally sees only filter's survivors; a node that cannot take the pod
         # now must still not look attractive.
-        scores = np.where(free >= request.gpus, np.rint(raw * MAX_SCORE), 0)
+        scores = np.where(free >= request.gpus, np.rint(raw / weights * MAX_SCORE), 0)
     return np.where(a.alive[ids], scores, 0).astype(np.int64)
+
+
+def _group_term(inventory: Inventory, ids: IdArray, affinity: GroupAffinity) -> FloatArray:
+    """1 for the group's rack, 0.5 for its zone; for a group not placed yet, 1 for racks whose
+    free GPUs can hold all of it."""
+    a = inventory.arrays
+    rack, zone = a.rack[ids], a.zone[ids]
+    if affinity.racks:
+        in_rack = (rack == affinity.racks[0]) & (rack != 0)
+        in_zone = np.isin(zone, [z for z in affinity.zones if z]) if affinity.zones else False
+        return np.where(in_rack, 1.0, np.where(in_zone, 0.5, 0.0))
+    if affinity.gpus_needed <= 0:
+        return np.zeros(len(ids))
+    rack_free = np.bincount(a.rack[a.alive], weights=a.gpu_free[a.alive], minlength=1)
+    rack_free = np.concatenate(
+        [rack_free, np.zeros(max(0, int(rack.max(initial=0)) + 1 - len(rack_free)))]
+    )
+    return np.where((rack != 0) & (rack_free[rack] >= affinity.gpus_needed), 1.0, 0.0)
 
 
 # ---------------------------------------------------------------------------- GPU choice

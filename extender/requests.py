@@ -17,7 +17,13 @@ from extender.fields import JSONObject
 from extender.model import Holding, HoldingKind, PodRequest, WorkloadClass
 from extender.quantity import QuantityError, parse_quantity
 
-__all__ = ["PodRequestError", "gpu_ids_annotation", "holding_from_pod", "pod_request"]
+__all__ = [
+    "PodRequestError",
+    "gpu_ids_annotation",
+    "group_key",
+    "holding_from_pod",
+    "pod_request",
+]
 
 _CPU = "cpu"
 _MEMORY = "memory"
@@ -52,6 +58,7 @@ def pod_request(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> P
         gpu_memory_mib=_gpu_memory(annotations, labels),
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         preempt_never=fields.text(spec, "preemptionPolicy") == "Never",
+        group=group_key(meta),
     )
 
 
@@ -85,7 +92,17 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
         gpus=gpus,
         gpu_ids=gpu_ids,
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        group=group_key(meta),
+        running=fields.text(fields.obj(pod, "status"), "phase") == "Running",
     )
+
+
+def group_key(meta: JSONObject) -> str | None:
+    """``namespace/name`` of the PodGroup a pod joins with the coscheduling label."""
+    group = fields.string_map(meta, "labels").get(names.POD_GROUP_LABEL, "").strip()
+    if not group:
+        return None
+    return f"{fields.text(meta, 'namespace') or 'default'}/{group}"
 
 
 def gpu_ids_annotation(value: str | None) -> tuple[int, ...] | None:

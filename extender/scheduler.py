@@ -8,6 +8,7 @@ Time is passed in (``now``), never read.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -15,10 +16,19 @@ import numpy as np
 from extender import fields, names, policy
 from extender.errors import BindRefusedError
 from extender.fields import JSONObject
+from extender.gang import (
+    GangBook,
+    GangEvent,
+    GangEventKind,
+    PodGroupSpec,
+    fits_all,
+    pod_group_spec,
+)
 from extender.inventory import IdArray, Inventory, InventoryConflictError
 from extender.model import (
     BindPlan,
     FilterVerdict,
+    GroupStatus,
     Holding,
     HoldingKind,
     NodeSpec,
@@ -28,8 +38,8 @@ from extender.model import (
 )
 from extender.nodes import node_spec
 from extender.pending import PendingPods
-from extender.policy import PolicyConfig, ScoreArray
-from extender.requests import PodRequestError, holding_from_pod, pod_request
+from extender.policy import GroupAffinity, PolicyConfig, ScoreArray
+from extender.requests import PodRequestError, group_key, holding_from_pod, pod_request
 
 __all__ = ["Scheduler"]
 
@@ -41,11 +51,16 @@ class Scheduler:
         *,
         pending_capacity: int = 10_000,
         reservation_ttl: float = 60.0,
+        gang_timeout_s: float = 20.0,
+        gang_max_wait_s: float = 20.0,
     ) -> None:
         if reservation_ttl <= 0:
             raise ValueError("reservation_ttl must be > 0")
         self.config = config or PolicyConfig()
-        self._inventory = Inventory()
+        self._inventory = Inventory(
+            rack_label=self.config.rack_label, zone_label=self.config.zone_label
+        )
+        self._gangs = GangBook(default_timeout_s=gang_timeout_s, max_wait_s=gang_max_wait_s)
         self._pending = PendingPods(pending_capacity)
         self._reservation_ttl = reservation_ttl
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the
@@ -74,6 +89,11 @@ class Scheduler:
         except PodRequestError as error:
             return policy.reject_all(node_names, f"schedext: invalid pod: {error}")
         self._pending.remember(request)
+        if request.group is not None:
+            self._gangs.track(request.uid, request.group, request)
+            rejected = self._gang_filter(request, node_names)
+            if rejected is not None:
+                return rejected
         ids = self._inventory.ids(node_names)
         verdict, passed_ids = policy.filter_ids(
             self._inventory, request, node_names, ids, self.config
@@ -87,7 +107,10 @@ class Scheduler:
             request = self._request(pod)
         except PodRequestError:
             return np.zeros(len(node_names), dtype=np.int64)
-        return policy.score_nodes(self._inventory, request, self._ids(node_names), self.config)
+        affinity = self._group_affinity(request) if request.group is not None else None
+        return policy.score_nodes(
+            self._inventory, request, self._ids(node_names), self.config, affinity
+        )
 
     def preempt(self, pod: JSONObject, candidates: Mapping[str, Sequence[Victim]]) -> list[str]:
         """The candidate nodes worth preempting on (see :func:`policy.preemption_nodes`)."""
@@ -138,11 +161,14 @@ class Scheduler:
             gpu_ids=gpu_ids,
             priority=request.priority,
             expires_at=now + self._reservation_ttl,
+            group=request.group,
         )
         try:
             self._inventory.reserve(holding)
         except InventoryConflictError as error:
             raise BindRefusedError(f"pod {pod}: {error}") from None
+        if request.group is not None:
+            self._admit_to_group(request, holding, now)
         annotations = {names.GPU_IDS: ",".join(map(str, gpu_ids))} if gpu_ids else {}
         return BindPlan(
             uid=uid,
@@ -151,6 +177,7 @@ class Scheduler:
             node=node,
             gpu_ids=gpu_ids,
             annotations=annotations,
+            group=request.group,
         )
 
     def confirm_bind(self, plan: BindPlan, *, awaiting_watch: bool = False) -> None:
@@ -171,7 +198,172 @@ class Scheduler:
             self._inventory.remove_holding(plan.uid)
 
     def expire(self, now: float) -> list[Holding]:
+        """Drop stale reservations and end the waits of gangs past their timeout."""
+        for group in self._gangs.overdue(now):
+            spec = self._gangs.spec(group)
+            timeout = self._gangs.timeout_for(spec) if spec else 0
+            minimum = spec.min_member if spec else "?"
+            self._release_group(
+                group,
+                GangEventKind.TIMED_OUT,
+                f"schedext: group {group} did not reach minMember {minimum} within {timeout:g}s",
+            )
         return self._inventory.expire(now)
+
+    # ------------------------------------------------------------------ gangs
+
+    def waiting_groups(self) -> list[str]:
+        return self._gangs.waiting_groups()
+
+    def gang_deadline(self, group: str) -> float | None:
+        """When the group's wait at the bind barrier ends; None when it is not waiting."""
+        return self._gangs.deadline(group)
+
+    def take_gang_events(self) -> list[GangEvent]:
+        """Effects for the shell: wake (COMPLETE) or fail (RELEASED, TIMED_OUT) waiting binds."""
+        return self._gangs.take_events()
+
+    def group_status(self, group: str) -> GroupStatus | None:
+        spec = self._gangs.spec(group)
+        if spec is None:
+            return None
+        holdings = [self._inventory.holding(uid) for uid in self._gangs.members(group)]
+        held = [h for h in holdings if h is not None]
+        bound = [h for h in held if h.kind is HoldingKind.BOUND]
+        running = sum(1 for h in bound if h.running)
+        members = self._gangs.member_count(group)
+        if running >= spec.min_member:
+            phase = "Running"
+        elif len(bound) >= spec.min_member:
+            phase = "Scheduled"
+        elif held:
+            phase = "Scheduling"
+        elif members >= spec.min_member:
+            phase = "PreScheduling"
+        else:
+            phase = "Pending"
+        return GroupStatus(phase, members, len(bound), running, len(held) - len(bound))
+
+    def pod_groups(self) -> list[PodGroupSpec]:
+        return self._gangs.specs()
+
+    def upsert_pod_group(self, obj: JSONObject) -> None:
+        spec = pod_group_spec(obj)
+        if spec is not None:
+            self._gangs.upsert_group(spec)
+
+    def delete_pod_group(self, obj: JSONObject) -> None:
+        spec = pod_group_spec(obj)
+        if spec is not None:
+            self._gangs.delete_group(spec.key)
+
+    def pod_group_relist(self) -> PodGroupRelist:
+        return PodGroupRelist(self._gangs)
+
+    def _gang_filter(self, request: PodRequest, node_names: Sequence[str]) -> FilterVerdict | None:
+        group = request.group
+        assert group is not None
+        spec = self._gangs.spec(group)
+        if spec is None:
+            return policy.reject_all(node_names, f"schedext: pod group {group} not found")
+        missing = spec.min_member - self._gangs.member_count(group)
+        if missing > 0:
+            message = f"schedext: waiting for {missing} more members of group {group}"
+            return policy.reject_all(node_names, message)
+        needed = self._needed(spec, include=request)
+        if needed and not fits_all(self._inventory, needed, self.config):
+            message = f"schedext: not enough free GPUs for all of group {group}"
+            return policy.reject_all(node_names, message, resolvable=True)
+        return None
+
+    def _admit_to_group(self, request: PodRequest, holding: Holding, now: float) -> None:
+        """Join the barrier, or settle a competition between groups (see extender.gang)."""
+        group = request.group
+        assert group is not None
+        spec = self._gangs.spec(group)
+        if spec is None:
+            self._inventory.remove_holding(holding.uid)
+            raise BindRefusedError(f"pod {request.key}: pod group {group} not found")
+        placed = self._placed(group)
+        if placed >= spec.min_member or fits_all(self._inventory, self._needed(spec), self.config):
+            self._gangs.join(group, holding.uid, now=now, placed=placed)
+            return
+        blockers = [g for g in self._gangs.waiting_groups() if g != group]
+        specs = [self._gangs.spec(b) for b in blockers]
+        older_than_all = all(b is None or spec.age_key < b.age_key for b in specs)
+        if blockers and older_than_all:
+            freed = self._reserved_gpus(blockers)
+            if fits_all(self._inventory, self._needed(spec), self.config, free_delta=freed):
+                for blocker in blockers:
+                    self._release_group(
+                        blocker,
+                        GangEventKind.RELEASED,
+                        f"schedext: group {blocker} yielded to older group {group}",
+                    )
+                self._gangs.join(group, holding.uid, now=now, placed=placed)
+                return
+        self._inventory.remove_holding(holding.uid)
+        reason = f"schedext: group {group} cannot complete now: too few free GPUs for its members"
+        self._release_group(group, GangEventKind.RELEASED, reason)
+        raise BindRefusedError(f"pod {request.key}: {reason}; its reservations were released")
+
+    def _release_group(self, group: str, kind: GangEventKind, reason: str) -> None:
+        for uid in self._gangs.release(group, kind, reason):
+            held = self._inventory.holding(uid)
+            if held is not None and held.kind is HoldingKind.RESERVED:
+                self._inventory.remove_holding(uid)
+
+    def _placed(self, group: str) -> int:
+        return sum(1 for uid in self._gangs.members(group) if self._inventory.holding(uid))
+
+    def _needed(self, spec: PodGroupSpec, include: PodRequest | None = None) -> list[PodRequest]:
+        """The unplaced members that must still find GPUs for the group to reach minMember:
+        ``include`` (the pod being decided) and the smallest of the others."""
+        members = self._gangs.members(spec.key)
+        missing = spec.min_member - self._placed(spec.key)
+        if missing <= 0:
+            return []
+        chosen: list[PodRequest] = []
+        if include is not None and self._inventory.holding(include.uid) is None:
+            chosen.append(include)
+        others = [
+            r
+            for uid, r in members.items()
+            if r is not None
+            and self._inventory.holding(uid) is None
+            and (include is None or uid != include.uid)
+        ]
+        others.sort(key=lambda r: r.gpus)
+        return chosen + others[: max(0, missing - len(chosen))]
+
+    def _reserved_gpus(self, groups: Iterable[str]) -> dict[int, int]:
+        """GPUs per node id held by the waiting members of ``groups``."""
+        freed: dict[int, int] = {}
+        for group in groups:
+            for uid in self._gangs.waiting_uids(group):
+                held = self._inventory.holding(uid)
+                if held is not None and held.kind is HoldingKind.RESERVED:
+                    node_id = int(self._inventory.ids([held.node])[0])
+                    freed[node_id] = freed.get(node_id, 0) + held.gpus
+        return freed
+
+    def _group_affinity(self, request: PodRequest) -> GroupAffinity:
+        group = request.group
+        assert group is not None
+        placed = [
+            held.node
+            for uid in self._gangs.members(group)
+            if uid != request.uid and (held := self._inventory.holding(uid)) is not None
+        ]
+        if placed:
+            ids = self._inventory.ids(placed)
+            a = self._inventory.arrays
+            racks = [r for r, _ in Counter(a.rack[ids].tolist()).most_common()]
+            zones = [z for z, _ in Counter(a.zone[ids].tolist()).most_common()]
+            return GroupAffinity(racks=tuple(racks), zones=tuple(zones))
+        spec = self._gangs.spec(group)
+        needed = self._needed(spec, include=request) if spec is not None else [request]
+        return GroupAffinity(gpus_needed=sum(r.gpus for r in needed))
 
     # ----------------------------------------------------------------- events
 
@@ -190,21 +382,24 @@ class Scheduler:
         if holding is not None:
             self._inventory.upsert_holding(holding)
             self._pending.forget(uid)
+            self._gangs.track(uid, holding.group, None)
             return
         held = self._inventory.holding(uid)
         if held is not None and held.kind is HoldingKind.BOUND:
             self._inventory.remove_holding(uid)  # the pod finished
-        if fields.text(fields.obj(pod, "spec"), "nodeName"):
-            self._pending.forget(uid)
-            return
         phase = fields.text(fields.obj(pod, "status"), "phase")
-        if phase in ("Succeeded", "Failed"):
+        if fields.text(fields.obj(pod, "spec"), "nodeName") or phase in ("Succeeded", "Failed"):
             self._pending.forget(uid)
+            self._gangs.forget(uid)
             return
         try:
-            self._pending.remember(pod_request(pod, gpu_resource=self.config.gpu_resource))
+            request = pod_request(pod, gpu_resource=self.config.gpu_resource)
         except PodRequestError:
             self._pending.forget(uid)  # filter will report why
+            self._gangs.track(uid, group_key(fields.obj(pod, "metadata")), None)
+            return
+        self._pending.remember(request)
+        self._gangs.track(uid, request.group, request)
 
     def forget_pending(self, uid: str) -> None:
         self._pending.forget(uid)
@@ -212,6 +407,7 @@ class Scheduler:
     def delete_pod(self, uid: str) -> None:
         self._inventory.remove_holding(uid)
         self._pending.forget(uid)
+        self._gangs.forget(uid)
 
     def replace_nodes(self, nodes: Iterable[JSONObject]) -> None:
         relist = self.node_relist()
@@ -229,7 +425,10 @@ class Scheduler:
 
     def pod_relist(self) -> PodRelist:
         """Replace all pod state with a full list that arrives page by page."""
-        return PodRelist(self)
+        return PodRelist(self, self._gangs)
+
+    def pending_request(self, uid: str) -> PodRequest | None:
+        return self._pending.get(uid)
 
     # -------------------------------------------------------------- internals
 
@@ -272,25 +471,46 @@ class PodRelist:
     """Keeps only what each pod amounts to (a holding, or a pending request), never the pod
     objects, so that 100,000 pods can be relisted in bounded memory."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, gangs: GangBook) -> None:
         self._scheduler = scheduler
+        self._gangs = gangs
         self._bound: list[Holding] = []
         self._live: set[str] = set()
+        self._members: list[tuple[str, str, PodRequest | None]] = []
 
     def add(self, pods: Iterable[JSONObject]) -> None:
         gpu_resource = self._scheduler.config.gpu_resource
         for pod in pods:
-            uid = fields.text(fields.obj(pod, "metadata"), "uid")
+            meta = fields.obj(pod, "metadata")
+            uid = fields.text(meta, "uid")
             if not uid:
                 continue
             self._live.add(uid)
             holding = holding_from_pod(pod, gpu_resource=gpu_resource)
             if holding is not None:
                 self._bound.append(holding)
-            else:
-                self._scheduler.upsert_pod(pod)  # pending: remembered for bind
+                if holding.group is not None:
+                    self._members.append((uid, holding.group, None))
+                continue
+            self._scheduler.upsert_pod(pod)  # pending: remembered for bind
+            group = group_key(meta)
+            if group is not None:
+                self._members.append((uid, group, self._scheduler.pending_request(uid)))
 
     def commit(self) -> None:
         self._scheduler.inventory.replace_bound(self._bound, live=self._live)
+        self._gangs.replace_members(self._members)
         for holding in self._bound:
             self._scheduler.forget_pending(holding.uid)
+
+
+class PodGroupRelist:
+    def __init__(self, gangs: GangBook) -> None:
+        self._gangs = gangs
+        self._specs: list[PodGroupSpec] = []
+
+    def add(self, groups: Iterable[JSONObject]) -> None:
+        self._specs.extend(s for s in map(pod_group_spec, groups) if s is not None)
+
+    def commit(self) -> None:
+        self._gangs.replace_groups(self._specs)

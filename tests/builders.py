@@ -144,3 +144,32 @@ def uid_of(obj: dict[str, Any]) -> str:
 
 def name_of(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["name"])
+
+
+def make_pod_group(
+    name: str,
+    *,
+    min_member: int,
+    namespace: str = "default",
+    timeout_s: int | None = None,
+    created: str = "2026-01-01T00:00:00Z",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"minMember": min_member}
+    if timeout_s is not None:
+        spec["scheduleTimeoutSeconds"] = timeout_s
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"pg-uid-{name}",
+            "creationTimestamp": created,
+        },
+        "spec": spec,
+    }
+
+
+def gang_pod(name: str, group: str, *, gpus: int = 2, **kwargs: Any) -> dict[str, Any]:
+    labels = {names.POD_GROUP_LABEL: group, **kwargs.pop("labels", {})}
+    return make_pod(name, gpus=gpus, labels=labels, **kwargs)

@@ -47,6 +47,14 @@ class KubeApi:
     async def post(self, path: str, body: Mapping[str, Any]) -> JSON:
         return await self._request("POST", path, content=orjson.dumps(body))
 
+    async def merge_patch(self, path: str, body: Mapping[str, Any]) -> JSON:
+        return await self._request(
+            "PATCH",
+            path,
+            content=orjson.dumps(body),
+            content_type="application/merge-patch+json",
+        )
+
     async def _request(
         self,
         method: str,
@@ -54,6 +62,7 @@ class KubeApi:
         *,
         params: Mapping[str, str] | None = None,
         content: bytes | None = None,
+        content_type: str = "application/json",
     ) -> JSON:
         try:
             response = await self._client.request(
@@ -61,7 +70,7 @@ class KubeApi:
                 path,
                 params=params,
                 content=content,
-                headers={**self._headers(), "Content-Type": "application/json"},
+                headers={**self._headers(), "Content-Type": content_type},
             )
         except httpx.TransportError as error:
             raise ApiTransientError(f"{method} {path}: {type(error).__name__}: {error}") from None

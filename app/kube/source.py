@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from app.kube.api import KubeApi
+from app.kube.podgroups import PODGROUPS_PATH, write_statuses_forever
 from app.kube.watch import Relist, Resource, Sink, watch_forever
 from app.service import Service
 from extender.scheduler import Scheduler
 
-__all__ = ["NODES", "PODS", "ClusterSource"]
+__all__ = ["NODES", "PODGROUPS", "PODS", "ClusterSource"]
 
 log = logging.getLogger("schedext.cluster")
 
@@ -26,6 +27,8 @@ PODS = Resource(
     path="/api/v1/pods",
     field_selector="status.phase!=Succeeded,status.phase!=Failed",
 )
+# scheduler-plugins' coscheduling CRD; without it there are simply no gangs.
+PODGROUPS = Resource(name="podgroups", path=f"{PODGROUPS_PATH}/podgroups", optional=True)
 
 
 class _NodeSink:
@@ -60,25 +63,48 @@ class _PodSink:
             self._scheduler.delete_pod(uid)
 
 
+class _PodGroupSink:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def relist(self) -> Relist:
+        return self._scheduler.pod_group_relist()
+
+    def upsert(self, obj: JSON) -> None:
+        self._scheduler.upsert_pod_group(obj)
+
+    def delete(self, obj: JSON) -> None:
+        self._scheduler.delete_pod_group(obj)
+
+
 class ClusterSource:
     """Verbs are refused until nodes and pods have both been listed once, so that no
     decision is made on a partial inventory (and restarts rebuild every GPU holding from the
     pods' annotations before the first bind)."""
 
     def __init__(
-        self, api: KubeApi, *, server: str, resources: Iterable[Resource] = (NODES, PODS)
+        self,
+        api: KubeApi,
+        *,
+        server: str,
+        resources: Iterable[Resource] = (NODES, PODS, PODGROUPS),
+        status_interval_s: float = 2.0,
     ) -> None:
         self._api = api
         self._resources = tuple(resources)
+        self._status_interval_s = status_interval_s
         self._tasks: list[asyncio.Task[None]] = []
         self.description = f"cluster at {server}"
 
     async def start(self, service: Service) -> None:
-        service.readiness.set_not_ready("inventory not synced: nodes and pods not listed yet")
+        service.readiness.set_not_ready(
+            "inventory not synced: nodes, pods and podgroups not listed yet"
+        )
         pending = {resource.name for resource in self._resources}
         sinks: dict[str, Sink] = {
             "nodes": _NodeSink(service.scheduler),
             "pods": _PodSink(service.scheduler),
+            "podgroups": _PodGroupSink(service.scheduler),
         }
 
         def listed_callback(name: str) -> Callable[[], None]:
@@ -86,7 +112,7 @@ class ClusterSource:
                 pending.discard(name)
                 if not pending and not service.readiness.ready:
                     service.readiness.set_ready()
-                    log.info("inventory synced: nodes and pods listed")
+                    log.info("inventory synced: nodes, pods and podgroups listed")
 
             return listed
 
@@ -95,6 +121,10 @@ class ClusterSource:
                 self._api, resource, sinks[resource.name], on_listed=listed_callback(resource.name)
             )
             self._tasks.append(asyncio.create_task(watcher, name=f"watch-{resource.name}"))
+        statuses = write_statuses_forever(
+            self._api, service.scheduler, interval_s=self._status_interval_s
+        )
+        self._tasks.append(asyncio.create_task(statuses, name="podgroup-status"))
 
     async def stop(self) -> None:
         for task in self._tasks:

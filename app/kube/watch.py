@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import orjson
 
 from app.kube.api import KubeApi
-from app.kube.errors import ApiError, ApiGoneError, ApiTransientError
+from app.kube.errors import ApiError, ApiGoneError, ApiNotFoundError, ApiTransientError
 
 __all__ = ["Backoff", "Relist", "Resource", "Sink", "watch_forever", "watch_once"]
 
@@ -40,6 +40,10 @@ class Resource:
     page_size: int = 500
     # The API server ends a watch after this; we then resume from the last version seen.
     watch_timeout_s: int = 300
+    # A custom resource whose CRD may not be installed: a 404 counts as an empty list (so
+    # readiness does not wait for it), and the list is retried now and then.
+    optional: bool = False
+    missing_retry_s: float = 30.0
 
     def params(self, **extra: str) -> dict[str, str]:
         params = dict(extra)
@@ -94,7 +98,21 @@ async def watch_once(
     backoff: Backoff | None = None,
 ) -> None:
     """List, then watch until the API server says our resourceVersion is gone (returns)."""
-    cursor = _Cursor(await _list(api, resource, sink))
+    try:
+        version = await _list(api, resource, sink)
+    except ApiNotFoundError:
+        if not resource.optional:
+            raise
+        log.warning(
+            "%s: no such resource (is its CRD installed?); treating as empty, retrying in %gs",
+            resource.name,
+            resource.missing_retry_s,
+        )
+        sink.relist().commit()
+        on_listed()
+        await sleep(resource.missing_retry_s)
+        return
+    cursor = _Cursor(version)
     on_listed()
     backoff = backoff or Backoff()
     while True:

@@ -99,9 +99,15 @@ async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
             now=service.clock(),
         )
     except BindRefusedError as error:
+        service.gangs.dispatch(service.scheduler.take_gang_events())
         log.info("bind refused: %s", error)
         return wire.binding_result(str(error)), "refused"
+    service.gangs.dispatch(service.scheduler.take_gang_events())
     try:
+        if plan.group is not None:
+            failure = await service.gangs.wait(plan, service.scheduler, service.clock)
+            if failure is not None:  # the core already released the group's reservations
+                return wire.binding_result(failure), "gang_released"
         await service.binder.bind(plan)
     except BindError as error:
         service.scheduler.abort_bind(plan)

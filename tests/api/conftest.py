@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,13 @@ def fixture(name: str) -> Any:
 
 
 def write_snapshot(
-    path: Path, nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = ()
-) -> Path:  # type: ignore[assignment]
+    path: Path,
+    nodes: list[dict[str, Any]],
+    pods: Sequence[dict[str, Any]] = (),
+    groups: Sequence[dict[str, Any]] = (),
+) -> Path:
     items = [{"kind": "Node", **n} for n in nodes] + [{"kind": "Pod", **p} for p in pods]
+    items += list(groups)
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     return path
 
@@ -39,12 +43,15 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         *,
         nodes: list[dict[str, Any]] | None = None,
         pods: list[dict[str, Any]] | None = None,
+        groups: list[dict[str, Any]] | None = None,
         settings: dict[str, Any] | None = None,
         **app_kwargs: Any,
     ) -> RunningServer:
         overrides = dict(settings or {})
         if nodes is not None:
-            overrides["snapshot"] = write_snapshot(tmp_path / "snapshot.json", nodes, pods or [])
+            overrides["snapshot"] = write_snapshot(
+                tmp_path / "snapshot.json", nodes, pods or [], groups or []
+            )
         app = create_app(load_settings(**overrides), **app_kwargs)
         return stack.enter_context(running(app))
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from tests.e2e.harness import (
     ControlPlane,
@@ -32,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEDULER_CONFIG = ROOT / "manifests" / "scheduler-config.yaml"
 GPU = "nvidia.com/gpu"
 GPU_IDS = "schedext.io/gpu-ids"
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1"
 _namespaces = itertools.count(1)
 
 
@@ -190,6 +193,33 @@ class Cluster:
         self.api.create_pod(self.namespace, manifest)
         self.created_pods.append(name)
 
+    def pod_group(self, name: str, *, min_member: int, timeout_s: int | None = None) -> None:
+        spec: dict[str, Any] = {"minMember": min_member}
+        if timeout_s is not None:
+            spec["scheduleTimeoutSeconds"] = timeout_s
+        body = {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": spec,
+        }
+        self.api.apply_raw("POST", f"{PODGROUPS}/namespaces/{self.namespace}/podgroups", body)
+
+    def get_pod_group(self, name: str) -> dict[str, Any]:
+        return self.api.apply_raw(
+            "GET", f"{PODGROUPS}/namespaces/{self.namespace}/podgroups/{name}"
+        )
+
+    def metric(self, name: str, **labels: str) -> float:
+        """A counter or gauge from schedext's /metrics (0 when absent)."""
+        text = httpx.get(f"{self.schedext.url}/metrics", timeout=10).text
+        wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        key = f"{name}{{{wanted}}}" if labels else name
+        for line in text.splitlines():
+            if line.startswith(key + " "):
+                return float(line.split()[-1])
+        return 0.0
+
     def get_pod(self, name: str) -> dict[str, Any]:
         return self.api.get_pod(self.namespace, name)
 
@@ -213,7 +243,24 @@ class Cluster:
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with ControlPlane(bin_dir=find_binaries(), work_dir=tmp_path_factory.mktemp("cp")) as cp:
+        install_crds(cp.api)
         yield cp
+
+
+def install_crds(api: KubeApi) -> None:
+    """The project's CRDs, from manifests/crds, accepted by the real API server."""
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for manifest in sorted((ROOT / "manifests" / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(manifest.read_text())
+        api.apply_raw("POST", path, crd)
+        name = crd["metadata"]["name"]
+
+        def established(name: str = name) -> bool:
+            status = api.apply_raw("GET", f"{path}/{name}").get("status") or {}
+            conditions = status.get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        wait_for(established, timeout=30, message=f"CRD {name} not established")
 
 
 def _reset(api: KubeApi) -> None:
@@ -223,6 +270,11 @@ def _reset(api: KubeApi) -> None:
         if ns.startswith("e2e-"):
             for pod in api.list_pods(ns):
                 api.delete_pod(ns, pod["metadata"]["name"])
+            groups = api.apply_raw("GET", f"{PODGROUPS}/namespaces/{ns}/podgroups")["items"]
+            for group in groups:
+                api.apply_raw(
+                    "DELETE", f"{PODGROUPS}/namespaces/{ns}/podgroups/{group['metadata']['name']}"
+                )
     for node in api.apply_raw("GET", "/api/v1/nodes")["items"]:
         api.delete_node(node["metadata"]["name"])
     wait_for(

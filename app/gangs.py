@@ -1,0 +1,62 @@
+"""The waiting half of the gang barrier: bind calls of members park here until the core says
+their group completed, was released, or timed out (see extender.gang)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from app.metrics import Metrics
+from extender.gang import GangEvent, GangEventKind
+from extender.model import BindPlan
+from extender.scheduler import Scheduler
+
+__all__ = ["GangWaiters"]
+
+log = logging.getLogger("schedext.gangs")
+
+
+class GangWaiters:
+    """One future per waiting group: None when it completes, the reason when it fails."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._futures: dict[str, asyncio.Future[str | None]] = {}
+
+    def dispatch(self, events: Iterable[GangEvent]) -> None:
+        """Perform the core's gang effects: wake or fail the binds waiting for each group."""
+        for event in events:
+            self._metrics.gang_event(event.kind.value)
+            outcome = None if event.kind is GangEventKind.COMPLETE else event.reason
+            if outcome is None:
+                log.info("gang complete", extra={"group": event.group})
+            else:
+                log.warning(
+                    "gang released",
+                    extra={"group": event.group, "outcome": event.kind.value, "reason": outcome},
+                )
+            future = self._futures.pop(event.group, None)
+            if future is not None and not future.done():
+                future.set_result(outcome)
+
+    async def wait(
+        self, plan: BindPlan, scheduler: Scheduler, clock: Callable[[], float]
+    ) -> str | None:
+        """Wait until ``plan``'s group completes (None) or fails (the reason)."""
+        group = plan.group
+        deadline = scheduler.gang_deadline(group) if group is not None else None
+        if group is None or deadline is None:
+            return None  # not a gang member, or its own reservation completed the group
+        future = self._futures.get(group)
+        if future is None:
+            future = self._futures[group] = asyncio.get_running_loop().create_future()
+        try:
+            # shield: one member timing out must not cancel the group's shared future.
+            return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - clock()))
+        except TimeoutError:
+            scheduler.expire(clock())
+            self.dispatch(scheduler.take_gang_events())
+            if future.done():
+                return future.result()
+            return f"schedext: group {group} did not complete in time"

@@ -1,0 +1,66 @@
+"""The gang barrier over real HTTP: member binds wait for each other, or time out together."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+
+from tests.api.conftest import Serve
+from tests.api.server import RunningServer
+from tests.builders import gang_pod, make_node, make_pod_group, name_of, uid_of
+
+
+def bind(server: RunningServer, pod: dict[str, Any], node: str) -> tuple[str, float]:
+    body = {"PodName": name_of(pod), "PodNamespace": "default", "PodUID": uid_of(pod), "Node": node}
+    started = time.monotonic()
+    with server.client() as client:
+        answer = client.post("/bind", content=orjson.dumps(body)).json()["Error"]
+    return answer, time.monotonic() - started
+
+
+def start(serve: Serve, *, timeout_s: int) -> tuple[RunningServer, list[dict[str, Any]]]:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    server = serve(
+        nodes=[make_node("g", gpus=8)],
+        pods=members,  # pending pods in the snapshot: known to bind without a filter call
+        groups=[make_pod_group("train", min_member=3, timeout_s=timeout_s)],
+    )
+    return server, members
+
+
+def test_member_binds_wait_for_the_last_member_then_all_succeed(serve: Serve) -> None:
+    server, members = start(serve, timeout_s=10)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        early = [pool.submit(bind, server, pod, "g") for pod in members[:2]]
+        time.sleep(0.5)  # the first two are parked at the barrier (bounded pause)
+        assert not any(f.done() for f in early)
+        last = pool.submit(bind, server, members[2], "g")
+        results = [f.result(timeout=10) for f in [*early, last]]
+    assert [error for error, _ in results] == ["", "", ""]
+    assert all(elapsed < 5 for _, elapsed in results)
+    with server.client() as client:
+        gpus = client.get("/inventory").json()["nodes"][0]["gpus"]
+        metrics = client.get("/metrics").text
+    assert (
+        sorted(g["holder"] for g in gpus if g["holder"])
+        == ["default/m0"] * 2 + ["default/m1"] * 2 + ["default/m2"] * 2
+    )
+    assert 'schedext_gang_events_total{outcome="complete"} 1.0' in metrics
+
+
+def test_member_binds_fail_together_when_the_group_times_out(serve: Serve) -> None:
+    server, members = start(serve, timeout_s=1)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda pod: bind(server, pod, "g"), members[:2]))
+    for error, elapsed in results:
+        assert "did not reach minMember 3 within 1s" in error
+        assert 0.8 < elapsed < 5
+    with server.client() as client:
+        inventory = client.get("/inventory").json()
+        metrics = client.get("/metrics").text
+    assert inventory["reservations"] == 0
+    assert all(g["holder"] is None for g in inventory["nodes"][0]["gpus"])
+    assert 'schedext_gang_events_total{outcome="timed_out"} 1.0' in metrics

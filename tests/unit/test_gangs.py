@@ -1,0 +1,325 @@
+"""The gang state machine: quorum, whole-group fit, the bind barrier, timeouts, release, and
+competing groups, with an injected clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.errors import BindRefusedError
+from extender.gang import GangEventKind
+from extender.model import BindPlan
+from extender.scheduler import Scheduler
+from tests.builders import gang_pod, make_node, make_pod, make_pod_group, name_of, uid_of
+
+OLD = "2026-01-01T00:00:00Z"
+NEW = "2026-01-02T00:00:00Z"
+
+
+def cluster(
+    *nodes: dict[str, Any],
+    groups: list[dict[str, Any]],
+    pods: list[dict[str, Any]] = (),
+    **kwargs: Any,
+) -> Scheduler:  # type: ignore[assignment]
+    scheduler = Scheduler(**kwargs)
+    for node in nodes:
+        scheduler.upsert_node(node)
+    for group in groups:
+        scheduler.upsert_pod_group(group)
+    for pod in pods:
+        scheduler.upsert_pod(pod)  # the informer sees every member
+    return scheduler
+
+
+def bind(scheduler: Scheduler, pod: dict[str, Any], node: str, now: float = 0.0) -> BindPlan:
+    return scheduler.plan_bind(
+        uid=uid_of(pod), namespace="default", name=name_of(pod), node=node, now=now
+    )
+
+
+def kinds(scheduler: Scheduler) -> list[tuple[GangEventKind, str, tuple[str, ...]]]:
+    return [(e.kind, e.group, e.uids) for e in scheduler.take_gang_events()]
+
+
+def gpus_held(scheduler: Scheduler, node: str) -> int:
+    view = scheduler.inventory.node(node)
+    assert view is not None
+    return sum(1 for holder in view.holders if holder is not None)
+
+
+# ---------------------------------------------------------------------------- filter
+
+
+def test_members_are_unresolvable_until_min_member_pods_exist() -> None:
+    members = [gang_pod(f"m{i}", "train") for i in range(2)]
+    scheduler = cluster(
+        make_node("g", gpus=8), groups=[make_pod_group("train", min_member=3)], pods=members
+    )
+    verdict = scheduler.filter(members[0], ["g"])
+    assert verdict.passed == []
+    assert verdict.unresolvable == {
+        "g": "schedext: waiting for 1 more members of group default/train"
+    }
+
+
+def test_bound_members_count_toward_the_quorum() -> None:
+    bound = gang_pod("m0", "train", node="g", gpu_ids=[0, 1])
+    pending = [gang_pod(f"m{i}", "train") for i in (1, 2)]
+    scheduler = cluster(
+        make_node("g", gpus=8),
+        groups=[make_pod_group("train", min_member=3)],
+        pods=[bound, *pending],
+    )
+    assert scheduler.filter(pending[0], ["g"]).passed == ["g"]
+
+
+def test_a_member_of_an_unknown_group_gets_a_clear_reason() -> None:
+    pod = gang_pod("m0", "nope")
+    scheduler = cluster(make_node("g", gpus=8), groups=[], pods=[pod])
+    assert scheduler.filter(pod, ["g"]).unresolvable == {
+        "g": "schedext: pod group default/nope not found"
+    }
+
+
+def test_a_group_that_cannot_fit_as_a_whole_is_rejected_and_preemption_may_help() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(4)]  # 8 GPUs, 6 exist
+    scheduler = cluster(
+        make_node("a", gpus=4),
+        make_node("b", gpus=2),
+        groups=[make_pod_group("train", min_member=4)],
+        pods=members,
+    )
+    verdict = scheduler.filter(members[0], ["a", "b"])
+    assert verdict.failed == dict.fromkeys(
+        ["a", "b"], "schedext: not enough free GPUs for all of group default/train"
+    )
+    assert verdict.unresolvable == {}
+
+
+def test_whole_group_fit_respects_the_gpu_model_of_each_member() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=4, model="H100") for i in range(2)]
+    scheduler = cluster(
+        make_node("h", gpus=4, model="NVIDIA-H100-80GB-HBM3"),
+        make_node("a", gpus=4, model="NVIDIA-A100-SXM4-40GB"),
+        groups=[make_pod_group("train", min_member=2)],
+        pods=members,
+    )
+    assert scheduler.filter(members[0], ["h", "a"]).passed == []
+
+
+def test_members_beyond_min_member_do_not_block_the_group() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=4) for i in range(3)]
+    scheduler = cluster(
+        make_node("a", gpus=8), groups=[make_pod_group("train", min_member=2)], pods=members
+    )
+    assert scheduler.filter(members[0], ["a"]).passed == ["a"]
+
+
+# --------------------------------------------------------------------------- barrier
+
+
+def test_bind_waits_until_min_member_are_placed_then_releases_all() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    scheduler = cluster(
+        make_node("a", gpus=4),
+        make_node("b", gpus=4),
+        groups=[make_pod_group("train", min_member=3, timeout_s=10)],
+        pods=members,
+    )
+    first = bind(scheduler, members[0], "a", now=100.0)
+    assert scheduler.gang_deadline("default/train") == 110.0
+    bind(scheduler, members[1], "a", now=101.0)
+    assert kinds(scheduler) == []
+    assert gpus_held(scheduler, "a") == 4  # reservations are visible to every later filter
+    bind(scheduler, members[2], "b", now=102.0)
+    events = kinds(scheduler)
+    assert [(k, g) for k, g, _ in events] == [(GangEventKind.COMPLETE, "default/train")]
+    assert set(events[0][2]) == {uid_of(members[0]), uid_of(members[1])}
+    assert scheduler.gang_deadline("default/train") is None
+    assert first.group == "default/train"
+
+
+def test_a_group_that_does_not_reach_quorum_in_time_releases_every_reservation() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    scheduler = cluster(
+        make_node("a", gpus=6),
+        groups=[make_pod_group("train", min_member=3, timeout_s=5)],
+        pods=members,
+    )
+    bind(scheduler, members[0], "a", now=0.0)
+    bind(scheduler, members[1], "a", now=1.0)
+    scheduler.expire(4.9)
+    assert kinds(scheduler) == []
+    scheduler.expire(5.0)
+    events = kinds(scheduler)
+    assert [(k, g) for k, g, _ in events] == [(GangEventKind.TIMED_OUT, "default/train")]
+    assert set(events[0][2]) == {uid_of(members[0]), uid_of(members[1])}
+    assert gpus_held(scheduler, "a") == 0
+    assert scheduler.filter(make_pod("solo", gpus=6), ["a"]).passed == [
+        "a"
+    ]  # a non-gang pod can use them
+
+
+def test_the_wait_is_capped_below_the_extender_timeout() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=1) for i in range(2)]
+    scheduler = cluster(
+        make_node("a", gpus=4),
+        groups=[make_pod_group("train", min_member=2, timeout_s=3600)],
+        pods=members,
+        gang_max_wait_s=20,
+    )
+    bind(scheduler, members[0], "a", now=0.0)
+    assert scheduler.gang_deadline("default/train") == 20.0
+
+
+def test_a_member_deleted_while_waiting_no_longer_counts() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=1) for i in range(3)]
+    scheduler = cluster(
+        make_node("a", gpus=4), groups=[make_pod_group("train", min_member=2)], pods=members
+    )
+    bind(scheduler, members[0], "a")
+    scheduler.delete_pod(uid_of(members[0]))
+    bind(scheduler, members[1], "a")
+    assert kinds(scheduler) == []  # still waiting: the deleted member no longer counts
+    bind(scheduler, members[2], "a")
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+
+
+# ------------------------------------------------------------------- competing groups
+
+WHOLE_CLUSTER = (make_node("a", gpus=4), make_node("b", gpus=4))
+
+
+def competing() -> tuple[Scheduler, list[dict[str, Any]], list[dict[str, Any]]]:
+    old = [gang_pod(f"old{i}", "old", gpus=2) for i in range(4)]
+    new = [gang_pod(f"new{i}", "new", gpus=2) for i in range(4)]
+    groups = [
+        make_pod_group("old", min_member=4, created=OLD),
+        make_pod_group("new", min_member=4, created=NEW),
+    ]
+    return cluster(*WHOLE_CLUSTER, groups=groups, pods=old + new), old, new
+
+
+def test_when_two_groups_need_the_same_gpus_the_younger_yields() -> None:
+    scheduler, old, new = competing()
+    bind(scheduler, old[0], "a")
+    with pytest.raises(BindRefusedError, match="group default/new cannot complete now"):
+        bind(scheduler, new[0], "b")
+    assert kinds(scheduler) == [(GangEventKind.RELEASED, "default/new", ())]
+    for pod, node in zip(old[1:], ["a", "b", "b"], strict=True):
+        bind(scheduler, pod, node)
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+    assert all(scheduler.inventory.holding(uid_of(p)) is None for p in new)
+
+
+def test_the_older_group_takes_back_gpus_reserved_by_a_younger_one() -> None:
+    scheduler, old, new = competing()
+    bind(scheduler, new[0], "a")
+    bind(scheduler, new[1], "a")  # the younger group got there first
+    bind(scheduler, old[0], "b")
+    released = kinds(scheduler)
+    assert [(k, g) for k, g, _ in released] == [(GangEventKind.RELEASED, "default/new")]
+    assert set(released[0][2]) == {uid_of(new[0]), uid_of(new[1])}
+    assert gpus_held(scheduler, "a") == 0
+    for pod, node in zip(old[1:], ["b", "a", "a"], strict=True):
+        bind(scheduler, pod, node)
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+    with pytest.raises(BindRefusedError, match="no longer fits node a"):
+        bind(scheduler, new[2], "a")  # and the younger group cannot come back in between
+
+
+def test_a_group_that_can_no_longer_complete_releases_itself() -> None:
+    members = [gang_pod(f"m{i}", "trio", gpus=2) for i in range(3)]
+    scheduler = cluster(*WHOLE_CLUSTER, groups=[make_pod_group("trio", min_member=3)], pods=members)
+    bind(scheduler, members[0], "a")
+    # Meanwhile another scheduler's pod takes node b: the third member has nowhere to go.
+    scheduler.upsert_pod(
+        make_pod("squatter", uid="squatter", gpus=4, node="b", gpu_ids=[0, 1, 2, 3])
+    )
+    with pytest.raises(BindRefusedError, match="group default/trio cannot complete now"):
+        bind(scheduler, members[1], "a")
+    events = kinds(scheduler)
+    assert events == [(GangEventKind.RELEASED, "default/trio", (uid_of(members[0]),))]
+    assert gpus_held(scheduler, "a") == 0
+
+
+# -------------------------------------------------------------------- rack affinity
+
+
+def racked(name: str, rack: str, **kwargs: Any) -> dict[str, Any]:
+    return make_node(
+        name,
+        labels={"topology.kubernetes.io/rack": rack, "topology.kubernetes.io/zone": "z1"},
+        **kwargs,
+    )
+
+
+def test_members_prefer_the_rack_of_members_already_placed() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    nodes = [
+        racked("r1-a", "r1", gpus=4),
+        racked("r1-b", "r1", gpus=4),
+        racked("r2-a", "r2", gpus=4),
+    ]
+    scheduler = cluster(*nodes, groups=[make_pod_group("train", min_member=3)], pods=members)
+    bind(scheduler, members[0], "r1-a")
+    scores = dict(
+        zip(
+            ["r1-b", "r2-a"],
+            scheduler.prioritize(members[1], ["r1-b", "r2-a"]).tolist(),
+            strict=True,
+        )
+    )
+    assert scores["r1-b"] > scores["r2-a"]
+
+
+def test_the_first_member_prefers_a_rack_that_can_hold_the_whole_group() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(4)]  # 8 GPUs
+    busy = make_pod("other", uid="other", gpus=2, node="r1-a", gpu_ids=[0, 1])
+    nodes = [
+        racked("r1-a", "r1", gpus=4),
+        racked("r1-b", "r1", gpus=4),
+        racked("r2-a", "r2", gpus=4),
+        racked("r2-b", "r2", gpus=4),
+    ]
+    scheduler = cluster(
+        *nodes, groups=[make_pod_group("train", min_member=4)], pods=[*members, busy]
+    )
+    names = ["r1-a", "r1-b", "r2-a", "r2-b"]
+    scores = dict(zip(names, scheduler.prioritize(members[0], names).tolist(), strict=True))
+    # r1 has 6 free GPUs, r2 has 8: only r2 can hold the group, despite r1-a being fuller.
+    assert min(scores["r2-a"], scores["r2-b"]) > max(scores["r1-a"], scores["r1-b"])
+
+
+# ------------------------------------------------------------------------- status
+
+
+def test_group_status_follows_the_phases_scheduler_plugins_uses() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=1) for i in range(2)]
+    scheduler = cluster(
+        make_node("a", gpus=4), groups=[make_pod_group("train", min_member=2)], pods=members[:1]
+    )
+    status = scheduler.group_status("default/train")
+    assert status is not None
+    assert (status.phase, status.members) == ("Pending", 1)
+    scheduler.upsert_pod(members[1])
+    assert scheduler.group_status("default/train").phase == "PreScheduling"  # type: ignore[union-attr]
+    bind(scheduler, members[0], "a")
+    assert scheduler.group_status("default/train").phase == "Scheduling"  # type: ignore[union-attr]
+    for pod in members:
+        scheduler.upsert_pod(
+            gang_pod(
+                name_of(pod),
+                "train",
+                gpus=1,
+                uid=uid_of(pod),
+                node="a",
+                gpu_ids=[members.index(pod)],
+            )
+        )
+    status = scheduler.group_status("default/train")
+    assert status is not None
+    assert (status.phase, status.scheduled, status.running) == ("Running", 2, 2)
+    assert scheduler.group_status("default/none") is None
