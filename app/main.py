@@ -47,7 +47,10 @@ def default_parts(settings: Settings) -> tuple[InventorySource, Binder]:
             api, attempts=settings.bind.api_attempts, deadline_s=settings.bind.api_deadline_s
         )
         source = ClusterSource(
-            api, server=cluster.server, status_interval_s=settings.gang.status_interval_s
+            api,
+            server=cluster.server,
+            status_interval_s=settings.gang.status_interval_s,
+            claim_release_interval_s=settings.ip.claim_release_interval_s,
         )
         return source, binder
     return SnapshotSource(demo_snapshot()), InMemoryBinder()

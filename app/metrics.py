@@ -127,3 +127,15 @@ class _InventoryCollector(Collector):
         )
         waiting.add_metric([], len(scheduler.waiting_groups()))
         yield waiting
+        book = inventory.addresses
+        addresses = GaugeMetricFamily(
+            "schedext_ip_pool_addresses", "Addresses of each IPPool.", labels=["pool"]
+        )
+        free_addresses = GaugeMetricFamily(
+            "schedext_ip_pool_free", "Free addresses of each IPPool.", labels=["pool"]
+        )
+        for pool in book.pools():
+            addresses.add_metric([pool.name], pool.size)
+            free_addresses.add_metric([pool.name], book.free_count(pool))
+        yield addresses
+        yield free_addresses

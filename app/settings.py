@@ -57,6 +57,7 @@ class PolicySettings(_Group):
     allocation_weight: int = Field(default=7, ge=0)
     topology_weight: int = Field(default=3, ge=0)
     rack_weight: int = Field(default=10, ge=0)
+    ip_weight: int = Field(default=3, ge=0)
     rack_label: str = names.RACK_LABEL
     zone_label: str = names.ZONE_LABEL
 
@@ -78,6 +79,7 @@ class PolicySettings(_Group):
             allocation_weight=self.allocation_weight,
             topology_weight=self.topology_weight,
             rack_weight=self.rack_weight,
+            ip_weight=self.ip_weight,
             rack_label=self.rack_label,
             zone_label=self.zone_label,
         )
@@ -106,6 +108,12 @@ class GangSettings(_Group):
     status_interval_s: float = Field(default=2.0, gt=0)
 
 
+class IPSettings(_Group):
+    # How often sticky IPClaims of vanished StatefulSet identities are looked for (each is
+    # re-checked against the API server before it is deleted).
+    claim_release_interval_s: float = Field(default=30.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SCHEDEXT_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -115,6 +123,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = PolicySettings()
     bind: BindSettings = BindSettings()
     gang: GangSettings = GangSettings()
+    ip: IPSettings = IPSettings()
     snapshot: Path | None = None
     kubeconfig: Path | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -1,6 +1,6 @@
-"""Loading nodes, pods and PodGroups from a snapshot file: what
-``kubectl get nodes,pods,podgroups -A -o json`` (or ``-o yaml``) prints, a NodeList/PodList,
-single objects, or several YAML documents."""
+"""Loading a snapshot file: nodes, pods, PodGroups, IPPools and IPClaims, as
+``kubectl get nodes,pods,podgroups,ippools,ipclaims -A -o json`` (or ``-o yaml``) prints them,
+or a NodeList/PodList, single objects, or several YAML documents."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ class Snapshot:
     nodes: list[Mapping[str, Any]]
     pods: list[Mapping[str, Any]]
     pod_groups: list[Mapping[str, Any]] = field(default_factory=list)
+    ip_pools: list[Mapping[str, Any]] = field(default_factory=list)
+    ip_claims: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 def read_snapshot(path: Path) -> Snapshot:
@@ -55,19 +57,28 @@ def parse_snapshot(data: bytes, *, source: str) -> Snapshot:
             raise SnapshotError(f"{source} is neither JSON nor YAML: {error}") from None
     nodes: list[Mapping[str, Any]] = []
     pods: list[Mapping[str, Any]] = []
-    pod_groups: list[Mapping[str, Any]] = []
+    by_kind: dict[str, list[Mapping[str, Any]]] = {
+        "Node": nodes,
+        "Pod": pods,
+        "PodGroup": [],
+        "IPPool": [],
+        "IPClaim": [],
+    }
     for kind, obj in _objects(documents, default_kind=""):
-        if kind == "Node":
-            nodes.append(obj)
-        elif kind == "Pod":
-            pods.append(obj)
-        elif kind == "PodGroup":
-            pod_groups.append(obj)
+        if kind in by_kind:
+            by_kind[kind].append(obj)
     if not nodes:
         raise SnapshotError(
             f"{source} contains no Node objects (expected e.g. `kubectl get nodes,pods -A -o json`)"
         )
-    return Snapshot(source=source, nodes=nodes, pods=pods, pod_groups=pod_groups)
+    return Snapshot(
+        source=source,
+        nodes=nodes,
+        pods=pods,
+        pod_groups=by_kind["PodGroup"],
+        ip_pools=by_kind["IPPool"],
+        ip_claims=by_kind["IPClaim"],
+    )
 
 
 def _objects(documents: list[Any], default_kind: str) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -28,9 +28,15 @@ class SnapshotSource:
         self.description = snapshot.source
 
     async def start(self, service: Service) -> None:
-        groups = service.scheduler.pod_group_relist()
-        groups.add(self._snapshot.pod_groups)
-        groups.commit()
+        scheduler, snapshot = service.scheduler, self._snapshot
+        relists = (
+            (scheduler.pod_group_relist(), snapshot.pod_groups),
+            (scheduler.ip_pool_relist(), snapshot.ip_pools),
+            (scheduler.ip_claim_relist(), snapshot.ip_claims),
+        )
+        for relist, objects in relists:
+            relist.add(objects)
+            relist.commit()
         service.scheduler.replace_nodes(self._snapshot.nodes)
         service.scheduler.replace_pods(self._snapshot.pods)
         service.readiness.set_ready()

@@ -13,6 +13,7 @@ arrays.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -22,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from extender import names
+from extender.ipam import AddressBook, IPPoolSpec, IPUse
 from extender.model import Holding, HoldingKind, NodeSpec
 
 __all__ = ["Inventory", "InventoryConflictError", "NodeArrays", "NodeView"]
@@ -117,6 +119,9 @@ class Inventory:
         self._model_masks: dict[str | None, BoolArray] = {}
         self._cols = _Columns(max(capacity, 2))
         self._view: NodeArrays | None = None
+        self.addresses = AddressBook()  # IP pools and who holds which address
+        self._pool_masks: dict[str, tuple[tuple[int, int], BoolArray]] = {}
+        self.nodes_version = 0  # bumped when a node is added, removed or its spec changes
         self.version = 0  # bumped on every change; lets callers cache derived answers
         self.layout = 0  # bumped when the name -> id mapping changes (nodes added or removed)
 
@@ -166,6 +171,20 @@ class Inventory:
     def holdings(self) -> list[Holding]:
         return list(self._holdings.values())
 
+    def pool_mask(self, pool: IPPoolSpec) -> BoolArray:
+        """Which node slots ``pool``'s node selector selects (cached until nodes change)."""
+        cached = self._pool_masks.get(pool.name)
+        stamp = (self.nodes_version, self.addresses.pools_version)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        mask = np.zeros(len(self._states), dtype=np.bool_)
+        for slot, state in enumerate(self._states):
+            if state is not None and not pool.problem and pool.selects(state.spec.labels):
+                mask[slot] = True
+        mask.flags.writeable = False
+        self._pool_masks[pool.name] = (stamp, mask)
+        return mask
+
     def model_name(self, model_id: int) -> str:
         return self._model_names[model_id]
 
@@ -202,6 +221,7 @@ class Inventory:
                 spec.gpu_groups,
             )
             state.spec = spec
+            self.nodes_version += 1
             if not gpu_shape_same:
                 self._rebuild(state)
             self._sync(state)
@@ -214,6 +234,7 @@ class Inventory:
             self._states[slot] = state
         self._slots[spec.name] = slot
         self.layout += 1
+        self.nodes_version += 1
         for uid in self._holdings_by_node.get(spec.name, {}):
             self._apply(state, self._holdings[uid])
         self._sync(state)
@@ -225,6 +246,7 @@ class Inventory:
         if slot is None:
             return False
         self.layout += 1
+        self.nodes_version += 1
         self._states[slot] = None
         self._cols.clear(slot)
         self._free_slots.append(slot)
@@ -251,6 +273,19 @@ class Inventory:
         self._holdings[holding.uid] = holding
         if holding.kind is HoldingKind.RESERVED:
             self._reserved.add(holding.uid)
+        if holding.ip is not None:
+            # A second pod claiming a held address (broken outside schedext) is not recorded:
+            # the first holder keeps it, and schedext never hands it out again.
+            self.addresses.hold(
+                IPUse(
+                    address=int(ipaddress.ip_address(holding.ip)),
+                    pool=holding.ip_pool or "",
+                    uid=holding.uid,
+                    pod=holding.key,
+                    node=holding.node,
+                    priority=holding.priority,
+                )
+            )
         self._holdings_by_node.setdefault(holding.node, {})[holding.uid] = None
         slot = self._slots.get(holding.node)
         if slot is not None:
@@ -275,6 +310,11 @@ class Inventory:
         taken = [i for i in holding.gpu_ids or () if i not in free]
         if taken:
             raise InventoryConflictError(f"GPU {taken} on {holding.node} already held")
+        if holding.ip is not None:
+            address = int(ipaddress.ip_address(holding.ip))
+            user = self.addresses.user(address)
+            if user is not None and user.uid and user.uid != holding.uid:
+                raise InventoryConflictError(f"address {holding.ip} already held by {user.pod}")
         self.upsert_holding(holding)
 
     def remove_holding(self, uid: str) -> Holding | None:
@@ -318,6 +358,7 @@ class Inventory:
 
     def _unrecord(self, holding: Holding) -> None:
         self._reserved.discard(holding.uid)
+        self.addresses.release(holding.uid)
         on_node = self._holdings_by_node.get(holding.node)
         if on_node is not None:
             on_node.pop(holding.uid, None)

@@ -15,6 +15,24 @@ class WorkloadClass(Enum):
     GPU_INTENSIVE = "GPU-intensive"
 
 
+class ClaimPolicy(Enum):
+    """How long a StatefulSet pod's identity keeps its address (``schedext.io/ip-policy``)."""
+
+    STICKY = "sticky"  # while the StatefulSet exists and the ordinal is below replicas
+    NEVER_RELEASE = "never-release"  # until the IPClaim is deleted by a person
+
+
+@dataclass(frozen=True, slots=True)
+class IPRequest:
+    """The address a pod asks for: a specific one, or any of some pools; sticky when the pod's
+    StatefulSet identity (``sts/<namespace>/<name>/<ordinal>``) should keep it."""
+
+    address: str | None = None
+    pools: tuple[str, ...] = ()
+    policy: ClaimPolicy | None = None
+    identity: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class PodRequest:
     """What a pending pod needs from a node, decoded once from the pod object."""
@@ -32,6 +50,7 @@ class PodRequest:
     preempt_never: bool = False
     # The pod's gang, "namespace/name" of its PodGroup, when it belongs to one.
     group: str | None = None
+    ip: IPRequest | None = None
 
     @property
     def key(self) -> str:
@@ -84,6 +103,8 @@ class Holding:
     expires_at: float | None = None  # only reservations expire
     group: str | None = None  # "namespace/name" of the pod's PodGroup
     running: bool = False  # pod phase Running (PodGroup status counts it)
+    ip: str | None = None  # the address it holds (schedext.io/ip), and its pool
+    ip_pool: str | None = None
 
     @property
     def key(self) -> str:
@@ -91,7 +112,8 @@ class Holding:
 
 
 class Reason(IntEnum):
-    """Why a node cannot host a pod, in order of precedence (the first that applies wins)."""
+    """Why a node cannot host a pod, in order of precedence (the first that applies wins):
+    what no eviction can change comes before what preemption might fix."""
 
     FITS = 0
     UNKNOWN_NODE = 1
@@ -102,13 +124,26 @@ class Reason(IntEnum):
     GPU_TOTAL = 6
     CPU_THRESHOLD = 7
     CPU_TOTAL = 8
-    GPU_FREE = 9
-    CPU_FREE = 10
+    IP_UNKNOWN_POOL = 9
+    IP_NO_POOL = 10
+    IP_NOT_IN_POOL = 11
+    IP_STICKY_BUSY = 12
+    IP_TAKEN = 13
+    IP_EXHAUSTED = 14
+    GPU_FREE = 15
+    CPU_FREE = 16
+    IP_TAKEN_HERE = 17  # held by a lower-priority pod on this very node: evicting it helps
+    IP_EXHAUSTED_EVICTABLE = 18  # lower-priority holders of the pool run on this node
 
     @property
     def resolvable(self) -> bool:
         """Whether evicting pods from the node could make it fit (a preemption candidate)."""
-        return self in (Reason.GPU_FREE, Reason.CPU_FREE)
+        return self in _RESOLVABLE
+
+
+_RESOLVABLE = frozenset(
+    {Reason.GPU_FREE, Reason.CPU_FREE, Reason.IP_TAKEN_HERE, Reason.IP_EXHAUSTED_EVICTABLE}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +189,25 @@ class BindPlan:
     gpu_ids: tuple[int, ...]
     annotations: Mapping[str, str]
     group: str | None = None  # the gang, whose barrier bind waits at
+    ip: str | None = None
+    ip_pool: str | None = None
+    # A sticky address: the IPClaim to create (or to point at this pod) before the Binding.
+    claim: ClaimPlan | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    name: str
+    pool: str
+    address: str
+    owner: str
+    policy: ClaimPolicy
+    holder_uid: str
+    exists: bool  # the identity already has this claim (update its holder, never delete it)
 
 
 @dataclass(frozen=True, slots=True)

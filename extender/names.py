@@ -28,3 +28,9 @@ POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 # Topology labels for rack/zone affinity of gang members.
 RACK_LABEL: Final = "topology.kubernetes.io/rack"
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"
+
+# Addresses.
+IP: Final = "schedext.io/ip"  # pod annotation: this address; written by bind as well
+IP_POOL: Final = "schedext.io/ip-pool"  # pod annotation: any address of these pools
+IP_POLICY: Final = "schedext.io/ip-policy"  # sticky | never-release
+IP_RESOURCE: Final = "schedext.io/ip"  # extended resource routing pods to schedext

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from extender import names
+from extender.addressing import ip_conditions, ip_context, ip_headroom, ip_messages
 from extender.inventory import IdArray, Inventory, NodeView
 from extender.model import FilterVerdict, PodRequest, Reason, Rejection, Victim, WorkloadClass
 
@@ -58,6 +59,8 @@ class PolicyConfig:
     # Gang members: share of the score for landing in the rack (or else the zone) of the
     # members already placed, or, for the first member, in a rack that can hold the group.
     rack_weight: int = 10
+    # Pods asking for an address: share of the score for the free share of the node's pool.
+    ip_weight: int = 3
     rack_label: str = names.RACK_LABEL
     zone_label: str = names.ZONE_LABEL
 
@@ -68,7 +71,7 @@ class PolicyConfig:
             )
         if self.cpu_intensive_min_cpu_milli < 0:
             raise ValueError("cpu_intensive_min_cpu_milli must be >= 0")
-        if min(self.allocation_weight, self.topology_weight, self.rack_weight) < 0:
+        if min(self.allocation_weight, self.topology_weight, self.rack_weight, self.ip_weight) < 0:
             raise ValueError("score weights must be >= 0")
         if self.allocation_weight + self.topology_weight == 0:
             raise ValueError("at least one score weight must be > 0")
@@ -103,15 +106,21 @@ def node_reasons(
         conditions.append((a.gpu_free[ids] < request.gpus, Reason.GPU_FREE))
     if request.workload is WorkloadClass.CPU_INTENSIVE:
         conditions.append((a.cpu_free[ids] < request.cpu_milli, Reason.CPU_FREE))
+    context = ip_context(inventory, request)
+    if context is not None:
+        conditions += ip_conditions(inventory, request, ids, context)
     # Apply in reverse precedence so that the most fundamental reason overwrites the others.
-    for failed, reason in reversed(conditions):
+    for failed, reason in sorted(conditions, key=lambda c: c[1], reverse=True):
         codes[failed & alive] = reason
     return codes
 
 
-def reason_messages(request: PodRequest, config: PolicyConfig) -> list[str]:
+def reason_messages(
+    request: PodRequest, config: PolicyConfig, inventory: Inventory | None = None
+) -> list[str]:
     """Human reasons indexed by :class:`Reason`. They name the pod's need, not the node, so
-    that kube-scheduler's event aggregates them ("0/50 nodes are available: 12 ...")."""
+    that kube-scheduler's event aggregates them ("0/50 nodes are available: 12 ..."); address
+    reasons name the pool, the address and who holds it."""
     # Short: kube-scheduler decodes every rejected node's message (thousands per call).
     messages = {
         Reason.FITS: "",
@@ -128,7 +137,10 @@ def reason_messages(request: PodRequest, config: PolicyConfig) -> list[str]:
         Reason.GPU_FREE: f"schedext: fewer than {request.gpus} free GPUs",
         Reason.CPU_FREE: f"schedext: under {_cpu(request.cpu_milli)} CPU free",
     }
-    return [messages[reason] for reason in Reason]
+    context = ip_context(inventory, request) if inventory is not None else None
+    if context is not None:
+        messages.update(ip_messages(context))
+    return [messages.get(reason, f"schedext: {reason.name.lower()}") for reason in Reason]
 
 
 def filter_nodes(
@@ -152,7 +164,7 @@ def filter_ids(
     if fits.all():
         return FilterVerdict(passed=list(node_names)), ids
     passed = list(compress(node_names, fits.tolist()))
-    messages = reason_messages(request, config)
+    messages = reason_messages(request, config, inventory)
     # Group by reason: a few C-speed passes instead of a Python step per rejected node.
     rejections = tuple(
         Rejection(
@@ -201,8 +213,10 @@ def score_nodes(
     GPUs, so that GPU nodes stay free for GPU work. Unknown nodes score 0."""
     a = inventory.arrays
     total = a.gpu_total[ids]
+    weights = config.allocation_weight + config.topology_weight
     if request.gpus == 0:
-        scores = np.where(total == 0, MAX_SCORE, 0)
+        raw = np.where(total == 0, float(weights), 0.0)
+        fits = np.ones(len(ids), dtype=np.bool_)
     else:
         free = a.gpu_free[ids]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -212,13 +226,17 @@ def score_nodes(
             allocation = np.where(total > 0, 1.0 - allocation, 0.0)
         one_group = (a.max_group_free[ids] >= request.gpus).astype(np.float64)
         raw = config.allocation_weight * allocation + config.topology_weight * one_group
-        weights = config.allocation_weight + config.topology_weight
-        if affinity is not None and config.rack_weight:
-            raw = raw + config.rack_weight * _group_term(inventory, ids, affinity)
-            weights += config.rack_weight
         # Prioritize normally sees only filter's survivors; a node that cannot take the pod
         # now must still not look attractive.
-        scores = np.where(free >= request.gpus, np.rint(raw / weights * MAX_SCORE), 0)
+        fits = free >= request.gpus
+    if affinity is not None and config.rack_weight:
+        raw = raw + config.rack_weight * _group_term(inventory, ids, affinity)
+        weights += config.rack_weight
+    context = ip_context(inventory, request)
+    if context is not None and config.ip_weight:
+        raw = raw + config.ip_weight * ip_headroom(inventory, ids, context)
+        weights += config.ip_weight
+    scores = np.where(fits, np.rint(raw / weights * MAX_SCORE), 0)
     return np.where(a.alive[ids], scores, 0).astype(np.int64)
 
 

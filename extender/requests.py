@@ -9,12 +9,20 @@ API server's defaulting does.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from fractions import Fraction
 
 from extender import fields, names
 from extender.fields import JSONObject
-from extender.model import Holding, HoldingKind, PodRequest, WorkloadClass
+from extender.model import (
+    ClaimPolicy,
+    Holding,
+    HoldingKind,
+    IPRequest,
+    PodRequest,
+    WorkloadClass,
+)
 from extender.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -23,6 +31,7 @@ __all__ = [
     "group_key",
     "holding_from_pod",
     "pod_request",
+    "statefulset_identity",
 ]
 
 _CPU = "cpu"
@@ -59,6 +68,7 @@ def pod_request(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> P
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         preempt_never=fields.text(spec, "preemptionPolicy") == "Never",
         group=group_key(meta),
+        ip=_ip_request(meta, annotations),
     )
 
 
@@ -76,7 +86,8 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
         # than losing the whole pod (its GPU ids, if annotated, still count below).
         totals = {_CPU: Fraction(0), _MEMORY: Fraction(0), gpu_resource: Fraction(0)}
     gpus = max(0, _ceil(totals[gpu_resource]))
-    gpu_ids = gpu_ids_annotation(fields.string_map(meta, "annotations").get(names.GPU_IDS))
+    annotations = fields.string_map(meta, "annotations")
+    gpu_ids = gpu_ids_annotation(annotations.get(names.GPU_IDS))
     if gpu_ids is not None and len(gpu_ids) != gpus:
         # The annotation is what the node agent was told to expose; trust it for the count too.
         gpus = len(gpu_ids)
@@ -94,7 +105,74 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         group=group_key(meta),
         running=fields.text(fields.obj(pod, "status"), "phase") == "Running",
+        ip=_held_address(annotations.get(names.IP)),
+        ip_pool=annotations.get(names.IP_POOL) or None,
     )
+
+
+def statefulset_identity(meta: JSONObject) -> str | None:
+    """``sts/<namespace>/<statefulset>/<ordinal>`` for a pod a StatefulSet controls."""
+    owner = next(
+        (
+            o
+            for o in fields.objects(meta, "ownerReferences")
+            if fields.text(o, "kind") == "StatefulSet" and fields.get(o, "controller") is True
+        ),
+        None,
+    )
+    name = fields.text(meta, "name")
+    prefix, _, ordinal = name.rpartition("-")
+    if owner is None or not ordinal.isdigit() or prefix != fields.text(owner, "name"):
+        return None
+    namespace = fields.text(meta, "namespace") or "default"
+    return f"sts/{namespace}/{prefix}/{int(ordinal)}"
+
+
+def _ip_request(meta: JSONObject, annotations: Mapping[str, str]) -> IPRequest | None:
+    address, pools = annotations.get(names.IP), annotations.get(names.IP_POOL)
+    policy_text = annotations.get(names.IP_POLICY, "").strip()
+    if address is None and pools is None:
+        if policy_text:
+            raise PodRequestError(
+                f"annotation {names.IP_POLICY} needs {names.IP_POOL} or {names.IP} as well"
+            )
+        return None
+    normalized = None
+    if address is not None:
+        try:
+            normalized = str(ipaddress.ip_address(address.strip()))
+        except ValueError:
+            raise PodRequestError(
+                f"annotation {names.IP}={address!r} is not an IP address"
+            ) from None
+    pool_names = tuple(p.strip() for p in (pools or "").split(",") if p.strip())
+    if pools is not None and not pool_names:
+        raise PodRequestError(f"annotation {names.IP_POOL} names no pool")
+    policy = None
+    identity = None
+    if policy_text:
+        try:
+            policy = ClaimPolicy(policy_text)
+        except ValueError:
+            allowed = " or ".join(p.value for p in ClaimPolicy)
+            raise PodRequestError(
+                f"annotation {names.IP_POLICY}={policy_text!r} must be {allowed}"
+            ) from None
+        identity = statefulset_identity(meta)
+        if identity is None:
+            raise PodRequestError(
+                f"annotation {names.IP_POLICY} needs a pod of a StatefulSet (<name>-<ordinal>)"
+            )
+    return IPRequest(address=normalized, pools=pool_names, policy=policy, identity=identity)
+
+
+def _held_address(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        return None
 
 
 def group_key(meta: JSONObject) -> str | None:

@@ -8,12 +8,15 @@ Time is passed in (``now``), never read.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Generic, TypeVar
 
 import numpy as np
 
 from extender import fields, names, policy
+from extender.addressing import choose_address, ip_context
 from extender.errors import BindRefusedError
 from extender.fields import JSONObject
 from extender.gang import (
@@ -25,8 +28,11 @@ from extender.gang import (
     pod_group_spec,
 )
 from extender.inventory import IdArray, Inventory, InventoryConflictError
+from extender.ipam import IPClaimSpec, IPPoolSpec, claim_name, ip_claim_spec, ip_pool_spec
 from extender.model import (
     BindPlan,
+    ClaimPlan,
+    ClaimPolicy,
     FilterVerdict,
     GroupStatus,
     Holding,
@@ -39,9 +45,17 @@ from extender.model import (
 from extender.nodes import node_spec
 from extender.pending import PendingPods
 from extender.policy import GroupAffinity, PolicyConfig, ScoreArray
-from extender.requests import PodRequestError, group_key, holding_from_pod, pod_request
+from extender.requests import (
+    PodRequestError,
+    group_key,
+    holding_from_pod,
+    pod_request,
+    statefulset_identity,
+)
 
 __all__ = ["Scheduler"]
+
+Spec = TypeVar("Spec")
 
 
 class Scheduler:
@@ -61,6 +75,10 @@ class Scheduler:
             rack_label=self.config.rack_label, zone_label=self.config.zone_label
         )
         self._gangs = GangBook(default_timeout_s=gang_timeout_s, max_wait_s=gang_max_wait_s)
+        # StatefulSet replicas, and the identity of every existing StatefulSet pod: what the
+        # release of sticky address claims is decided on.
+        self._statefulsets: dict[str, int] = {}
+        self._identities: dict[str, str] = {}
         self._pending = PendingPods(pending_capacity)
         self._reservation_ttl = reservation_ttl
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the
@@ -143,12 +161,13 @@ class Scheduler:
             ]
         )
         if code is not Reason.FITS:
-            message = policy.reason_messages(request, self.config)[code]
+            message = policy.reason_messages(request, self.config, self._inventory)[code]
             raise BindRefusedError(f"pod {pod} no longer fits node {node}: {message}")
         view = self._inventory.node(node)
         gpu_ids = policy.choose_gpus(view, request.gpus) if view is not None else None
         if gpu_ids is None:  # cannot happen after the check above, unless state is corrupt
             raise BindRefusedError(f"pod {pod}: no free GPUs left on node {node}")
+        address = self._choose_address(request, node)
         holding = Holding(
             uid=uid,
             namespace=namespace,
@@ -162,6 +181,8 @@ class Scheduler:
             priority=request.priority,
             expires_at=now + self._reservation_ttl,
             group=request.group,
+            ip=address[1] if address else None,
+            ip_pool=address[0] if address else None,
         )
         try:
             self._inventory.reserve(holding)
@@ -170,6 +191,8 @@ class Scheduler:
         if request.group is not None:
             self._admit_to_group(request, holding, now)
         annotations = {names.GPU_IDS: ",".join(map(str, gpu_ids))} if gpu_ids else {}
+        if address is not None:
+            annotations |= {names.IP: address[1], names.IP_POOL: address[0]}
         return BindPlan(
             uid=uid,
             namespace=namespace,
@@ -178,13 +201,28 @@ class Scheduler:
             gpu_ids=gpu_ids,
             annotations=annotations,
             group=request.group,
+            ip=address[1] if address else None,
+            ip_pool=address[0] if address else None,
+            claim=self._claim_plan(request, address),
         )
 
     def confirm_bind(self, plan: BindPlan, *, awaiting_watch: bool = False) -> None:
         """The bind went through. With ``awaiting_watch`` (a live cluster) the reservation
         stays, without expiry, until the watch shows the pod bound or deleted; otherwise it
-        becomes a bound holding at once."""
+        becomes a bound holding at once (and a sticky claim is recorded here, as no claim
+        watch will bring it)."""
         self._pending.forget(plan.uid)
+        if plan.claim is not None and not awaiting_watch:
+            self._inventory.addresses.upsert_claim(
+                IPClaimSpec(
+                    name=plan.claim.name,
+                    pool=plan.claim.pool,
+                    address=plan.claim.address,
+                    owner=plan.claim.owner,
+                    policy=plan.claim.policy,
+                    holder_uid=plan.uid,
+                )
+            )
         held = self._inventory.holding(plan.uid)
         if held is None or held.kind is not HoldingKind.RESERVED or held.node != plan.node:
             return  # the watch got there first, or the pod is gone: nothing to confirm
@@ -209,6 +247,88 @@ class Scheduler:
                 f"schedext: group {group} did not reach minMember {minimum} within {timeout:g}s",
             )
         return self._inventory.expire(now)
+
+    # -------------------------------------------------------------- addresses
+
+    def _choose_address(self, request: PodRequest, node: str) -> tuple[str, str] | None:
+        context = ip_context(self._inventory, request)
+        if context is None:
+            return None
+        chosen = choose_address(self._inventory, context, node)
+        if chosen is None:
+            raise BindRefusedError(
+                f"pod {request.key}: no free address in IP pool {context.pool_names()} "
+                f"for node {node}"
+            )
+        pool, address = chosen
+        return pool.name, str(ipaddress.ip_address(address))
+
+    def _claim_plan(self, request: PodRequest, address: tuple[str, str] | None) -> ClaimPlan | None:
+        ip = request.ip
+        if ip is None or ip.identity is None or ip.policy is None or address is None:
+            return None
+        pool, text = address
+        existing = self._inventory.addresses.claim_for(ip.identity)
+        return ClaimPlan(
+            name=existing.name if existing else claim_name(pool, text),
+            pool=pool,
+            address=text,
+            owner=ip.identity,
+            policy=existing.policy if existing else ip.policy,
+            holder_uid=request.uid,
+            exists=existing is not None,
+        )
+
+    def upsert_ip_pool(self, obj: JSONObject) -> None:
+        spec = ip_pool_spec(obj)
+        if spec is not None:
+            self._inventory.addresses.upsert_pool(spec)
+
+    def delete_ip_pool(self, obj: JSONObject) -> None:
+        spec = ip_pool_spec(obj)
+        if spec is not None:
+            self._inventory.addresses.remove_pool(spec.name)
+
+    def ip_pool_relist(self) -> SpecRelist[IPPoolSpec]:
+        return SpecRelist(ip_pool_spec, self._inventory.addresses.replace_pools)
+
+    def upsert_ip_claim(self, obj: JSONObject) -> None:
+        spec = ip_claim_spec(obj)
+        if spec is not None:
+            self._inventory.addresses.upsert_claim(spec)
+
+    def delete_ip_claim(self, obj: JSONObject) -> None:
+        name = fields.text(fields.obj(obj, "metadata"), "name")
+        self._inventory.addresses.remove_claim(name)
+
+    def ip_claim_relist(self) -> SpecRelist[IPClaimSpec]:
+        return SpecRelist(ip_claim_spec, self._inventory.addresses.replace_claims)
+
+    def set_statefulset(self, key: str, replicas: int | None) -> None:
+        """A StatefulSet's replica count ("namespace/name"); None when it is gone."""
+        if replicas is None:
+            self._statefulsets.pop(key, None)
+        else:
+            self._statefulsets[key] = replicas
+
+    def replace_statefulsets(self, replicas: Mapping[str, int]) -> None:
+        self._statefulsets = dict(replicas)
+
+    def claims_to_release(self) -> list[IPClaimSpec]:
+        """Sticky claims whose identity is gone for good: its StatefulSet was deleted or scaled
+        below its ordinal, and no pod of that identity exists. never-release claims stay."""
+        live = set(self._identities.values())
+        released = []
+        for claim in self._inventory.addresses.claims():
+            if claim.policy is not ClaimPolicy.STICKY or claim.owner in live:
+                continue
+            parts = claim.owner.split("/")
+            if len(parts) != 4 or parts[0] != "sts" or not parts[3].isdigit():
+                continue
+            replicas = self._statefulsets.get(f"{parts[1]}/{parts[2]}")
+            if replicas is None or int(parts[3]) >= replicas:
+                released.append(claim)
+        return released
 
     # ------------------------------------------------------------------ gangs
 
@@ -375,9 +495,13 @@ class Scheduler:
         return self._inventory.remove_node(name)
 
     def upsert_pod(self, pod: JSONObject) -> None:
-        uid = fields.text(fields.obj(pod, "metadata"), "uid")
+        meta = fields.obj(pod, "metadata")
+        uid = fields.text(meta, "uid")
         if not uid:
             return
+        identity = statefulset_identity(meta)
+        if identity is not None:
+            self._identities[uid] = identity
         holding = holding_from_pod(pod, gpu_resource=self.config.gpu_resource)
         if holding is not None:
             self._inventory.upsert_holding(holding)
@@ -391,6 +515,7 @@ class Scheduler:
         if fields.text(fields.obj(pod, "spec"), "nodeName") or phase in ("Succeeded", "Failed"):
             self._pending.forget(uid)
             self._gangs.forget(uid)
+            self._identities.pop(uid, None)
             return
         try:
             request = pod_request(pod, gpu_resource=self.config.gpu_resource)
@@ -408,6 +533,7 @@ class Scheduler:
         self._inventory.remove_holding(uid)
         self._pending.forget(uid)
         self._gangs.forget(uid)
+        self._identities.pop(uid, None)
 
     def replace_nodes(self, nodes: Iterable[JSONObject]) -> None:
         relist = self.node_relist()
@@ -426,6 +552,9 @@ class Scheduler:
     def pod_relist(self) -> PodRelist:
         """Replace all pod state with a full list that arrives page by page."""
         return PodRelist(self, self._gangs)
+
+    def replace_identities(self, identities: Mapping[str, str]) -> None:
+        self._identities = dict(identities)
 
     def pending_request(self, uid: str) -> PodRequest | None:
         return self._pending.get(uid)
@@ -477,6 +606,7 @@ class PodRelist:
         self._bound: list[Holding] = []
         self._live: set[str] = set()
         self._members: list[tuple[str, str, PodRequest | None]] = []
+        self._identities: dict[str, str] = {}
 
     def add(self, pods: Iterable[JSONObject]) -> None:
         gpu_resource = self._scheduler.config.gpu_resource
@@ -486,6 +616,9 @@ class PodRelist:
             if not uid:
                 continue
             self._live.add(uid)
+            identity = statefulset_identity(meta)
+            if identity is not None:
+                self._identities[uid] = identity
             holding = holding_from_pod(pod, gpu_resource=gpu_resource)
             if holding is not None:
                 self._bound.append(holding)
@@ -500,6 +633,7 @@ class PodRelist:
     def commit(self) -> None:
         self._scheduler.inventory.replace_bound(self._bound, live=self._live)
         self._gangs.replace_members(self._members)
+        self._scheduler.replace_identities(self._identities)
         for holding in self._bound:
             self._scheduler.forget_pending(holding.uid)
 
@@ -514,3 +648,21 @@ class PodGroupRelist:
 
     def commit(self) -> None:
         self._gangs.replace_groups(self._specs)
+
+
+class SpecRelist(Generic[Spec]):
+    """A relist of objects the core keeps as specs (IPPools, IPClaims)."""
+
+    def __init__(
+        self,
+        parse: Callable[[JSONObject], Spec | None],
+        replace: Callable[[Iterable[Spec]], None],
+    ) -> None:
+        self._parse, self._replace = parse, replace
+        self._specs: list[Spec] = []
+
+    def add(self, objects: Iterable[JSONObject]) -> None:
+        self._specs.extend(s for s in map(self._parse, objects) if s is not None)
+
+    def commit(self) -> None:
+        self._replace(self._specs)

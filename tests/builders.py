@@ -173,3 +173,66 @@ def make_pod_group(
 def gang_pod(name: str, group: str, *, gpus: int = 2, **kwargs: Any) -> dict[str, Any]:
     labels = {names.POD_GROUP_LABEL: group, **kwargs.pop("labels", {})}
     return make_pod(name, gpus=gpus, labels=labels, **kwargs)
+
+
+def make_ip_pool(
+    name: str,
+    *,
+    cidr: str | None = None,
+    ranges: list[tuple[str, str]] | None = None,
+    exclude: list[str] | None = None,
+    gateway: str | None = None,
+    rack: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if cidr:
+        spec["cidr"] = cidr
+    if ranges:
+        spec["ranges"] = [{"start": a, "end": b} for a, b in ranges]
+    if exclude:
+        spec["exclude"] = exclude
+    if gateway:
+        spec["gateway"] = gateway
+    if rack:
+        spec["nodeSelector"] = {"topology.kubernetes.io/rack": rack}
+    return {
+        "apiVersion": "schedext.io/v1alpha1",
+        "kind": "IPPool",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def ip_pod(
+    name: str,
+    *,
+    ip: str | None = None,
+    pool: str | None = None,
+    policy: str | None = None,
+    statefulset: str | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    annotations = dict(kwargs.pop("annotations", {}))
+    if ip:
+        annotations[names.IP] = ip
+    if pool:
+        annotations[names.IP_POOL] = pool
+    if policy:
+        annotations[names.IP_POLICY] = policy
+    pod = make_pod(name, annotations=annotations, **kwargs)
+    if statefulset:
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "name": statefulset,
+                "uid": f"sts-{statefulset}",
+                "controller": True,
+            }
+        ]
+    return pod
+
+
+def bound_ip_pod(name: str, *, node: str, ip: str, pool: str, **kwargs: Any) -> dict[str, Any]:
+    annotations = {names.IP: ip, names.IP_POOL: pool, **kwargs.pop("annotations", {})}
+    return make_pod(name, node=node, annotations=annotations, **kwargs)

@@ -47,6 +47,10 @@ class KubeApi:
     async def post(self, path: str, body: Mapping[str, Any]) -> JSON:
         return await self._request("POST", path, content=orjson.dumps(body))
 
+    async def delete(self, path: str, body: Mapping[str, Any] | None = None) -> JSON:
+        content = orjson.dumps(body) if body is not None else None
+        return await self._request("DELETE", path, content=content)
+
     async def merge_patch(self, path: str, body: Mapping[str, Any]) -> JSON:
         return await self._request(
             "PATCH",

@@ -20,6 +20,7 @@ from typing import Any
 
 from app.binder import BindError
 from app.kube.api import KubeApi
+from app.kube.claims import delete_claim, ensure_claim
 from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError, ApiTransientError
 from extender.model import BindPlan
 
@@ -48,6 +49,20 @@ class ApiBinder:
         self._clock = clock
 
     async def bind(self, plan: BindPlan) -> None:
+        """Create/point the sticky address claim first (so the address is durably held before
+        the pod carries it), then the Binding; a claim created here goes if the bind fails."""
+        created = await ensure_claim(self._api, plan.claim) if plan.claim else False
+        try:
+            await self._bind(plan)
+        except BindError:
+            if created and plan.claim is not None:
+                try:
+                    await delete_claim(self._api, plan.claim.name)
+                except ApiError as error:
+                    log.warning("could not delete IPClaim %s: %s", plan.claim.name, error)
+            raise
+
+    async def _bind(self, plan: BindPlan) -> None:
         path = f"/api/v1/namespaces/{plan.namespace}/pods/{plan.name}/binding"
         body = _binding(plan)
         deadline = self._clock() + self._deadline_s

@@ -1,19 +1,22 @@
-"""The live-cluster inventory source: list+watch of nodes and pods feeding the core."""
+"""The live-cluster inventory source: list+watch of everything the core decides on, plus the
+background writers (status, claim release)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from app.kube.api import KubeApi
-from app.kube.podgroups import PODGROUPS_PATH, write_statuses_forever
+from app.kube.claims import ClaimReleaser
+from app.kube.status import PODGROUPS_PATH, SCHEDEXT_PATH, StatusWriter
 from app.kube.watch import Relist, Resource, Sink, watch_forever
 from app.service import Service
 from extender.scheduler import Scheduler
 
-__all__ = ["NODES", "PODGROUPS", "PODS", "ClusterSource"]
+__all__ = ["IPCLAIMS", "IPPOOLS", "NODES", "PODGROUPS", "PODS", "STATEFULSETS", "ClusterSource"]
 
 log = logging.getLogger("schedext.cluster")
 
@@ -27,92 +30,115 @@ PODS = Resource(
     path="/api/v1/pods",
     field_selector="status.phase!=Succeeded,status.phase!=Failed",
 )
-# scheduler-plugins' coscheduling CRD; without it there are simply no gangs.
+# Custom resources whose CRDs may be missing: without them, no gangs or no address pools.
 PODGROUPS = Resource(name="podgroups", path=f"{PODGROUPS_PATH}/podgroups", optional=True)
+IPPOOLS = Resource(name="ippools", path=f"{SCHEDEXT_PATH}/ippools", optional=True)
+IPCLAIMS = Resource(name="ipclaims", path=f"{SCHEDEXT_PATH}/ipclaims", optional=True)
+STATEFULSETS = Resource(name="statefulsets", path="/apis/apps/v1/statefulsets")
+RESOURCES = (NODES, PODS, PODGROUPS, IPPOOLS, IPCLAIMS, STATEFULSETS)
 
 
-class _NodeSink:
+@dataclass(frozen=True, slots=True)
+class _Sink:
+    """Events of one resource, routed to the core's writer methods."""
+
+    relist: Callable[[], Relist]
+    upsert: Callable[[JSON], object]
+    delete: Callable[[JSON], object]
+
+
+def _sinks(scheduler: Scheduler) -> dict[str, Sink]:
+    def name(obj: JSON) -> str:
+        return str((obj.get("metadata") or {}).get("name", ""))
+
+    def uid(obj: JSON) -> str:
+        return str((obj.get("metadata") or {}).get("uid", ""))
+
+    return {
+        "nodes": _Sink(
+            scheduler.node_relist, scheduler.upsert_node, lambda o: scheduler.delete_node(name(o))
+        ),
+        "pods": _Sink(
+            scheduler.pod_relist, scheduler.upsert_pod, lambda o: scheduler.delete_pod(uid(o))
+        ),
+        "podgroups": _Sink(
+            scheduler.pod_group_relist, scheduler.upsert_pod_group, scheduler.delete_pod_group
+        ),
+        "ippools": _Sink(
+            scheduler.ip_pool_relist, scheduler.upsert_ip_pool, scheduler.delete_ip_pool
+        ),
+        "ipclaims": _Sink(
+            scheduler.ip_claim_relist, scheduler.upsert_ip_claim, scheduler.delete_ip_claim
+        ),
+        "statefulsets": _Sink(
+            lambda: _StatefulSetRelist(scheduler),
+            lambda o: scheduler.set_statefulset(_key(o), _replicas(o)),
+            lambda o: scheduler.set_statefulset(_key(o), None),
+        ),
+    }
+
+
+def _key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+def _replicas(obj: JSON) -> int:
+    replicas = (obj.get("spec") or {}).get("replicas", 1)
+    return replicas if isinstance(replicas, int) and replicas >= 0 else 1
+
+
+class _StatefulSetRelist:
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
+        self._replicas: dict[str, int] = {}
 
-    def relist(self) -> Relist:
-        return self._scheduler.node_relist()
+    def add(self, items: Iterable[JSON]) -> None:
+        for item in items:
+            self._replicas[_key(item)] = _replicas(item)
 
-    def upsert(self, obj: JSON) -> None:
-        self._scheduler.upsert_node(obj)
-
-    def delete(self, obj: JSON) -> None:
-        name = (obj.get("metadata") or {}).get("name")
-        if isinstance(name, str):
-            self._scheduler.delete_node(name)
-
-
-class _PodSink:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._scheduler = scheduler
-
-    def relist(self) -> Relist:
-        return self._scheduler.pod_relist()
-
-    def upsert(self, obj: JSON) -> None:
-        self._scheduler.upsert_pod(obj)
-
-    def delete(self, obj: JSON) -> None:
-        uid = (obj.get("metadata") or {}).get("uid")
-        if isinstance(uid, str):
-            self._scheduler.delete_pod(uid)
-
-
-class _PodGroupSink:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._scheduler = scheduler
-
-    def relist(self) -> Relist:
-        return self._scheduler.pod_group_relist()
-
-    def upsert(self, obj: JSON) -> None:
-        self._scheduler.upsert_pod_group(obj)
-
-    def delete(self, obj: JSON) -> None:
-        self._scheduler.delete_pod_group(obj)
+    def commit(self) -> None:
+        self._scheduler.replace_statefulsets(self._replicas)
 
 
 class ClusterSource:
-    """Verbs are refused until nodes and pods have both been listed once, so that no
-    decision is made on a partial inventory (and restarts rebuild every GPU holding from the
-    pods' annotations before the first bind)."""
+    """Verbs are refused until every resource has been listed once, so that no decision is
+    made on a partial inventory: restarts rebuild every GPU and address holding (pods'
+    annotations, IPClaims) before the first bind."""
 
     def __init__(
         self,
         api: KubeApi,
         *,
         server: str,
-        resources: Iterable[Resource] = (NODES, PODS, PODGROUPS),
+        resources: Iterable[Resource] = RESOURCES,
         status_interval_s: float = 2.0,
+        claim_release_interval_s: float = 30.0,
     ) -> None:
         self._api = api
         self._resources = tuple(resources)
         self._status_interval_s = status_interval_s
+        self._claim_release_interval_s = claim_release_interval_s
         self._tasks: list[asyncio.Task[None]] = []
         self.description = f"cluster at {server}"
 
     async def start(self, service: Service) -> None:
-        service.readiness.set_not_ready(
-            "inventory not synced: nodes, pods and podgroups not listed yet"
-        )
         pending = {resource.name for resource in self._resources}
-        sinks: dict[str, Sink] = {
-            "nodes": _NodeSink(service.scheduler),
-            "pods": _PodSink(service.scheduler),
-            "podgroups": _PodGroupSink(service.scheduler),
-        }
+        service.readiness.set_not_ready(
+            f"inventory not synced: {', '.join(sorted(pending))} not listed yet"
+        )
+        sinks = _sinks(service.scheduler)
 
         def listed_callback(name: str) -> Callable[[], None]:
             def listed() -> None:
                 pending.discard(name)
-                if not pending and not service.readiness.ready:
+                if pending:
+                    service.readiness.set_not_ready(
+                        f"inventory not synced: {', '.join(sorted(pending))} not listed yet"
+                    )
+                elif not service.readiness.ready:
                     service.readiness.set_ready()
-                    log.info("inventory synced: nodes, pods and podgroups listed")
+                    log.info("inventory synced: every resource listed")
 
             return listed
 
@@ -121,10 +147,14 @@ class ClusterSource:
                 self._api, resource, sinks[resource.name], on_listed=listed_callback(resource.name)
             )
             self._tasks.append(asyncio.create_task(watcher, name=f"watch-{resource.name}"))
-        statuses = write_statuses_forever(
-            self._api, service.scheduler, interval_s=self._status_interval_s
+        statuses = StatusWriter(self._api, service.scheduler).run_forever(
+            interval_s=self._status_interval_s
         )
-        self._tasks.append(asyncio.create_task(statuses, name="podgroup-status"))
+        releaser = ClaimReleaser(self._api, service.scheduler, service.readiness).run_forever(
+            interval_s=self._claim_release_interval_s
+        )
+        self._tasks.append(asyncio.create_task(statuses, name="status-writer"))
+        self._tasks.append(asyncio.create_task(releaser, name="claim-releaser"))
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.e2e.harness import ApiError as HarnessApiError
 from tests.e2e.harness import (
     ControlPlane,
     KubeApi,
@@ -35,13 +36,21 @@ GPU = "nvidia.com/gpu"
 GPU_IDS = "schedext.io/gpu-ids"
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1"
+SCHEDEXT = "/apis/schedext.io/v1alpha1"
 _namespaces = itertools.count(1)
 
 
 class Schedext:
     """``schedext serve --kubeconfig`` as a real process on a fixed loopback port."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, *extra_args: str) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_path: Path,
+        *extra_args: str,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.env = {**os.environ, **(env or {})}
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.port = free_port()
@@ -64,6 +73,7 @@ class Schedext:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=self.env,
             )
         if wait_ready:
             self.wait_ready()
@@ -205,6 +215,92 @@ class Cluster:
         }
         self.api.apply_raw("POST", f"{PODGROUPS}/namespaces/{self.namespace}/podgroups", body)
 
+    def ip_pool(
+        self,
+        name: str,
+        *,
+        cidr: str | None = None,
+        ranges: list[tuple[str, str]] | None = None,
+        rack: str | None = None,
+        gateway: str | None = None,
+    ) -> None:
+        spec: dict[str, Any] = {}
+        if cidr:
+            spec["cidr"] = cidr
+        if ranges:
+            spec["ranges"] = [{"start": a, "end": b} for a, b in ranges]
+        if gateway:
+            spec["gateway"] = gateway
+        if rack:
+            spec["nodeSelector"] = {"topology.kubernetes.io/rack": rack}
+        body = {
+            "apiVersion": "schedext.io/v1alpha1",
+            "kind": "IPPool",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.api.apply_raw("POST", f"{SCHEDEXT}/ippools", body)
+
+    def ip_claims(self) -> dict[str, dict[str, Any]]:
+        return {
+            c["spec"]["owner"]: c
+            for c in self.api.apply_raw("GET", f"{SCHEDEXT}/ipclaims")["items"]
+        }
+
+    def statefulset(self, name: str, *, replicas: int) -> str:
+        """A StatefulSet object (no controller runs here: tests create its pods); its UID."""
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {
+                "replicas": replicas,
+                "serviceName": name,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "main", "image": "registry.invalid/pause"}]},
+                },
+            },
+        }
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/statefulsets"
+        return str(self.api.apply_raw("POST", path, body)["metadata"]["uid"])
+
+    def scale_statefulset(self, name: str, replicas: int) -> None:
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/statefulsets/{name}"
+        sts = self.api.apply_raw("GET", path)
+        sts["spec"]["replicas"] = replicas
+        self.api.apply_raw("PUT", path, sts)
+
+    def ip_pod(self, name: str, *, ip: str | None = None, pool: str | None = None,
+               policy: str | None = None, statefulset: tuple[str, str] | None = None,
+               gpus: int = 0) -> None:  # fmt: skip
+        """A pod asking for an address; ``statefulset`` is (name, uid) of its owner."""
+        annotations = {}
+        if ip:
+            annotations["schedext.io/ip"] = ip
+        if pool:
+            annotations["schedext.io/ip-pool"] = pool
+        if policy:
+            annotations["schedext.io/ip-policy"] = policy
+        requests = {"cpu": "100m", "memory": "64Mi", "schedext.io/ip": "1"}
+        limits = {"schedext.io/ip": "1"}
+        if gpus:
+            requests[GPU] = limits[GPU] = str(gpus)
+        manifest = pod_manifest(name, requests=requests, limits=limits, annotations=annotations)
+        if statefulset:
+            sts_name, sts_uid = statefulset
+            manifest["metadata"]["labels"] = {"app": sts_name}
+            manifest["metadata"]["ownerReferences"] = [
+                {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts_name, "uid": sts_uid,
+                 "controller": True, "blockOwnerDeletion": True}
+            ]  # fmt: skip
+        self.api.create_pod(self.namespace, manifest)
+
+    def address(self, name: str) -> tuple[str, str]:
+        annotations = self.get_pod(name)["metadata"].get("annotations") or {}
+        return annotations.get("schedext.io/ip", ""), annotations.get("schedext.io/ip-pool", "")
+
     def get_pod_group(self, name: str) -> dict[str, Any]:
         return self.api.apply_raw(
             "GET", f"{PODGROUPS}/namespaces/{self.namespace}/podgroups/{name}"
@@ -261,20 +357,35 @@ def install_crds(api: KubeApi) -> None:
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
         wait_for(established, timeout=30, message=f"CRD {name} not established")
+        # Established is not yet servable: wait until its storage answers a list.
+        spec = crd["spec"]
+        collection = (
+            f"/apis/{spec['group']}/{spec['versions'][0]['name']}/{spec['names']['plural']}"
+        )
+        wait_for(
+            lambda collection=collection: api.apply_raw("GET", collection),
+            timeout=30,
+            message=f"{collection} not servable",
+            retry_on=(httpx.TransportError, HarnessApiError),
+        )
+
+
+def _delete_all(api: KubeApi, collection: str) -> None:
+    for obj in api.apply_raw("GET", collection)["items"]:
+        api.apply_raw("DELETE", f"{collection}/{obj['metadata']['name']}")
 
 
 def _reset(api: KubeApi) -> None:
-    """Delete every test pod and every node, and wait until they are gone."""
+    """Delete every test object and every node, and wait until the nodes are gone."""
     for namespace in api.apply_raw("GET", "/api/v1/namespaces")["items"]:
         ns = namespace["metadata"]["name"]
         if ns.startswith("e2e-"):
             for pod in api.list_pods(ns):
                 api.delete_pod(ns, pod["metadata"]["name"])
-            groups = api.apply_raw("GET", f"{PODGROUPS}/namespaces/{ns}/podgroups")["items"]
-            for group in groups:
-                api.apply_raw(
-                    "DELETE", f"{PODGROUPS}/namespaces/{ns}/podgroups/{group['metadata']['name']}"
-                )
+            _delete_all(api, f"{PODGROUPS}/namespaces/{ns}/podgroups")
+            _delete_all(api, f"/apis/apps/v1/namespaces/{ns}/statefulsets")
+    _delete_all(api, f"{SCHEDEXT}/ipclaims")
+    _delete_all(api, f"{SCHEDEXT}/ippools")
     for node in api.apply_raw("GET", "/api/v1/nodes")["items"]:
         api.delete_node(node["metadata"]["name"])
     wait_for(
@@ -293,7 +404,12 @@ def cluster(
     _reset(api)
     namespace = f"e2e-{next(_namespaces)}"
     api.create_namespace(namespace)
-    schedext = Schedext(control_plane.kubeconfig, tmp_path / "schedext.log")
+    # Release vanished sticky claims quickly, so that tests need not wait 30 s.
+    schedext = Schedext(
+        control_plane.kubeconfig,
+        tmp_path / "schedext.log",
+        env={"SCHEDEXT_IP__CLAIM_RELEASE_INTERVAL_S": "1"},
+    )
     schedext.start()
     env = Cluster(cp=control_plane, api=api, schedext=schedext, namespace=namespace)
     request.node.e2e_cluster = env

@@ -1,0 +1,77 @@
+"""Status write-back, patched only when it changes:
+
+* PodGroup: ``status.phase``, ``scheduled``, ``running`` and ``scheduleStartTime``, where
+  scheduler-plugins' coscheduling keeps them;
+* IPPool: ``status.allocated`` and ``status.free``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from typing import Any
+
+from app.kube.api import KubeApi
+from app.kube.errors import ApiError, ApiNotFoundError
+from extender.scheduler import Scheduler
+
+__all__ = ["PODGROUPS_PATH", "SCHEDEXT_PATH", "StatusWriter"]
+
+log = logging.getLogger("schedext.status")
+
+PODGROUPS_PATH = "/apis/scheduling.x-k8s.io/v1alpha1"
+SCHEDEXT_PATH = "/apis/schedext.io/v1alpha1"
+
+
+class StatusWriter:
+    def __init__(self, api: KubeApi, scheduler: Scheduler) -> None:
+        self._api = api
+        self._scheduler = scheduler
+        self._written: dict[str, dict[str, Any]] = {}
+
+    async def run_forever(self, *, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.write_once()
+
+    async def write_once(self) -> None:
+        wanted: dict[str, tuple[str, dict[str, Any]]] = {}
+        for spec in self._scheduler.pod_groups():
+            status = self._scheduler.group_status(spec.key)
+            if status is None:
+                continue
+            body: dict[str, Any] = {
+                "phase": status.phase,
+                "scheduled": status.scheduled,
+                "running": status.running,
+            }
+            last = self._written.get(f"pg:{spec.key}") or {}
+            if status.phase in ("Scheduling", "Scheduled", "Running"):
+                # First seen placing members (a short Scheduling phase may fall between passes).
+                body["scheduleStartTime"] = last.get("scheduleStartTime") or _now()
+            path = f"{PODGROUPS_PATH}/namespaces/{spec.namespace}/podgroups/{spec.name}/status"
+            wanted[f"pg:{spec.key}"] = (path, body)
+        book = self._scheduler.inventory.addresses
+        for pool in book.pools():
+            free = book.free_count(pool)
+            body = {"allocated": pool.size - free, "free": free}
+            wanted[f"ip:{pool.name}"] = (f"{SCHEDEXT_PATH}/ippools/{pool.name}/status", body)
+        for key, (path, body) in wanted.items():
+            if self._written.get(key) == body:
+                continue
+            try:
+                await self._api.merge_patch(path, {"status": body})
+            except ApiNotFoundError:
+                self._written.pop(key, None)
+                continue
+            except ApiError as error:
+                log.warning("cannot update status of %s: %s", key, error)
+                continue
+            self._written[key] = body
+        for key in set(self._written) - set(wanted):
+            del self._written[key]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,405 @@
+"""Pools, allocation, exhaustion, exclusions, sticky identities and release rules."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from extender.errors import BindRefusedError
+from extender.ipam import AddressBook, IPClaimSpec, IPUse, claim_name, ip_claim_spec, ip_pool_spec
+from extender.model import ClaimPolicy, Reason
+from extender.requests import PodRequestError, pod_request, statefulset_identity
+from extender.scheduler import Scheduler
+from tests.builders import bound_ip_pod, ip_pod, make_ip_pool, make_node, name_of, uid_of
+
+
+def addr(text: str) -> int:
+    return int(ipaddress.ip_address(text))
+
+
+@dataclass
+class PoolCase:
+    name: str
+    pool: dict[str, Any]
+    size: int
+    first: str | None = None
+    last: str | None = None
+    problem: str | None = None
+
+
+POOLS = [
+    PoolCase(
+        "a /29 loses its network and broadcast addresses",
+        make_ip_pool("p", cidr="10.0.0.0/29"),
+        6,
+        "10.0.0.1",
+        "10.0.0.6",
+    ),
+    PoolCase(
+        "a /31 keeps both addresses",
+        make_ip_pool("p", cidr="10.0.0.0/31"),
+        2,
+        "10.0.0.0",
+        "10.0.0.1",
+    ),
+    PoolCase(
+        "the gateway is excluded",
+        make_ip_pool("p", cidr="10.0.0.0/29", gateway="10.0.0.1"),
+        5,
+        "10.0.0.2",
+        "10.0.0.6",
+    ),
+    PoolCase(
+        "single addresses and CIDRs are excluded",
+        make_ip_pool("p", cidr="10.0.0.0/28", exclude=["10.0.0.1", "10.0.0.8/30"]),
+        9,
+        "10.0.0.2",
+        "10.0.0.14",
+    ),
+    PoolCase(
+        "ranges are merged",
+        make_ip_pool("p", ranges=[("10.1.0.10", "10.1.0.12"), ("10.1.0.12", "10.1.0.14")]),
+        5,
+        "10.1.0.10",
+        "10.1.0.14",
+    ),
+    PoolCase(
+        "cidr and ranges combine",
+        make_ip_pool("p", cidr="10.0.0.0/30", ranges=[("10.0.1.1", "10.0.1.1")]),
+        3,
+        "10.0.0.1",
+        "10.0.1.1",
+    ),
+    PoolCase("ipv6", make_ip_pool("p", cidr="fd00::/126"), 4, "fd00::", "fd00::3"),
+    PoolCase("no addresses at all", make_ip_pool("p"), 0, problem="needs spec.cidr or spec.ranges"),
+    PoolCase("a broken cidr", make_ip_pool("p", cidr="10.0.0.0/33"), 0, problem="not a CIDR"),
+    PoolCase(
+        "a reversed range",
+        make_ip_pool("p", ranges=[("10.0.0.9", "10.0.0.1")]),
+        0,
+        problem="is not a range",
+    ),
+    PoolCase(
+        "mixed families",
+        make_ip_pool("p", cidr="10.0.0.0/30", ranges=[("fd00::1", "fd00::2")]),
+        0,
+        problem="mixes IPv4 and IPv6",
+    ),
+    PoolCase("too large", make_ip_pool("p", cidr="10.0.0.0/8"), 0, problem="at most"),
+]
+
+
+@pytest.mark.parametrize("case", POOLS, ids=[c.name for c in POOLS])
+def test_pool_addresses(case: PoolCase) -> None:
+    spec = ip_pool_spec(case.pool)
+    assert spec is not None
+    if case.problem:
+        assert spec.problem is not None
+        assert case.problem in spec.problem
+        return
+    assert spec.problem is None
+    assert spec.size == case.size == len(list(spec.addresses()))
+    addresses = list(spec.addresses())
+    assert (addresses[0], addresses[-1]) == (addr(case.first or ""), addr(case.last or ""))
+
+
+def test_lowest_free_skips_addresses_held_by_pods_and_claims() -> None:
+    book = AddressBook()
+    pool = ip_pool_spec(make_ip_pool("p", cidr="10.0.0.0/29"))
+    assert pool is not None
+    book.upsert_pool(pool)
+    book.hold(IPUse(address=addr("10.0.0.1"), pool="p", uid="u1", pod="ns/a", node="n"))
+    book.upsert_claim(IPClaimSpec(name="c", pool="p", address="10.0.0.2", owner="sts/ns/web/0"))
+    assert book.lowest_free(pool) == addr("10.0.0.3")
+    assert book.free_count(pool) == 4
+    assert not book.hold(IPUse(address=addr("10.0.0.1"), pool="p", uid="u2", pod="ns/b", node="n"))
+    book.release("u1")
+    assert book.lowest_free(pool) == addr("10.0.0.1")
+    assert book.free_count(pool) == 5
+
+
+def test_claims_are_named_after_their_address_so_the_api_server_keeps_them_unique() -> None:
+    assert claim_name("rack-a", "10.20.1.15") == "rack-a.10-20-1-15"
+    assert claim_name("v6", "fd00::1") == "v6.fd00--1"
+    claim = ip_claim_spec(
+        {
+            "metadata": {"name": "x"},
+            "spec": {
+                "pool": "p",
+                "address": "10.0.0.1",
+                "owner": "sts/ns/web/0",
+                "releasePolicy": "never-release",
+            },
+        }
+    )
+    assert claim is not None
+    assert claim.policy is ClaimPolicy.NEVER_RELEASE
+    assert ip_claim_spec({"metadata": {"name": "x"}, "spec": {"address": "nope"}}) is None
+
+
+# --------------------------------------------------------------------- requests
+
+
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        (ip_pod("a", ip="10.0.0.300"), "is not an IP address"),
+        (ip_pod("a", pool=" , "), "names no pool"),
+        (ip_pod("a", pool="p", policy="forever"), "must be sticky or never-release"),
+        (ip_pod("web-0", pool="p", policy="sticky"), "needs a pod of a StatefulSet"),
+        (
+            ip_pod("web-0", policy="sticky", statefulset="web"),
+            "needs schedext.io/ip-pool or schedext.io/ip",
+        ),
+    ],
+)
+def test_bad_address_requests_are_refused_with_a_reason(pod: dict[str, Any], message: str) -> None:
+    with pytest.raises(PodRequestError, match=message):
+        pod_request(pod)
+
+
+def test_sticky_identity_comes_from_the_statefulset_and_ordinal() -> None:
+    pod = ip_pod("web-2", pool="p, q", policy="sticky", statefulset="web", namespace="db")
+    request = pod_request(pod)
+    assert request.ip is not None
+    assert (request.ip.pools, request.ip.identity, request.ip.policy) == (
+        ("p", "q"),
+        "sts/db/web/2",
+        ClaimPolicy.STICKY,
+    )
+    assert statefulset_identity(ip_pod("other-2", statefulset="web")["metadata"]) is None
+
+
+# ----------------------------------------------------------------- the scheduler
+
+RACKS = [
+    make_node("a1", labels={"topology.kubernetes.io/rack": "a"}, gpus=4),
+    make_node("a2", labels={"topology.kubernetes.io/rack": "a"}, gpus=4),
+    make_node("b1", labels={"topology.kubernetes.io/rack": "b"}, gpus=4),
+]
+POOL_A = make_ip_pool("rack-a", cidr="10.20.1.0/29", rack="a")  # .1-.6
+POOL_B = make_ip_pool("rack-b", cidr="10.20.2.0/29", rack="b")
+
+
+def scheduler_with(
+    pods: list[dict[str, Any]] = (),
+    pools: list[dict[str, Any]] = (POOL_A, POOL_B),
+    claims: list[dict[str, Any]] = (),
+) -> Scheduler:  # type: ignore[assignment]
+    scheduler = Scheduler()
+    for pool in pools:
+        scheduler.upsert_ip_pool(pool)
+    for claim in claims:
+        scheduler.upsert_ip_claim(claim)
+    for node in RACKS:
+        scheduler.upsert_node(node)
+    for pod in pods:
+        scheduler.upsert_pod(pod)
+    return scheduler
+
+
+def verdict_of(scheduler: Scheduler, pod: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    verdict = scheduler.filter(pod, ["a1", "a2", "b1"])
+    failed = verdict.failed
+    return {
+        n: ("fits", False) if n in verdict.passed else (failed[n], n in verdict.unresolvable)
+        for n in ["a1", "a2", "b1"]
+    }
+
+
+def bind(scheduler: Scheduler, pod: dict[str, Any], node: str) -> Any:
+    return scheduler.plan_bind(
+        uid=uid_of(pod), namespace="default", name=name_of(pod), node=node, now=0
+    )
+
+
+def test_a_specific_address_goes_only_to_the_rack_that_owns_it() -> None:
+    scheduler = scheduler_with()
+    pod = ip_pod("db", ip="10.20.1.5")
+    outcome = verdict_of(scheduler, pod)
+    assert outcome["a1"] == outcome["a2"] == ("fits", False)
+    assert outcome["b1"] == ("schedext: node not in IP pool rack-a", True)
+    plan = bind(scheduler, pod, "a2")
+    assert (plan.ip, plan.ip_pool) == ("10.20.1.5", "rack-a")
+    assert plan.annotations == {"schedext.io/ip": "10.20.1.5", "schedext.io/ip-pool": "rack-a"}
+
+
+def test_an_address_in_no_pool_and_an_unknown_pool_are_unresolvable() -> None:
+    scheduler = scheduler_with()
+    assert set(verdict_of(scheduler, ip_pod("x", ip="192.168.9.9")).values()) == {
+        ("schedext: address 192.168.9.9 is in no IP pool", True)
+    }
+    assert set(verdict_of(scheduler, ip_pod("y", pool="rack-z")).values()) == {
+        ("schedext: IP pool rack-z not found", True)
+    }
+
+
+def test_address_taken_is_resolvable_only_on_the_holders_node_and_for_lower_priority() -> None:
+    holder = bound_ip_pod("old", node="a1", ip="10.20.1.5", pool="rack-a", priority=10)
+    scheduler = scheduler_with([holder])
+    high = verdict_of(scheduler, ip_pod("new", ip="10.20.1.5", priority=100))
+    assert high["a1"] == ("schedext: address 10.20.1.5 of pool rack-a held by default/old", False)
+    assert high["a2"] == ("schedext: address 10.20.1.5 of pool rack-a held by default/old", True)
+    low = verdict_of(scheduler, ip_pod("low", ip="10.20.1.5", priority=1))
+    assert low["a1"][1] is True
+
+
+def test_pool_allocation_takes_the_lowest_free_address_and_never_one_twice() -> None:
+    scheduler = scheduler_with([bound_ip_pod("first", node="a1", ip="10.20.1.1", pool="rack-a")])
+    pods = [ip_pod(f"p{i}", pool="rack-a") for i in range(5)]
+    addresses = []
+    for pod in pods:
+        scheduler.filter(pod, ["a1"])
+        addresses.append(bind(scheduler, pod, "a1").ip)
+    assert addresses == ["10.20.1.2", "10.20.1.3", "10.20.1.4", "10.20.1.5", "10.20.1.6"]
+    seventh = ip_pod("p7", pool="rack-a")
+    assert verdict_of(scheduler, seventh)["a1"] == ("schedext: IP pool rack-a exhausted", True)
+
+
+def test_an_exhausted_pool_is_resolvable_where_lower_priority_holders_run() -> None:
+    holders = [
+        bound_ip_pod(
+            f"h{i}", node="a1" if i < 3 else "a2", ip=f"10.20.1.{i + 1}", pool="rack-a", priority=5
+        )
+        for i in range(6)
+    ]
+    scheduler = scheduler_with(holders)
+    outcome = verdict_of(scheduler, ip_pod("vip", pool="rack-a", priority=50))
+    assert outcome["a1"] == outcome["a2"] == ("schedext: IP pool rack-a exhausted", False)
+    assert verdict_of(scheduler, ip_pod("peer", pool="rack-a", priority=5))["a1"][1] is True
+
+
+def test_any_of_several_pools_prefers_the_one_with_more_free_addresses() -> None:
+    scheduler = scheduler_with(
+        [bound_ip_pod(f"h{i}", node="a1", ip=f"10.20.1.{i + 1}", pool="rack-a") for i in range(4)]
+    )
+    pod = ip_pod("p", pool="rack-a,rack-b")
+    assert all(v == ("fits", False) for v in verdict_of(scheduler, pod).values())
+    scores = dict(zip(["a2", "b1"], scheduler.prioritize(pod, ["a2", "b1"]).tolist(), strict=True))
+    assert scores["b1"] > scores["a2"]
+
+
+def test_a_sticky_pod_gets_a_claim_and_its_successor_the_same_address() -> None:
+    scheduler = scheduler_with()
+    first = ip_pod("web-1", pool="rack-a", policy="sticky", statefulset="web", uid="web-1-v1")
+    scheduler.filter(first, ["a1"])
+    plan = bind(scheduler, first, "a1")
+    assert plan.claim is not None
+    assert (plan.claim.owner, plan.claim.address, plan.claim.exists) == (
+        "sts/default/web/1",
+        plan.ip,
+        False,
+    )
+    scheduler.confirm_bind(plan)  # no watch here: the claim is recorded at once
+    successor = ip_pod("web-1", pool="rack-a", policy="sticky", statefulset="web", uid="web-1-v2")
+    # the old pod (old UID) still exists: the address waits for it
+    outcome = verdict_of(scheduler, successor)
+    busy = (f"schedext: address {plan.ip} still held by previous pod default/web-1", True)
+    assert outcome["a1"] == outcome["a2"] == busy
+    assert outcome["b1"] == ("schedext: node not in IP pool rack-a", True)
+    scheduler.delete_pod("web-1-v1")
+    outcome = verdict_of(scheduler, successor)
+    assert outcome["a2"] == ("fits", False)  # another node of the same rack is fine
+    again = bind(scheduler, successor, "a2")
+    assert again.ip == plan.ip
+    assert again.claim is not None
+    assert again.claim.exists
+
+
+def test_a_claimed_address_is_not_given_to_anyone_else() -> None:
+    claim = {
+        "metadata": {"name": "rack-a.10-20-1-1"},
+        "spec": {"pool": "rack-a", "address": "10.20.1.1", "owner": "sts/default/db/0"},
+    }
+    scheduler = scheduler_with(claims=[claim])
+    pod = ip_pod("p", pool="rack-a")
+    scheduler.filter(pod, ["a1"])
+    assert bind(scheduler, pod, "a1").ip == "10.20.1.2"
+    assert verdict_of(scheduler, ip_pod("q", ip="10.20.1.1"))["a1"] == (
+        "schedext: address 10.20.1.1 of pool rack-a held by the claim of sts/default/db/0",
+        True,
+    )
+
+
+def test_reservations_hold_addresses_and_release_gives_them_back() -> None:
+    scheduler = scheduler_with()
+    first, second = ip_pod("a", ip="10.20.1.3"), ip_pod("b", ip="10.20.1.3")
+    scheduler.filter(first, ["a1"])
+    scheduler.filter(second, ["a1"])
+    plan = bind(scheduler, first, "a1")
+    with pytest.raises(BindRefusedError, match="held by default/a"):
+        bind(scheduler, second, "a1")
+    scheduler.abort_bind(plan)
+    assert bind(scheduler, second, "a1").ip == "10.20.1.3"
+
+
+# ------------------------------------------------------------------ release rules
+
+
+@dataclass
+class ReleaseCase:
+    name: str
+    owner: str
+    policy: str
+    replicas: int | None
+    pod_exists: bool
+    released: bool
+
+
+RELEASES = [
+    ReleaseCase("ordinal below replicas is kept", "sts/ns/web/1", "sticky", 3, False, False),
+    ReleaseCase("scaled below the ordinal is released", "sts/ns/web/2", "sticky", 2, False, True),
+    ReleaseCase("statefulset deleted is released", "sts/ns/web/0", "sticky", None, False, True),
+    ReleaseCase(
+        "a pod of the identity still exists: kept", "sts/ns/web/2", "sticky", 2, True, False
+    ),
+    ReleaseCase(
+        "never-release is kept even when scaled down",
+        "sts/ns/web/5",
+        "never-release",
+        1,
+        False,
+        False,
+    ),
+    ReleaseCase(
+        "never-release is kept when the statefulset is gone",
+        "sts/ns/web/0",
+        "never-release",
+        None,
+        False,
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", RELEASES, ids=[c.name for c in RELEASES])
+def test_release_rules(case: ReleaseCase) -> None:
+    claim = {
+        "metadata": {"name": "c"},
+        "spec": {
+            "pool": "rack-a",
+            "address": "10.20.1.1",
+            "owner": case.owner,
+            "releasePolicy": case.policy,
+        },
+    }
+    ordinal = case.owner.rsplit("/", 1)[1]
+    pods = (
+        [ip_pod(f"web-{ordinal}", pool="rack-a", statefulset="web", namespace="ns")]
+        if case.pod_exists
+        else []
+    )
+    scheduler = scheduler_with(pods=pods, claims=[claim])
+    scheduler.set_statefulset("ns/web", case.replicas)
+    assert ([c.name for c in scheduler.claims_to_release()] == ["c"]) is case.released
+
+
+def test_reasons_distinguish_taken_from_exhausted() -> None:
+    assert Reason.IP_TAKEN != Reason.IP_EXHAUSTED
+    assert Reason.IP_TAKEN_HERE.resolvable
+    assert Reason.IP_EXHAUSTED_EVICTABLE.resolvable
+    assert not Reason.IP_TAKEN.resolvable
+    assert not Reason.IP_EXHAUSTED.resolvable
