@@ -377,8 +377,8 @@ class Scheduler:
         if spec is not None:
             self._gangs.delete_group(spec.key)
 
-    def pod_group_relist(self) -> PodGroupRelist:
-        return PodGroupRelist(self._gangs)
+    def pod_group_relist(self) -> SpecRelist[PodGroupSpec]:
+        return SpecRelist(pod_group_spec, self._gangs.replace_groups)
 
     def _gang_filter(self, request: PodRequest, node_names: Sequence[str]) -> FilterVerdict | None:
         group = request.group
@@ -638,20 +638,8 @@ class PodRelist:
             self._scheduler.forget_pending(holding.uid)
 
 
-class PodGroupRelist:
-    def __init__(self, gangs: GangBook) -> None:
-        self._gangs = gangs
-        self._specs: list[PodGroupSpec] = []
-
-    def add(self, groups: Iterable[JSONObject]) -> None:
-        self._specs.extend(s for s in map(pod_group_spec, groups) if s is not None)
-
-    def commit(self) -> None:
-        self._gangs.replace_groups(self._specs)
-
-
 class SpecRelist(Generic[Spec]):
-    """A relist of objects the core keeps as specs (IPPools, IPClaims)."""
+    """A relist of objects the core keeps as specs (PodGroups, IPPools, IPClaims)."""
 
     def __init__(
         self,
