@@ -25,6 +25,7 @@ from app.service import Service
 from app.settings import Settings
 from app.snapshot import demo_snapshot, read_snapshot
 from app.sources import InventorySource, SnapshotSource
+from extender.preemption import GangVictims
 from extender.scheduler import Scheduler
 
 __all__ = ["create_app", "default_parts", "live_cluster_configured"]
@@ -68,6 +69,7 @@ def create_app(
         reservation_ttl=settings.bind.reservation_ttl_s,
         gang_timeout_s=settings.gang.default_timeout_s,
         gang_max_wait_s=settings.gang.max_wait_s,
+        gang_victims=GangVictims(settings.preemption.gang_victims),
     )
     metrics = Metrics(lambda: scheduler)
     if source is None:

@@ -108,6 +108,12 @@ class GangSettings(_Group):
     status_interval_s: float = Field(default=2.0, gt=0)
 
 
+class PreemptionSettings(_Group):
+    # protect: gang members are never victims; whole-group: a gang is evicted whole on a node
+    # and its members elsewhere count as PDB violations (see extender.preemption).
+    gang_victims: Literal["protect", "whole-group"] = "protect"
+
+
 class IPSettings(_Group):
     # How often sticky IPClaims of vanished StatefulSet identities are looked for (each is
     # re-checked against the API server before it is deleted).
@@ -124,6 +130,7 @@ class Settings(BaseSettings):
     bind: BindSettings = BindSettings()
     gang: GangSettings = GangSettings()
     ip: IPSettings = IPSettings()
+    preemption: PreemptionSettings = PreemptionSettings()
     snapshot: Path | None = None
     kubeconfig: Path | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"

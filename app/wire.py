@@ -20,7 +20,7 @@ import orjson
 from app.errors import RequestRejectedError
 from extender import fields
 from extender.model import FilterVerdict, Rejection, Victim
-from extender.requests import holding_from_pod, pod_request
+from extender.preemption import NodeVictims
 
 __all__ = [
     "BindingArgs",
@@ -123,7 +123,7 @@ def _all_strings(values: list[Any]) -> bool:
     return True
 
 
-def preemption_args(body: bytes, *, gpu_resource: str) -> PreemptionArgs:
+def preemption_args(body: bytes) -> PreemptionArgs:
     """Both shapes: ``NodeNameToMetaVictims`` (UIDs) and ``NodeNameToVictims`` (full pods)."""
     document = _document(body, "ExtenderPreemptionArgs")
     pod = _pod(document, "ExtenderPreemptionArgs")
@@ -151,7 +151,7 @@ def preemption_args(body: bytes, *, gpu_resource: str) -> PreemptionArgs:
         if not isinstance(pods, list) or not all(isinstance(p, Mapping) for p in pods):
             raise WireError(f"{name}[{node!r}].Pods must be a list of objects")
         pdb = fields.get(entry, "NumPDBViolations")
-        victims = [_victim(p, full_pod=meta is None, gpu_resource=gpu_resource) for p in pods]
+        victims = [_victim(p, full_pod=meta is None) for p in pods]
         if not all(v.uid for v in victims):
             raise WireError(f"{name}[{node!r}]: every victim needs a UID")
         candidates[str(node)] = VictimsArgs(
@@ -162,17 +162,12 @@ def preemption_args(body: bytes, *, gpu_resource: str) -> PreemptionArgs:
     return PreemptionArgs(pod=pod, candidates=candidates)
 
 
-def _victim(pod: Mapping[str, Any], *, full_pod: bool, gpu_resource: str) -> Victim:
+def _victim(pod: Mapping[str, Any], *, full_pod: bool) -> Victim:
+    """Victims are identified by UID; what they hold is the inventory's record (kube-scheduler
+    sends full pods only when not nodeCacheCapable)."""
     if not full_pod:
         return Victim(uid=fields.text(pod, "UID"))
-    uid = fields.text(fields.obj(pod, "metadata"), "uid")
-    holding = holding_from_pod(pod, gpu_resource=gpu_resource)
-    if holding is not None:
-        return Victim(uid=uid, gpus_hint=holding.gpus)
-    try:
-        return Victim(uid=uid, gpus_hint=pod_request(pod, gpu_resource=gpu_resource).gpus)
-    except ValueError:
-        return Victim(uid=uid)
+    return Victim(uid=fields.text(fields.obj(pod, "metadata"), "uid"))
 
 
 def binding_args(body: bytes) -> BindingArgs:
@@ -287,15 +282,18 @@ def _safe_names(names: Sequence[str]) -> bool:
     return joined.count('"') == 2 * (len(names) - 1) and "\\" not in joined and joined.isprintable()
 
 
-def preemption_result(args: PreemptionArgs, kept: Sequence[str]) -> bytes:
-    """Always ``NodeNameToMetaVictims``, whatever shape came in; victims keep their order
-    (kube-scheduler assumes decreasing priority) and their PDB violation count."""
+def preemption_result(args: PreemptionArgs, chosen: Mapping[str, NodeVictims]) -> bytes:
+    """Always ``NodeNameToMetaVictims``, whatever shape came in: per kept node, its victims by
+    UID in decreasing priority, and kube-scheduler's PDB violation count (plus, under the
+    whole-group gang policy, the gang members the eviction breaks elsewhere)."""
     result = {
         node: {
-            "Pods": [{"UID": uid} for uid in args.candidates[node].uids],
-            "NumPDBViolations": args.candidates[node].num_pdb_violations,
+            "Pods": [{"UID": uid} for uid in victims.uids],
+            "NumPDBViolations": args.candidates[node].num_pdb_violations
+            + victims.extra_pdb_violations,
         }
-        for node in kept
+        for node, victims in chosen.items()
+        if node in args.candidates and victims.uids
     }
     return orjson.dumps({"NodeNameToMetaVictims": result})
 

@@ -226,6 +226,3 @@ class Victim:
     """A pod kube-scheduler proposes to evict, as preempt receives it."""
 
     uid: str
-    # GPUs the victim holds, as read from its pod object when kube-scheduler sent the full
-    # pod; the inventory's own record wins when it knows the pod.
-    gpus_hint: int | None = None

@@ -6,7 +6,7 @@ returns values. The caller (the service shell) performs any effect.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from itertools import compress
@@ -17,7 +17,7 @@ import numpy.typing as npt
 from extender import names
 from extender.addressing import ip_conditions, ip_context, ip_headroom, ip_messages
 from extender.inventory import IdArray, Inventory, NodeView
-from extender.model import FilterVerdict, PodRequest, Reason, Rejection, Victim, WorkloadClass
+from extender.model import FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
 
 __all__ = [
     "GpuScoring",
@@ -27,7 +27,6 @@ __all__ = [
     "filter_ids",
     "filter_nodes",
     "node_reasons",
-    "preemption_nodes",
     "reason_messages",
     "reject_all",
     "score_nodes",
@@ -286,59 +285,6 @@ def choose_gpus(node: NodeView, count: int) -> tuple[int, ...] | None:
         if len(chosen) == count:
             break
     return tuple(sorted(chosen))
-
-
-# ---------------------------------------------------------------------------- preemption
-
-
-def preemption_nodes(
-    inventory: Inventory,
-    request: PodRequest,
-    candidates: Mapping[str, Sequence[Victim]],
-    config: PolicyConfig,
-) -> list[str]:
-    """The candidate nodes where evicting every proposed victim would let the pod fit as far
-    as schedext's resources go (GPU count of the right model and memory, CPU for
-    CPU-intensive pods). Nodes without victims are dropped: kube-scheduler rejects them."""
-    if request.preempt_never:
-        return []
-    node_names = [name for name, victims in candidates.items() if victims]
-    ids = inventory.ids(node_names)
-    codes = node_reasons(inventory, request, ids, config)
-    a = inventory.arrays
-    kept: list[str] = []
-    for name, code, gpu_free, cpu_free in zip(
-        node_names,
-        codes.tolist(),
-        a.gpu_free[ids].tolist(),
-        a.cpu_free[ids].tolist(),
-        strict=True,
-    ):
-        if code != Reason.FITS and not Reason(code).resolvable:
-            continue
-        freed_gpus, freed_cpu = _freed(inventory, name, candidates[name])
-        if request.gpus and gpu_free + freed_gpus < request.gpus:
-            continue
-        if (
-            request.workload is WorkloadClass.CPU_INTENSIVE
-            and cpu_free + freed_cpu < request.cpu_milli
-        ):
-            continue
-        kept.append(name)
-    return kept
-
-
-def _freed(inventory: Inventory, node: str, victims: Sequence[Victim]) -> tuple[int, int]:
-    gpus = cpu = 0
-    for victim in victims:
-        holding = inventory.holding(victim.uid)
-        if holding is not None:
-            if holding.node == node:
-                gpus += holding.gpus
-                cpu += holding.cpu_milli
-        elif victim.gpus_hint:
-            gpus += victim.gpus_hint
-    return gpus, cpu
 
 
 def _cpu(milli: int) -> str:

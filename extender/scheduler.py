@@ -45,6 +45,7 @@ from extender.model import (
 from extender.nodes import node_spec
 from extender.pending import PendingPods
 from extender.policy import GroupAffinity, PolicyConfig, ScoreArray
+from extender.preemption import GangVictims, NodeVictims, select_victims
 from extender.requests import (
     PodRequestError,
     group_key,
@@ -67,10 +68,12 @@ class Scheduler:
         reservation_ttl: float = 60.0,
         gang_timeout_s: float = 20.0,
         gang_max_wait_s: float = 20.0,
+        gang_victims: GangVictims = GangVictims.PROTECT,
     ) -> None:
         if reservation_ttl <= 0:
             raise ValueError("reservation_ttl must be > 0")
         self.config = config or PolicyConfig()
+        self._gang_victims = gang_victims
         self._inventory = Inventory(
             rack_label=self.config.rack_label, zone_label=self.config.zone_label
         )
@@ -130,13 +133,36 @@ class Scheduler:
             self._inventory, request, self._ids(node_names), self.config, affinity
         )
 
-    def preempt(self, pod: JSONObject, candidates: Mapping[str, Sequence[Victim]]) -> list[str]:
-        """The candidate nodes worth preempting on (see :func:`policy.preemption_nodes`)."""
+    def preempt(
+        self, pod: JSONObject, candidates: Mapping[str, Sequence[Victim]]
+    ) -> dict[str, NodeVictims]:
+        """Victims per candidate node worth preempting on (see :mod:`extender.preemption`)."""
         try:
             request = pod_request(pod, gpu_resource=self.config.gpu_resource)
         except PodRequestError:
-            return []
-        return policy.preemption_nodes(self._inventory, request, candidates, self.config)
+            return {}
+        group_can_fit = None
+        if request.group is not None:
+            spec = self._gangs.spec(request.group)
+            if spec is None:
+                return {}
+            others = [r for r in self._needed(spec, include=request) if r.uid != request.uid]
+
+            def group_can_fit(node: str, freed: int) -> bool:
+                """The rest of the group still fits once this node frees ``freed`` GPUs and
+                the preemptor takes its own."""
+                node_id = int(self._inventory.ids([node])[0])
+                delta = {node_id: freed - request.gpus}
+                return fits_all(self._inventory, others, self.config, free_delta=delta)
+
+        return select_victims(
+            self._inventory,
+            request,
+            candidates,
+            self.config,
+            gang_victims=self._gang_victims,
+            group_can_fit=group_can_fit,
+        )
 
     def plan_bind(self, *, uid: str, namespace: str, name: str, node: str, now: float) -> BindPlan:
         """Re-check the pod against the current inventory, choose its GPUs and reserve them.

@@ -81,11 +81,11 @@ async def _prioritize(service: Service, body: bytes) -> tuple[bytes, str]:
 
 
 async def _preempt(service: Service, body: bytes) -> tuple[bytes, str]:
-    args = wire.preemption_args(body, gpu_resource=service.scheduler.config.gpu_resource)
-    kept = service.scheduler.preempt(
+    args = wire.preemption_args(body)
+    chosen = service.scheduler.preempt(
         args.pod, {node: entry.victims for node, entry in args.candidates.items()}
     )
-    return wire.preemption_result(args, kept), "candidates" if kept else "no_candidates"
+    return wire.preemption_result(args, chosen), "candidates" if chosen else "no_candidates"
 
 
 async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:

@@ -164,7 +164,7 @@ def test_preempt_with_full_pods_answers_with_uids(serve: Serve) -> None:
         "g2": {"Pods": [make_pod("cpu", uid="cpu", cpu="4", node="g2")], "NumPDBViolations": 0},
     }
     request = {
-        "Pod": make_pod("hi", gpus=4),
+        "Pod": make_pod("hi", gpus=4, priority=100),
         "NodeNameToVictims": victims,
         "NodeNameToMetaVictims": None,
     }
@@ -179,16 +179,12 @@ def test_preempt_with_full_pods_answers_with_uids(serve: Serve) -> None:
 
 
 def test_preempt_fixture_bodies_are_understood(demo: RunningServer) -> None:
-    by_uid = post(demo, "preempt", fixture("preempt_request_nodecache_true.json"))
-    # The victim's UID is unknown to the demo inventory: nothing says it frees an A100.
-    assert by_uid == {"NodeNameToMetaVictims": {}}
-    full = post(demo, "preempt", fixture("preempt_request_nodecache_false.json"))
-    # The full victim pod shows it holds GPUs on gpu-node-b: with the 1 free, enough.
-    assert full == {
+    # kube-scheduler proposes a victim schedext does not know on gpu-node-b; what really
+    # frees an A100 there is the low-priority notebook (1 GPU, beside the 1 free): its UID.
+    expected = {
         "NodeNameToMetaVictims": {
-            "gpu-node-b": {
-                "Pods": [{"UID": "9d9d9d9d-1111-4222-8333-444444444444"}],
-                "NumPDBViolations": 0,
-            }
+            "gpu-node-b": {"Pods": [{"UID": "demo-pod-0002"}], "NumPDBViolations": 0}
         }
     }
+    assert post(demo, "preempt", fixture("preempt_request_nodecache_true.json")) == expected
+    assert post(demo, "preempt", fixture("preempt_request_nodecache_false.json")) == expected

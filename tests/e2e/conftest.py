@@ -35,6 +35,7 @@ SCHEDULER_CONFIG = ROOT / "manifests" / "scheduler-config.yaml"
 GPU = "nvidia.com/gpu"
 GPU_IDS = "schedext.io/gpu-ids"
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+PRIORITIES = {"lowest": 5, "low": 10, "high": 1000}
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1"
 SCHEDEXT = "/apis/schedext.io/v1alpha1"
 _namespaces = itertools.count(1)
@@ -181,9 +182,11 @@ class Cluster:
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         managed: bool = False,
-        priority: int | None = None,
+        priority_class: str | None = None,
         node_selector: Mapping[str, str] | None = None,
+        node: str | None = None,
     ) -> None:
+        """A pod; ``node`` creates it already bound there (a pod that was running before)."""
         requests = {"cpu": cpu, "memory": "64Mi"}
         limits: dict[str, str] = {}
         if gpus:
@@ -197,9 +200,10 @@ class Cluster:
             labels=labels,
             annotations=annotations,
             node_selector=node_selector,
+            priority_class=priority_class,
         )
-        if priority is not None:
-            manifest["spec"]["priority"] = priority
+        if node is not None:
+            manifest["spec"]["nodeName"] = node
         self.api.create_pod(self.namespace, manifest)
         self.created_pods.append(name)
 
@@ -274,7 +278,8 @@ class Cluster:
 
     def ip_pod(self, name: str, *, ip: str | None = None, pool: str | None = None,
                policy: str | None = None, statefulset: tuple[str, str] | None = None,
-               gpus: int = 0) -> None:  # fmt: skip
+               gpus: int = 0, cpu: str = "100m", priority_class: str | None = None,
+               node: str | None = None) -> None:  # fmt: skip
         """A pod asking for an address; ``statefulset`` is (name, uid) of its owner."""
         annotations = {}
         if ip:
@@ -283,11 +288,19 @@ class Cluster:
             annotations["schedext.io/ip-pool"] = pool
         if policy:
             annotations["schedext.io/ip-policy"] = policy
-        requests = {"cpu": "100m", "memory": "64Mi", "schedext.io/ip": "1"}
+        requests = {"cpu": cpu, "memory": "64Mi", "schedext.io/ip": "1"}
         limits = {"schedext.io/ip": "1"}
         if gpus:
             requests[GPU] = limits[GPU] = str(gpus)
-        manifest = pod_manifest(name, requests=requests, limits=limits, annotations=annotations)
+        manifest = pod_manifest(
+            name,
+            requests=requests,
+            limits=limits,
+            annotations=annotations,
+            priority_class=priority_class,
+        )
+        if node is not None:
+            manifest["spec"]["nodeName"] = node
         if statefulset:
             sts_name, sts_uid = statefulset
             manifest["metadata"]["labels"] = {"app": sts_name}
@@ -340,6 +353,10 @@ class Cluster:
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with ControlPlane(bin_dir=find_binaries(), work_dir=tmp_path_factory.mktemp("cp")) as cp:
         install_crds(cp.api)
+        for name, value in PRIORITIES.items():
+            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": name}, "value": value}  # fmt: skip
+            cp.api.apply_raw("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
         yield cp
 
 

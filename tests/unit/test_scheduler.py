@@ -2,9 +2,9 @@ import pytest
 
 from extender import names
 from extender.errors import BindRefusedError
-from extender.model import HoldingKind, Victim
+from extender.model import HoldingKind
 from extender.scheduler import Scheduler
-from tests.builders import A100, H100, make_node, make_pod, name_of, uid_of
+from tests.builders import make_node, make_pod, name_of, uid_of
 from tests.unit.helpers import scheduler_with
 
 
@@ -155,86 +155,6 @@ def test_pending_memory_is_bounded() -> None:
     assert scheduler.pending_count == 2
     with pytest.raises(BindRefusedError, match="unknown to schedext"):
         plan(scheduler, pods[0], "g")
-
-
-# ------------------------------------------------------------------ preemption
-
-
-def test_preempt_keeps_nodes_where_the_victims_free_enough_gpus() -> None:
-    victims = [
-        make_pod(f"v{i}", uid=f"v{i}", gpus=2, node="g1", gpu_ids=[2 * i, 2 * i + 1])
-        for i in range(2)
-    ]
-    scheduler = scheduler_with(
-        [make_node("g1", gpus=4), make_node("g2", gpus=4)],
-        [
-            *victims,
-            make_pod("w", uid="w", cpu="4", node="g2"),
-            make_pod("x", uid="x", gpus=4, node="g2", gpu_ids=[0, 1, 2, 3]),
-        ],
-    )
-    kept = scheduler.preempt(
-        make_pod("hi", gpus=4), {"g1": [Victim("v0"), Victim("v1")], "g2": [Victim("w")]}
-    )
-    assert kept == ["g1"]
-
-
-def test_preempt_drops_nodes_with_the_wrong_gpu_model() -> None:
-    scheduler = scheduler_with(
-        [make_node("a", gpus=2, model=A100), make_node("h", gpus=2, model=H100)],
-        [
-            make_pod("va", uid="va", gpus=2, node="a", gpu_ids=[0, 1]),
-            make_pod("vh", uid="vh", gpus=2, node="h", gpu_ids=[0, 1]),
-        ],
-    )
-    kept = scheduler.preempt(
-        make_pod("hi", gpus=2, model="H100"), {"a": [Victim("va")], "h": [Victim("vh")]}
-    )
-    assert kept == ["h"]
-
-
-def test_preempt_uses_the_victim_pod_when_the_inventory_does_not_know_it() -> None:
-    scheduler = scheduler_with([make_node("g", gpus=2)], [make_pod("legacy", gpus=2, node="g")])
-    kept = scheduler.preempt(make_pod("hi", gpus=2), {"g": [Victim("unknown-uid", gpus_hint=2)]})
-    assert kept == ["g"]
-    assert scheduler.preempt(make_pod("hi", gpus=2), {"g": [Victim("unknown-uid")]}) == []
-
-
-def test_preempt_never_returns_a_node_without_victims() -> None:
-    scheduler = scheduler_with([make_node("g", gpus=2)])
-    assert scheduler.preempt(make_pod("hi", gpus=1), {"g": []}) == []
-
-
-def test_preempt_respects_preemption_policy_never() -> None:
-    scheduler = scheduler_with(
-        [make_node("g", gpus=2)], [make_pod("v", uid="v", gpus=2, node="g", gpu_ids=[0, 1])]
-    )
-    pod = make_pod("hi", gpus=2, preemption_policy="Never")
-    assert scheduler.preempt(pod, {"g": [Victim("v")]}) == []
-
-
-def test_preempt_counts_only_victims_on_that_node() -> None:
-    scheduler = scheduler_with(
-        [make_node("g1", gpus=2), make_node("g2", gpus=2)],
-        [
-            make_pod("v1", uid="v1", gpus=2, node="g1", gpu_ids=[0, 1]),
-            make_pod("v2", uid="v2", gpus=2, node="g2", gpu_ids=[0, 1]),
-        ],
-    )
-    assert scheduler.preempt(make_pod("hi", gpus=2), {"g1": [Victim("v2")]}) == []
-
-
-def test_preempt_for_cpu_intensive_pods_needs_enough_cpu_freed() -> None:
-    scheduler = scheduler_with(
-        [make_node("n", cpu="4")],
-        [
-            make_pod("small", uid="small", cpu="1", node="n"),
-            make_pod("big", uid="big", cpu="3", node="n"),
-        ],
-    )
-    pod = make_pod("hi", cpu="3", workload="CPU-intensive")
-    assert scheduler.preempt(pod, {"n": [Victim("small")]}) == []
-    assert scheduler.preempt(pod, {"n": [Victim("big")]}) == ["n"]
 
 
 # ------------------------------------------------------------ live cluster (watch)

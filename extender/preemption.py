@@ -1,0 +1,272 @@
+"""Preemption that understands GPUs, addresses and gangs.
+
+kube-scheduler proposes victims per candidate node from its in-tree filters only. It knows
+GPU counts (``nvidia.com/gpu`` is visible in node allocatable), but not GPU models, GPU
+indices or NVLink groups, addresses, or gangs. For each candidate node, schedext:
+
+1. drops the node when even evicting every lower-priority pod there would not give the pod
+   what it needs: GPUs of its model and memory, CPU and memory, and its address;
+2. otherwise returns the smallest set of lower-priority pods on that node that does. Pods may
+   be added to kube-scheduler's list (by UID, from the same node), and pods may be left out of
+   it when they free nothing the pod needs. When the requested GPUs can end up inside one
+   NVLink/NUMA group, the set must achieve that too.
+
+How the set is chosen: the fewest pods. Among sets of that size, the one with:
+
+* the lowest top priority (as kube-scheduler ranks candidates);
+* then the lowest sum of priorities;
+* then the fewest GPUs freed for nothing;
+* then the fewest pods holding an address (a sticky address is worth keeping);
+* then the most of kube-scheduler's own picks.
+
+The search is exhaustive while that is cheap (a GPU node holds few pods). Beyond that it is a
+greedy reprieve: evict every eligible pod, then spare them one at a time, most important
+first, while the rest still suffice.
+
+Victims are returned ordered by decreasing priority, and a node is never returned with an
+empty list.
+
+Only strictly lower-priority pods are ever victims, and a preemptor with
+``preemptionPolicy: Never`` preempts nothing.
+
+**Gang victims** (``gang_victims``):
+
+* ``protect``: a member of a gang is never chosen. A node where only gang members could free
+  enough is dropped, so kube-scheduler picks a node without them.
+* ``whole-group``: gang members may be chosen, but a gang is evicted whole on that node. Its
+  members elsewhere are added to ``NumPDBViolations``, so that kube-scheduler's candidate
+  selection (fewest violations first) prefers nodes that break no gang.
+
+A preemptor that is itself a gang member preempts on a node only if its whole group can then
+fit (checked by the caller).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from extender.addressing import IPContext, ip_context
+from extender.inventory import Inventory, NodeView
+from extender.model import Holding, HoldingKind, PodRequest, Reason, Victim
+from extender.policy import PolicyConfig, node_reasons
+
+__all__ = ["GangVictims", "NodeVictims", "select_victims"]
+
+
+class GangVictims(Enum):
+    PROTECT = "protect"
+    WHOLE_GROUP = "whole-group"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVictims:
+    uids: list[str]  # ordered by decreasing priority
+    extra_pdb_violations: int = 0  # gang members broken elsewhere (whole-group)
+
+
+def select_victims(
+    inventory: Inventory,
+    request: PodRequest,
+    candidates: Mapping[str, Sequence[Victim]],
+    config: PolicyConfig,
+    *,
+    gang_victims: GangVictims = GangVictims.PROTECT,
+    group_can_fit: Callable[[str, int], bool] | None = None,
+) -> dict[str, NodeVictims]:
+    """Victims per candidate node worth preempting on (see the module docstring).
+
+    ``group_can_fit(node, freed_gpus)``: for a gang preemptor, whether its whole group fits
+    once ``freed_gpus`` are freed on ``node``.
+    """
+    if request.preempt_never:
+        return {}
+    context = ip_context(inventory, request)
+    result: dict[str, NodeVictims] = {}
+    for node, proposed in candidates.items():
+        if not proposed:
+            continue  # kube-scheduler rejects a candidate with no victim
+        chosen = _victims_on(
+            inventory,
+            request,
+            node,
+            proposed,
+            config=config,
+            context=context,
+            gang_victims=gang_victims,
+        )
+        if chosen is None:
+            continue
+        freed = sum(h.gpus for h in chosen)
+        if group_can_fit is not None and not group_can_fit(node, freed):
+            continue
+        result[node] = NodeVictims(
+            uids=[h.uid for h in sorted(chosen, key=lambda h: -h.priority)],
+            extra_pdb_violations=_broken_gang_members(inventory, chosen, node),
+        )
+    return result
+
+
+def _victims_on(
+    inventory: Inventory,
+    request: PodRequest,
+    node: str,
+    proposed: Sequence[Victim],
+    *,
+    config: PolicyConfig,
+    context: IPContext | None,
+    gang_victims: GangVictims,
+) -> list[Holding] | None:
+    code = Reason(int(node_reasons(inventory, request, inventory.ids([node]), config)[0]))
+    view = inventory.node(node)
+    if view is None or (code is not Reason.FITS and not code.resolvable):
+        return None
+    eligible = [
+        h
+        for h in view.holdings
+        if h.kind is HoldingKind.BOUND
+        and h.priority < request.priority
+        and not (gang_victims is GangVictims.PROTECT and h.group is not None)
+    ]
+    need = _Need(request, view, context, inventory)
+    if not need.met(eligible):
+        return None
+    victims = _smallest(_units(eligible, gang_victims), need, {v.uid for v in proposed})
+    if not victims:
+        # Nothing schedext tracks needs to go: kube-scheduler's list is for its own reasons.
+        by_uid = {h.uid: h for h in view.holdings}
+        return [by_uid[v.uid] for v in proposed if v.uid in by_uid] or None
+    return victims
+
+
+# Exhaustive search is used while it stays cheap; beyond, a greedy reprieve.
+_MAX_COMBINATIONS = 20_000
+
+
+def _smallest(units: list[list[Holding]], need: _Need, proposed: set[str]) -> list[Holding]:
+    """The fewest units whose eviction meets the need, ranked as the module docstring says."""
+    if need.met([]):
+        return []
+    for size in range(1, len(units) + 1):
+        if math.comb(len(units), size) > _MAX_COMBINATIONS:
+            break
+        best: tuple[tuple[int, int, int, int, int], list[Holding]] | None = None
+        for combination in itertools.combinations(units, size):
+            victims = [h for unit in combination for h in unit]
+            if need.met(victims):
+                key = (
+                    max(h.priority for h in victims),
+                    sum(h.priority for h in victims),
+                    sum(h.gpus for h in victims),
+                    sum(1 for h in victims if h.ip),  # addresses are worth keeping
+                    -sum(1 for h in victims if h.uid in proposed),
+                )
+                if best is None or key < best[0]:
+                    best = (key, victims)
+        if best is not None:
+            return best[1]
+    # Greedy: evict everything, then spare the most important first (highest priority, then
+    # the smallest GPU holders, then pods kube-scheduler did not pick) while the rest suffice.
+    victims = [h for unit in units for h in unit]
+    for unit in sorted(units, key=lambda u: _reprieve_order(u, proposed)):
+        spared = [h for h in victims if h not in unit]
+        if need.met(spared):
+            victims = spared
+    return victims
+
+
+def _units(eligible: list[Holding], gang_victims: GangVictims) -> list[list[Holding]]:
+    """What is evicted or spared together: one pod, or under whole-group a gang's members on
+    this node."""
+    if gang_victims is not GangVictims.WHOLE_GROUP:
+        return [[h] for h in eligible]
+    gangs: dict[str, list[Holding]] = {}
+    units: list[list[Holding]] = []
+    for holding in eligible:
+        if holding.group is None:
+            units.append([holding])
+        else:
+            gangs.setdefault(holding.group, []).append(holding)
+    return units + list(gangs.values())
+
+
+def _reprieve_order(unit: list[Holding], proposed: set[str]) -> tuple[int, int, bool, str]:
+    return (
+        -max(h.priority for h in unit),
+        sum(h.gpus for h in unit),
+        any(h.uid in proposed for h in unit),
+        min(h.uid for h in unit),
+    )
+
+
+def _broken_gang_members(inventory: Inventory, victims: list[Holding], node: str) -> int:
+    groups = {h.group for h in victims if h.group is not None}
+    if not groups:
+        return 0
+    return sum(
+        1
+        for h in inventory.holdings()
+        if h.group in groups and h.node != node and h.kind is HoldingKind.BOUND
+    )
+
+
+class _Need:
+    """What the pod needs on one node, and whether evicting a set of pods gives it."""
+
+    def __init__(
+        self, request: PodRequest, view: NodeView, context: IPContext | None, inventory: Inventory
+    ) -> None:
+        self.request, self.view, self.context = request, view, context
+        self._book = inventory.addresses
+        groups = view.spec.gpu_groups
+        self._group_of = {i: g for g, members in enumerate(groups) for i in members}
+        # Require one NVLink/NUMA group only where it is reachable by evicting pods at all.
+        self._one_group = (
+            bool(groups)
+            and request.gpus > 0
+            and any(len(members) >= request.gpus for members in groups)
+        )
+
+    def met(self, victims: list[Holding]) -> bool:
+        request, view = self.request, self.view
+        cpu = view.cpu_free + sum(h.cpu_milli for h in victims)
+        memory = view.memory_free + sum(h.memory_bytes for h in victims)
+        if cpu < request.cpu_milli or memory < request.memory_bytes:
+            return False
+        return self._gpus_met(victims) and self._address_met(victims)
+
+    def _gpus_met(self, victims: list[Holding]) -> bool:
+        if self.request.gpus == 0:
+            return True
+        view = self.view
+        uids = {h.uid for h in victims}
+        freed_anonymous = sum(h.gpus for h in victims if h.gpu_ids is None)
+        holders = [None if holder in uids else holder for holder in view.holders]
+        free = [i for i, holder in enumerate(holders) if holder is None]
+        anonymous = max(0, view.anonymous_gpus - freed_anonymous)
+        free = free[: max(0, len(free) - anonymous)]
+        if len(free) < self.request.gpus:
+            return False
+        if not self._one_group:
+            return True
+        per_group: dict[int, int] = {}
+        for index in free:
+            group = self._group_of.get(index, -1 - index)
+            per_group[group] = per_group.get(group, 0) + 1
+        return max(per_group.values()) >= self.request.gpus
+
+    def _address_met(self, victims: list[Holding]) -> bool:
+        context = self.context
+        if context is None:
+            return True
+        if context.holder is not None and context.holder.uid:
+            return any(h.uid == context.holder.uid for h in victims)
+        if context.target is not None or context.sticky_busy is not None:
+            return context.sticky_busy is None
+        if any(self._book.free_count(p) > 0 for p in context.pools):
+            return True
+        pools = {p.name for p in context.pools}
+        return any(h.ip_pool in pools for h in victims)

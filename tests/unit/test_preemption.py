@@ -1,0 +1,299 @@
+"""Victim selection: minimal sets, GPU topology, addresses, gangs and priority rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from extender.model import Victim
+from extender.preemption import GangVictims
+from extender.scheduler import Scheduler
+from tests.builders import (
+    A100,
+    H100,
+    bound_ip_pod,
+    gang_pod,
+    ip_pod,
+    make_ip_pool,
+    make_node,
+    make_pod,
+    make_pod_group,
+)
+
+HIGH = 100
+LOW = 10
+NVLINK_2X4 = [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def held(
+    name: str, node: str, ids: list[int], *, priority: int = LOW, cpu: str = "100m", **kwargs: Any
+) -> dict[str, Any]:
+    return make_pod(
+        name, uid=name, gpus=len(ids), node=node, gpu_ids=ids, priority=priority, cpu=cpu, **kwargs
+    )
+
+
+def preempt(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    preemptor: dict[str, Any],
+    proposed: dict[str, list[str]],
+    *,
+    gang_victims: GangVictims = GangVictims.PROTECT,
+    groups: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    pools: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> dict[str, list[str]]:
+    scheduler = Scheduler(gang_victims=gang_victims)
+    for group in groups:
+        scheduler.upsert_pod_group(group)
+    for pool in pools:
+        scheduler.upsert_ip_pool(pool)
+    for node in nodes:
+        scheduler.upsert_node(node)
+    for pod in pods:
+        scheduler.upsert_pod(pod)
+    chosen = scheduler.preempt(
+        preemptor, {n: [Victim(u) for u in uids] for n, uids in proposed.items()}
+    )
+    return {node: victims.uids for node, victims in chosen.items()}
+
+
+@dataclass
+class Case:
+    name: str
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    preemptor: dict[str, Any]
+    proposed: dict[str, list[str]]
+    expected: dict[str, list[str]]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+CASES = [
+    Case(
+        "the fewest victims that free enough GPUs",
+        [make_node("g", gpus=4)],
+        [held("a", "g", [0]), held("b", "g", [1]), held("big", "g", [2, 3])],
+        make_pod("p", gpus=2, priority=HIGH),
+        {"g": ["a", "b"]},
+        {"g": ["big"]},
+    ),
+    Case(
+        "freeing 2 GPUs inside one NVLink group beats two scattered ones",
+        [make_node("g", gpus=8, groups=NVLINK_2X4)],
+        [
+            held("a", "g", [0]),
+            held("b", "g", [4]),
+            held("c", "g", [1]),
+            held("rest0", "g", [2, 3]),
+            held("rest1", "g", [5, 6, 7]),
+        ],
+        make_pod("p", gpus=2, priority=HIGH),
+        {"g": ["a", "b"]},  # kube-scheduler's count-only pick: two GPUs in two groups
+        {"g": ["rest0"]},  # one victim, two GPUs of one group, nothing freed for nothing
+    ),
+    Case(
+        "when only one group can be freed, its holder is the victim",
+        [make_node("g", gpus=8, groups=NVLINK_2X4)],
+        [
+            held("a", "g", [0]),
+            held("b", "g", [4]),
+            held("rest0", "g", [1, 2, 3]),
+            held("rest1", "g", [5, 6, 7], priority=HIGH),
+        ],
+        make_pod("p", gpus=2, priority=HIGH),
+        {"g": ["a", "b"]},
+        {"g": ["rest0"]},
+    ),
+    Case(
+        "lower priority victims are preferred at equal count",
+        [make_node("g", gpus=2)],
+        [held("cheap", "g", [0], priority=1), held("dear", "g", [1], priority=50)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["dear"]},
+        {"g": ["cheap"]},
+    ),
+    Case(
+        "victims are added by UID when the proposed ones free CPU but not GPUs",
+        [make_node("g", gpus=2, cpu="4")],
+        [
+            held("gpu", "g", [0, 1]),
+            make_pod("cpu-hog", uid="cpu-hog", cpu="3", node="g", priority=LOW),
+        ],
+        make_pod("p", gpus=2, cpu="2", priority=HIGH),
+        {"g": ["cpu-hog"]},
+        {"g": ["gpu", "cpu-hog"]},
+    ),
+    Case(
+        "a node where only CPU would be freed is dropped",
+        [make_node("g", gpus=2)],
+        [
+            held("vip", "g", [0, 1], priority=HIGH),
+            make_pod("cpu-job", uid="cpu-job", node="g", priority=LOW),
+        ],
+        make_pod("p", gpus=2, priority=HIGH),
+        {"g": ["cpu-job"]},
+        {},
+    ),
+    Case(
+        "equal and higher priority pods are never victims",
+        [make_node("g", gpus=2)],
+        [held("peer", "g", [0], priority=HIGH), held("boss", "g", [1], priority=HIGH + 1)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["peer"]},
+        {},
+    ),
+    Case(
+        "preemptionPolicy Never preempts nothing",
+        [make_node("g", gpus=1)],
+        [held("a", "g", [0])],
+        make_pod("p", gpus=1, priority=HIGH, preemption_policy="Never"),
+        {"g": ["a"]},
+        {},
+    ),
+    Case(
+        "the wrong GPU model is dropped even with victims",
+        [make_node("a100", gpus=2, model=A100), make_node("h100", gpus=2, model=H100)],
+        [held("x", "a100", [0, 1]), held("y", "h100", [0, 1])],
+        make_pod("p", gpus=2, priority=HIGH, model="H100"),
+        {"a100": ["x"], "h100": ["y"]},
+        {"h100": ["y"]},
+    ),
+    Case(
+        "victims come highest priority first",
+        [make_node("g", gpus=2)],
+        [held("low", "g", [0], priority=1), held("mid", "g", [1], priority=50)],
+        make_pod("p", gpus=2, priority=HIGH),
+        {"g": ["low", "mid"]},
+        {"g": ["mid", "low"]},
+    ),
+    Case(
+        "a pod that holds nothing schedext tracks keeps kube-scheduler's list",
+        [make_node("g", gpus=4)],
+        [make_pod("filler", uid="filler", node="g", priority=LOW)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["filler"]},
+        {"g": ["filler"]},
+    ),
+    Case(
+        "a node with an empty proposal is never returned",
+        [make_node("g", gpus=1)],
+        [held("a", "g", [0])],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": []},
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_victim_selection(case: Case) -> None:
+    assert (
+        preempt(case.nodes, case.pods, case.preemptor, case.proposed, **case.kwargs)
+        == case.expected
+    )
+
+
+# -------------------------------------------------------------------------- addresses
+
+RACK_A = make_node("a1", cpu="4", labels={"topology.kubernetes.io/rack": "a"})
+POOL = make_ip_pool("rack-a", ranges=[("10.20.1.15", "10.20.1.16")], rack="a")
+
+
+def test_the_holder_of_an_address_is_evicted_only_when_the_preemptor_needs_that_address() -> None:
+    holder = bound_ip_pod(
+        "holder", uid="holder", node="a1", ip="10.20.1.15", pool="rack-a", priority=LOW, cpu="1"
+    )
+    filler = make_pod("filler", uid="filler", node="a1", cpu="2", priority=LOW)
+    wants_it = ip_pod("p", ip="10.20.1.15", cpu="2", priority=HIGH)
+    assert preempt([RACK_A], [holder, filler], wants_it, {"a1": ["filler"]}, pools=[POOL]) == {
+        "a1": ["holder"]
+    }
+    any_address = ip_pod("q", pool="rack-a", cpu="2", priority=HIGH)
+    assert preempt([RACK_A], [holder, filler], any_address, {"a1": ["filler"]}, pools=[POOL]) == {
+        "a1": ["filler"]
+    }
+    lower = ip_pod("r", ip="10.20.1.15", cpu="2", priority=LOW)
+    assert preempt([RACK_A], [holder, filler], lower, {"a1": ["filler"]}, pools=[POOL]) == {}
+
+
+def test_an_exhausted_pool_needs_one_of_its_holders_on_the_node_evicted() -> None:
+    holders = [
+        bound_ip_pod(
+            f"h{i}", uid=f"h{i}", node="a1", ip=f"10.20.1.{15 + i}", pool="rack-a", priority=LOW
+        )
+        for i in range(2)
+    ]
+    pod = ip_pod("p", pool="rack-a", priority=HIGH)
+    assert preempt([RACK_A], holders, pod, {"a1": ["h0"]}, pools=[POOL]) == {"a1": ["h0"]}
+
+
+# ------------------------------------------------------------------------------ gangs
+
+
+def gang_on(node: str, ids: list[list[int]], *, priority: int = LOW) -> list[dict[str, Any]]:
+    return [
+        gang_pod(
+            f"member{i}",
+            "team",
+            gpus=len(g),
+            uid=f"member{i}",
+            node=node,
+            gpu_ids=g,
+            priority=priority,
+        )
+        for i, g in enumerate(ids)
+    ]
+
+
+def test_protect_keeps_gangs_out_of_victim_lists() -> None:
+    nodes = [make_node("gang-node", gpus=4), make_node("other", gpus=4)]
+    pods = [
+        *gang_on("gang-node", [[0, 1], [2, 3]]),
+        held("solo0", "other", [0, 1]),
+        held("solo1", "other", [2, 3]),
+    ]
+    result = preempt(
+        nodes,
+        pods,
+        make_pod("p", gpus=4, priority=HIGH),
+        {"gang-node": ["member0", "member1"], "other": ["solo0", "solo1"]},
+    )
+    assert result == {"other": ["solo0", "solo1"]}
+
+
+def test_whole_group_evicts_a_gang_whole_and_counts_members_elsewhere() -> None:
+    nodes = [make_node("n1", gpus=4), make_node("n2", gpus=4)]
+    members = [
+        gang_pod("m0", "team", gpus=2, uid="m0", node="n1", gpu_ids=[0, 1], priority=LOW),
+        gang_pod("m1", "team", gpus=2, uid="m1", node="n1", gpu_ids=[2, 3], priority=LOW),
+        gang_pod("m2", "team", gpus=2, uid="m2", node="n2", gpu_ids=[0, 1], priority=LOW),
+    ]
+    scheduler = Scheduler(gang_victims=GangVictims.WHOLE_GROUP)
+    for node in nodes:
+        scheduler.upsert_node(node)
+    for pod in members:
+        scheduler.upsert_pod(pod)
+    chosen = scheduler.preempt(make_pod("p", gpus=2, priority=HIGH), {"n1": [Victim("m0")]})
+    assert sorted(chosen["n1"].uids) == ["m0", "m1"]  # the gang goes whole on this node
+    assert chosen["n1"].extra_pdb_violations == 1  # m2 on n2 is broken too
+
+
+def test_a_gang_preemptor_preempts_only_where_its_whole_group_then_fits() -> None:
+    nodes = [make_node("n1", gpus=4), make_node("n2", gpus=4)]
+    victims = [held("v0", "n1", [0, 1, 2, 3]), held("v1", "n2", [0, 1, 2, 3], priority=HIGH + 1)]
+    members = [gang_pod(f"g{i}", "big", gpus=4, priority=HIGH) for i in range(2)]  # 8 GPUs together
+    group = make_pod_group("big", min_member=2)
+    result = preempt(nodes, [*victims, *members], members[0], {"n1": ["v0"]}, groups=[group])
+    assert result == {}  # n1 alone cannot make room for the second member
+    small = [gang_pod(f"s{i}", "small", gpus=2, priority=HIGH) for i in range(2)]
+    ok = preempt(
+        nodes,
+        [*victims, *small],
+        small[0],
+        {"n1": ["v0"]},
+        groups=[make_pod_group("small", min_member=2)],
+    )
+    assert ok == {"n1": ["v0"]}
