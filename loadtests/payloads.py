@@ -252,3 +252,20 @@ def make_cluster(nodes: int, *, seed: int = 7, used_fraction: float = 0.4) -> di
                 )
             )
     return {"apiVersion": "v1", "kind": "List", "items": items + pods}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write a generated cluster (kubectl List JSON) for ``schedext serve --snapshot``."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m loadtests.payloads")
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--out", required=True, help="file to write")
+    args = parser.parse_args(argv)
+    with open(args.out, "w", encoding="utf-8") as out:
+        json.dump(make_cluster(args.nodes), out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
