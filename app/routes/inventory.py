@@ -1,7 +1,9 @@
-"""``GET /inventory``: GPU occupancy per node, as JSON (for operators and the tests)."""
+"""``GET /inventory``: GPU occupancy per node, IP pools and gangs, as JSON (for operators,
+the occupancy page and the tests)."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import orjson
@@ -45,8 +47,43 @@ async def inventory(request: Request) -> Response:
                 "topologyProblem": view.spec.topology_problem,
             }
         )
+    book = inv.addresses
+    pools = [
+        {
+            "name": pool.name,
+            "size": pool.size,
+            "free": book.free_count(pool),
+            "allocated": pool.size - book.free_count(pool),
+            "nodeSelector": dict(pool.node_selector),
+            "problem": pool.problem,
+            "holders": sorted(
+                ({"address": str(ipaddress.ip_address(u.address)), "pod": u.pod, "node": u.node}
+                 for u in book.uses_in(pool)),
+                key=lambda h: ipaddress.ip_address(h["address"]),
+            ),
+        }
+        for pool in sorted(book.pools(), key=lambda p: p.name)
+    ]  # fmt: skip
+    gangs = []
+    for spec in sorted(service.scheduler.pod_groups(), key=lambda g: g.key):
+        status = service.scheduler.group_status(spec.key)
+        if status is None:
+            continue
+        gangs.append(
+            {
+                "group": spec.key,
+                "minMember": spec.min_member,
+                "members": status.members,
+                "scheduled": status.scheduled,
+                "running": status.running,
+                "waiting": status.waiting,
+                "phase": status.phase,
+            }
+        )
     body = {
         "nodes": nodes,
+        "pools": pools,
+        "gangs": gangs,
         "pendingPods": service.scheduler.pending_count,
         "reservations": service.scheduler.reservation_count,
     }
