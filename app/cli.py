@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -58,6 +59,17 @@ def _parser() -> argparse.ArgumentParser:
         "--bench-endpoints", action="store_true", help="add the constant-answer benchmark endpoint"
     )
     serve.set_defaults(handler=_serve)
+
+    explain = commands.add_parser(
+        "explain",
+        help="why a pod fits, or does not fit, each node (asks a running schedext)",
+    )
+    explain.add_argument("pod", help="NAMESPACE/NAME")
+    explain.add_argument(
+        "--url", default="http://127.0.0.1:8888", help="schedext's address (default %(default)s)"
+    )
+    explain.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    explain.set_defaults(handler=_explain)
 
     bench = commands.add_parser(
         "bench", help="latency benchmark of filter and prioritize (see loadtests/bench.py)"
@@ -132,6 +144,52 @@ def _run(settings: Settings) -> int:
         server_header=False,
     )
     return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import httpx  # noqa: PLC0415
+
+    namespace, _, name = args.pod.partition("/")
+    if not namespace or not name:
+        print("schedext explain: give the pod as NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    try:
+        response = httpx.get(f"{args.url.rstrip('/')}/explain/{namespace}/{name}", timeout=30)
+    except httpx.HTTPError as error:
+        print(f"schedext explain: cannot reach {args.url}: {error}", file=sys.stderr)
+        return 2
+    answer = response.json()
+    if response.status_code != 200:
+        print(f"schedext explain: {answer.get('Error', response.text)}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    print(_explanation_text(answer))
+    return 0
+
+
+def _explanation_text(answer: dict[str, Any]) -> str:
+    lines = [
+        f"pod {answer['pod']} ({answer['state']}"
+        + (f" on {answer['node']})" if answer["node"] else ")")
+    ]
+    lines.append("needs " + ", ".join(f"{k}={v}" for k, v in answer["request"].items()))
+    if answer["group"]:
+        group = answer["group"]
+        lines.append(
+            f"group: {group['phase']}, {group['scheduled']} bound + {group['waiting']} waiting "
+            f"of {group['members']} members"
+        )
+    if answer["groupReason"]:
+        lines.append(f"held back: {answer['groupReason']}")
+    width = max((len(n["node"]) for n in answer["nodes"]), default=4)
+    for node in answer["nodes"]:
+        verdict = "fits" if node["fits"] else ("busy" if node["resolvable"] else "no")
+        lines.append(f"  {node['node']:<{width}}  {verdict:<4}  {node['reason'] or ''}")
+    if answer["state"] != "bound":
+        lines.append(f"{len(answer['fits'])} of {len(answer['nodes'])} nodes fit")
+    return "\n".join(lines)
 
 
 def _bench(args: argparse.Namespace) -> int:

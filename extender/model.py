@@ -222,6 +222,28 @@ class GroupStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeExplanation:
+    node: str
+    fits: bool
+    reason: str = ""
+    resolvable: bool = False  # preemption could help on this node
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a pod fits, or does not fit, each node: what ``schedext explain`` shows."""
+
+    pod: str
+    uid: str
+    state: str  # pending | reserved | bound
+    node: str | None  # where it is bound or reserved
+    request: Mapping[str, object]
+    group: GroupStatus | None
+    group_reason: str  # why the whole group holds the pod back, if it does
+    nodes: tuple[NodeExplanation, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Victim:
     """A pod kube-scheduler proposes to evict, as preempt receives it."""
 

@@ -31,5 +31,16 @@ class PendingPods:
     def get(self, uid: str) -> PodRequest | None:
         return self._pods.get(uid)
 
+    def find(self, namespace: str, name: str) -> PodRequest | None:
+        """By name (a scan: for operators' questions, not the hot path)."""
+        return next(
+            (
+                r
+                for r in reversed(self._pods.values())
+                if (r.namespace, r.name) == (namespace, name)
+            ),
+            None,
+        )
+
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)

@@ -33,10 +33,12 @@ from extender.model import (
     BindPlan,
     ClaimPlan,
     ClaimPolicy,
+    Explanation,
     FilterVerdict,
     GroupStatus,
     Holding,
     HoldingKind,
+    NodeExplanation,
     NodeSpec,
     PodRequest,
     Reason,
@@ -273,6 +275,54 @@ class Scheduler:
                 f"schedext: group {group} did not reach minMember {minimum} within {timeout:g}s",
             )
         return self._inventory.expire(now)
+
+    # ---------------------------------------------------------------- explain
+
+    def explain(self, namespace: str, name: str) -> Explanation | None:
+        """Per node, whether the pod fits and why not; None for a pod schedext does not know."""
+        key = f"{namespace}/{name}"
+        held = next((h for h in self._inventory.holdings() if h.key == key), None)
+        request = self._pending.find(namespace, name)
+        if request is None and held is None:
+            return None
+        group = request.group if request else held.group if held else None
+        status = self.group_status(group) if group else None
+        if held is not None and request is None:
+            state = "bound" if held.kind is HoldingKind.BOUND else "reserved"
+            return Explanation(
+                pod=key,
+                uid=held.uid,
+                state=state,
+                node=held.node,
+                request={"gpus": held.gpus, "gpuIds": list(held.gpu_ids or ()), "ip": held.ip},
+                group=status,
+                group_reason="",
+                nodes=(),
+            )
+        assert request is not None
+        names = sorted(self._inventory.node_names())
+        gang = self._gang_filter(request, names) if request.group is not None else None
+        verdict = gang or policy.filter_nodes(self._inventory, request, names, self.config)
+        failed, unresolvable = verdict.failed, verdict.unresolvable
+        nodes = tuple(
+            NodeExplanation(
+                node=node,
+                fits=node not in failed,
+                reason=failed.get(node, ""),
+                resolvable=node in failed and node not in unresolvable,
+            )
+            for node in names
+        )
+        return Explanation(
+            pod=key,
+            uid=request.uid,
+            state="reserved" if held is not None else "pending",
+            node=held.node if held is not None else None,
+            request=_describe(request),
+            group=status,
+            group_reason=verdict.rejections[0].message if gang is not None else "",
+            nodes=nodes,
+        )
 
     # -------------------------------------------------------------- addresses
 
@@ -680,3 +730,28 @@ class SpecRelist(Generic[Spec]):
 
     def commit(self) -> None:
         self._replace(self._specs)
+
+
+def _describe(request: PodRequest) -> dict[str, object]:
+    described: dict[str, object] = {
+        "gpus": request.gpus,
+        "cpuMilli": request.cpu_milli,
+        "memoryBytes": request.memory_bytes,
+        "priority": request.priority,
+    }
+    if request.workload.value:
+        described["workload"] = request.workload.value
+    if request.gpu_model:
+        described["gpuModel"] = request.gpu_model
+    if request.gpu_memory_mib:
+        described["gpuMemoryMiB"] = request.gpu_memory_mib
+    if request.group:
+        described["group"] = request.group
+    if request.ip is not None:
+        described["ip"] = {
+            "address": request.ip.address,
+            "pools": list(request.ip.pools),
+            "policy": request.ip.policy.value if request.ip.policy else None,
+            "identity": request.ip.identity,
+        }
+    return described

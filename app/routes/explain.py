@@ -1,0 +1,41 @@
+"""``GET /explain/{namespace}/{pod}``: per node, whether the pod fits and why not."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+
+from app.service import Service
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/explain/{namespace}/{name}")
+async def explain(request: Request, namespace: str, name: str) -> Response:
+    service: Service = request.app.state.service
+    explanation = service.scheduler.explain(namespace, name)
+    if explanation is None:
+        error = f"pod {namespace}/{name} is unknown to schedext: not pending here, not bound"
+        return Response(
+            orjson.dumps({"Error": error}), status_code=404, media_type="application/json"
+        )
+    body: dict[str, Any] = {
+        "pod": explanation.pod,
+        "uid": explanation.uid,
+        "state": explanation.state,
+        "node": explanation.node,
+        "request": dict(explanation.request),
+        "group": dataclasses.asdict(explanation.group) if explanation.group else None,
+        "groupReason": explanation.group_reason or None,
+        "fits": [n.node for n in explanation.nodes if n.fits],
+        "nodes": [
+            {"node": n.node, "fits": n.fits, "reason": n.reason or None, "resolvable": n.resolvable}
+            for n in explanation.nodes
+        ],
+    }
+    return Response(orjson.dumps(body), media_type="application/json")
