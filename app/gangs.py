@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
+from app.events import EventRecorder, PodEvent
 from app.metrics import Metrics
 from extender.gang import GangEvent, GangEventKind
 from extender.model import BindPlan
@@ -20,8 +21,9 @@ log = logging.getLogger("schedext.gangs")
 class GangWaiters:
     """One future per waiting group: None when it completes, the reason when it fails."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, events: EventRecorder) -> None:
         self._metrics = metrics
+        self._events = events
         self._futures: dict[str, asyncio.Future[str | None]] = {}
 
     def dispatch(self, events: Iterable[GangEvent]) -> None:
@@ -36,6 +38,9 @@ class GangWaiters:
                     "gang released",
                     extra={"group": event.group, "outcome": event.kind.value, "reason": outcome},
                 )
+                reason = "GangTimedOut" if event.kind is GangEventKind.TIMED_OUT else "GangReleased"
+                for pod, uid in event.pods:
+                    self._events.record(PodEvent(pod, reason, outcome, warning=True, uid=uid))
             future = self._futures.pop(event.group, None)
             if future is not None and not future.done():
                 future.set_result(outcome)

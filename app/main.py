@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 
 from app import __version__
 from app.binder import Binder, InMemoryBinder
+from app.events import ApiEventRecorder, EventRecorder, LogEventRecorder
 from app.gangs import GangWaiters
 from app.kube.api import KubeApi
 from app.kube.binder import ApiBinder
@@ -37,10 +38,14 @@ def live_cluster_configured(settings: Settings) -> bool:
     return settings.snapshot is None and (settings.kubeconfig is not None or in_cluster_available())
 
 
-def default_parts(settings: Settings) -> tuple[InventorySource, Binder]:
+def default_parts(settings: Settings) -> tuple[InventorySource, Binder, EventRecorder]:
     """A snapshot file, the live cluster (kubeconfig or in-cluster), or the embedded demo."""
     if settings.snapshot is not None:
-        return SnapshotSource(read_snapshot(settings.snapshot)), InMemoryBinder()
+        return (
+            SnapshotSource(read_snapshot(settings.snapshot)),
+            InMemoryBinder(),
+            LogEventRecorder(),
+        )
     if live_cluster_configured(settings):
         cluster = load_cluster_config(settings.kubeconfig)
         api = KubeApi(cluster)
@@ -53,8 +58,8 @@ def default_parts(settings: Settings) -> tuple[InventorySource, Binder]:
             status_interval_s=settings.gang.status_interval_s,
             claim_release_interval_s=settings.ip.claim_release_interval_s,
         )
-        return source, binder
-    return SnapshotSource(demo_snapshot()), InMemoryBinder()
+        return source, binder, ApiEventRecorder(api)
+    return SnapshotSource(demo_snapshot()), InMemoryBinder(), LogEventRecorder()
 
 
 def create_app(
@@ -62,6 +67,7 @@ def create_app(
     *,
     source: InventorySource | None = None,
     binder: Binder | None = None,
+    events: EventRecorder | None = None,
 ) -> FastAPI:
     scheduler = Scheduler(
         settings.policy.config(),
@@ -73,14 +79,17 @@ def create_app(
     )
     metrics = Metrics(lambda: scheduler)
     if source is None:
-        source, default_binder = default_parts(settings)
+        source, default_binder, default_events = default_parts(settings)
         binder = binder or default_binder
+        events = events or default_events
+    events = events or LogEventRecorder()
     service = Service(
         settings=settings,
         scheduler=scheduler,
         binder=binder or InMemoryBinder(),
         metrics=metrics,
-        gangs=GangWaiters(metrics),
+        gangs=GangWaiters(metrics, events),
+        events=events,
         description=source.description,
     )
     app = FastAPI(
@@ -110,6 +119,7 @@ def create_app(
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     service: Service = app.state.service
     source: InventorySource = app.state.source
+    await service.events.start()
     await source.start(service)
     # Everything loaded so far lives as long as the process: keep the collector off it, and
     # collect young objects less often (tail latency is mostly GC pauses).
@@ -125,6 +135,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await expiry
         await source.stop()
+        await service.events.stop()
 
 
 async def _expire_reservations(service: Service) -> None:

@@ -3,6 +3,7 @@ scrape time (so the hot path pays nothing for them)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -55,6 +56,19 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self._rejections = Counter(
+            "schedext_filter_rejections_total",
+            "Nodes rejected by filter, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._watch_restarts = Counter(
+            "schedext_watch_restarts_total",
+            "Watches restarted: resumed after a break, or relisted after 410 Gone or an error.",
+            ["resource", "cause"],
+            registry=self.registry,
+        )
+        self._watch_progress: dict[str, float] = {}
         # Label children resolved once: .labels() costs a lock and a dict lookup per call.
         self._verb_latency = {verb: self._latency.labels(verb) for verb in VERBS}
         self._node_outcomes = {
@@ -62,6 +76,7 @@ class Metrics:
             for outcome in ("fits", "busy", "unresolvable")
         }
         self.registry.register(_InventoryCollector(scheduler))
+        self.registry.register(_WatchCollector(self._watch_progress))
 
     def observe(self, verb: str, outcome: str, seconds: float) -> None:
         self._verb_latency[verb].observe(seconds)
@@ -77,6 +92,15 @@ class Metrics:
             self._node_outcomes["busy"].inc(busy)
         if unresolvable:
             self._node_outcomes["unresolvable"].inc(unresolvable)
+
+    def rejected(self, reason: str, nodes: int) -> None:
+        self._rejections.labels(reason).inc(nodes)
+
+    def watch_progress(self, resource: str) -> None:
+        self._watch_progress[resource] = time.monotonic()
+
+    def watch_restart(self, resource: str, cause: str) -> None:
+        self._watch_restarts.labels(resource, cause).inc()
 
     def gang_event(self, outcome: str) -> None:
         self._gang_events.labels(outcome).inc()
@@ -139,3 +163,22 @@ class _InventoryCollector(Collector):
             free_addresses.add_metric([pool.name], book.free_count(pool))
         yield addresses
         yield free_addresses
+
+
+class _WatchCollector(Collector):
+    """Seconds since each watch last delivered an event or bookmark: the informer lag bound
+    (bookmarks arrive about once a minute even on a quiet resource)."""
+
+    def __init__(self, progress: dict[str, float]) -> None:
+        self._progress = progress
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        age = GaugeMetricFamily(
+            "schedext_watch_last_event_age_seconds",
+            "Seconds since the watch of each resource last delivered an event or bookmark.",
+            labels=["resource"],
+        )
+        now = time.monotonic()
+        for resource, at in sorted(self._progress.items()):
+            age.add_metric([resource], now - at)
+        yield age

@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from app.binder import Binder
 from app.errors import BodyTimeoutError, BodyTooLargeError, NotReadyError
+from app.events import EventRecorder
 from app.gangs import GangWaiters
 from app.metrics import Metrics
 from app.settings import Settings
@@ -40,6 +41,7 @@ class Service:
     binder: Binder
     metrics: Metrics
     gangs: GangWaiters
+    events: EventRecorder
     readiness: Readiness = field(default_factory=Readiness)
     clock: Callable[[], float] = time.monotonic
     description: str = ""  # where the inventory comes from, for logs and the root page

@@ -98,6 +98,7 @@ class GangEvent:
     group: str
     reason: str = ""
     uids: tuple[str, ...] = ()  # the members whose reservations were released
+    pods: tuple[tuple[str, str], ...] = ()  # (namespace/name, uid) of those members, if known
 
 
 @dataclass(slots=True)
@@ -227,7 +228,9 @@ class GangBook:
         """End the group's wait; returns the members whose reservations must go."""
         waiting = self._waiting.pop(group, None)
         uids = tuple(sorted(waiting.uids)) if waiting else ()
-        self._events.append(GangEvent(kind, group, reason=reason, uids=uids))
+        members = self._members.get(group, {})
+        pods = tuple((r.key, uid) for uid in uids if (r := members.get(uid)) is not None)
+        self._events.append(GangEvent(kind, group, reason=reason, uids=uids, pods=pods))
         return uids
 
     def overdue(self, now: float) -> list[str]:

@@ -134,6 +134,10 @@ class Reason(IntEnum):
     CPU_FREE = 16
     IP_TAKEN_HERE = 17  # held by a lower-priority pod on this very node: evicting it helps
     IP_EXHAUSTED_EVICTABLE = 18  # lower-priority holders of the pool run on this node
+    # Whole-pod reasons of gangs (every node gets them alike).
+    GANG_NOT_FOUND = 19
+    GANG_QUORUM = 20
+    GANG_CAPACITY = 21  # the group does not fit now: evicting pods may help
 
     @property
     def resolvable(self) -> bool:
@@ -142,7 +146,13 @@ class Reason(IntEnum):
 
 
 _RESOLVABLE = frozenset(
-    {Reason.GPU_FREE, Reason.CPU_FREE, Reason.IP_TAKEN_HERE, Reason.IP_EXHAUSTED_EVICTABLE}
+    {
+        Reason.GPU_FREE,
+        Reason.CPU_FREE,
+        Reason.IP_TAKEN_HERE,
+        Reason.IP_EXHAUSTED_EVICTABLE,
+        Reason.GANG_CAPACITY,
+    }
 )
 
 
@@ -153,6 +163,7 @@ class Rejection:
     message: str
     resolvable: bool  # whether preemption could help (FailedNodes only)
     nodes: list[str]
+    reason: Reason = Reason.INVALID_POD  # for metrics: rejections counted by reason
     # Whether every name is one the inventory holds: such names are known to need no JSON
     # escaping (see nodes.node_spec), which lets the encoder skip checking thousands of them.
     known_nodes: bool = True

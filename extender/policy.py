@@ -183,18 +183,23 @@ def filter_ids(
                 message=messages[code],
                 resolvable=code.resolvable,
                 nodes=group,
+                reason=code,
                 known_nodes=code is not Reason.UNKNOWN_NODE,
             )
         )
     return FilterVerdict(passed=passed, rejections=tuple(rejections)), ids[fits]
 
 
-def reject_all(
-    node_names: Sequence[str], message: str, *, resolvable: bool = False
-) -> FilterVerdict:
-    """Every node rejected with one reason: unresolvable (a pod no node can help), or
-    ``resolvable`` when evicting pods could help (a gang short of free GPUs)."""
-    rejection = Rejection(message, resolvable=resolvable, nodes=list(node_names), known_nodes=False)
+def reject_all(node_names: Sequence[str], message: str, reason: Reason) -> FilterVerdict:
+    """Every node rejected with one reason: a pod no node can help, or (for a reason that is
+    resolvable, such as a gang short of free GPUs) one that evicting pods may help."""
+    rejection = Rejection(
+        message,
+        resolvable=reason.resolvable,
+        nodes=list(node_names),
+        reason=reason,
+        known_nodes=False,
+    )
     return FilterVerdict(passed=[], rejections=(rejection,))
 
 

@@ -110,7 +110,9 @@ class Scheduler:
         try:
             request = self._request(pod)
         except PodRequestError as error:
-            return policy.reject_all(node_names, f"schedext: invalid pod: {error}")
+            return policy.reject_all(
+                node_names, f"schedext: invalid pod: {error}", Reason.INVALID_POD
+            )
         self._pending.remember(request)
         if request.group is not None:
             self._gangs.track(request.uid, request.group, request)
@@ -461,15 +463,16 @@ class Scheduler:
         assert group is not None
         spec = self._gangs.spec(group)
         if spec is None:
-            return policy.reject_all(node_names, f"schedext: pod group {group} not found")
+            message = f"schedext: pod group {group} not found"
+            return policy.reject_all(node_names, message, Reason.GANG_NOT_FOUND)
         missing = spec.min_member - self._gangs.member_count(group)
         if missing > 0:
             message = f"schedext: waiting for {missing} more members of group {group}"
-            return policy.reject_all(node_names, message)
+            return policy.reject_all(node_names, message, Reason.GANG_QUORUM)
         needed = self._needed(spec, include=request)
         if needed and not fits_all(self._inventory, needed, self.config):
             message = f"schedext: not enough free GPUs for all of group {group}"
-            return policy.reject_all(node_names, message, resolvable=True)
+            return policy.reject_all(node_names, message, Reason.GANG_CAPACITY)
         return None
 
     def _admit_to_group(self, request: PodRequest, holding: Holding, now: float) -> None:

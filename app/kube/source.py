@@ -4,6 +4,7 @@ background writers (status, claim release)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -143,8 +144,14 @@ class ClusterSource:
             return listed
 
         for resource in self._resources:
+            name = resource.name
             watcher = watch_forever(
-                self._api, resource, sinks[resource.name], on_listed=listed_callback(resource.name)
+                self._api,
+                resource,
+                sinks[name],
+                on_listed=listed_callback(name),
+                on_event=functools.partial(service.metrics.watch_progress, name),
+                on_restart=functools.partial(service.metrics.watch_restart, name),
             )
             self._tasks.append(asyncio.create_task(watcher, name=f"watch-{resource.name}"))
         statuses = StatusWriter(self._api, service.scheduler).run_forever(

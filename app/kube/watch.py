@@ -91,12 +91,18 @@ class Backoff:
         self._attempt = 0
 
 
+def _nothing(*_: object) -> None:
+    return None
+
+
 async def watch_once(
     api: KubeApi,
     resource: Resource,
     sink: Sink,
     *,
     on_listed: Callable[[], None] = lambda: None,
+    on_event: Callable[[], None] = _nothing,
+    on_restart: Callable[[str], None] = _nothing,
     sleep: Sleep = asyncio.sleep,
     backoff: Backoff | None = None,
 ) -> None:
@@ -117,14 +123,22 @@ async def watch_once(
         return
     cursor = _Cursor(version)
     on_listed()
+    on_event()
     backoff = backoff or Backoff()
+
+    def progress() -> None:
+        backoff.reset()
+        on_event()
+
     while True:
         try:
-            await _watch(api, resource, sink, cursor, on_progress=backoff.reset)
+            await _watch(api, resource, sink, cursor, on_progress=progress)
         except ApiGoneError:
             log.info("watch of %s: version %s is gone, relisting", resource.name, cursor.version)
+            on_restart("gone")
             return
         except ApiTransientError as error:
+            on_restart("broken")
             # The connection broke (API server restarting, network): resume from the last
             # version we saw; the API server replays what we missed, or answers 410.
             delay = backoff.next_delay()
@@ -138,14 +152,26 @@ async def watch_forever(
     sink: Sink,
     *,
     on_listed: Callable[[], None] = lambda: None,
+    on_event: Callable[[], None] = _nothing,
+    on_restart: Callable[[str], None] = _nothing,
     sleep: Sleep = asyncio.sleep,
     backoff: Backoff | None = None,
 ) -> None:
     backoff = backoff or Backoff()
     while True:
         try:
-            await watch_once(api, resource, sink, on_listed=on_listed, sleep=sleep, backoff=backoff)
+            await watch_once(
+                api,
+                resource,
+                sink,
+                on_listed=on_listed,
+                on_event=on_event,
+                on_restart=on_restart,
+                sleep=sleep,
+                backoff=backoff,
+            )
         except ApiError as error:
+            on_restart("error")
             delay = backoff.next_delay()
             log.warning(
                 "list+watch of %s failed (%s); retrying in %.1fs", resource.name, error, delay

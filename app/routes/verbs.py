@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request, Response
 from app import wire
 from app.binder import BindError
 from app.errors import RequestRejectedError
+from app.events import PodEvent
 from app.service import Service
 from extender.errors import BindRefusedError
 
@@ -70,6 +71,8 @@ async def _filter(service: Service, body: bytes) -> tuple[bytes, str]:
     busy = sum(len(r.nodes) for r in verdict.rejections if r.resolvable)
     unresolvable = sum(len(r.nodes) for r in verdict.rejections if not r.resolvable)
     service.metrics.filtered(fits=len(verdict.passed), busy=busy, unresolvable=unresolvable)
+    for rejection in verdict.rejections:
+        service.metrics.rejected(rejection.reason.name.lower(), len(rejection.nodes))
     return wire.filter_result(verdict, args), "feasible" if verdict.passed else "infeasible"
 
 
@@ -117,6 +120,11 @@ async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
         service.scheduler.abort_bind(plan)  # cancelled or crashed: give the GPUs back
         raise
     service.scheduler.confirm_bind(plan, awaiting_watch=service.binder.confirmed_by_watch)
+    if plan.claim is not None and not plan.claim.exists:
+        message = (
+            f"schedext: address {plan.ip} of pool {plan.ip_pool} claimed for {plan.claim.owner}"
+        )
+        service.events.record(PodEvent(plan.key, "IPClaimed", message, uid=plan.uid))
     log.info("bound %s to %s gpus=%s", plan.key, plan.node, list(plan.gpu_ids))
     return wire.binding_result(), "bound"
 

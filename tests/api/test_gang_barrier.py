@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from app.events import PodEvent
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
 from tests.builders import gang_pod, make_node, make_pod_group, name_of, uid_of
@@ -21,12 +22,31 @@ def bind(server: RunningServer, pod: dict[str, Any], node: str) -> tuple[str, fl
     return answer, time.monotonic() - started
 
 
-def start(serve: Serve, *, timeout_s: int) -> tuple[RunningServer, list[dict[str, Any]]]:
+class RecordedEvents:
+    """An event recorder that keeps what it is given (the API recorder posts them)."""
+
+    def __init__(self) -> None:
+        self.events: list[PodEvent] = []
+
+    def record(self, event: PodEvent) -> None:
+        self.events.append(event)
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+def start(
+    serve: Serve, *, timeout_s: int, events: RecordedEvents | None = None
+) -> tuple[RunningServer, list[dict[str, Any]]]:
     members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
     server = serve(
         nodes=[make_node("g", gpus=8)],
         pods=members,  # pending pods in the snapshot: known to bind without a filter call
         groups=[make_pod_group("train", min_member=3, timeout_s=timeout_s)],
+        events=events,
     )
     return server, members
 
@@ -52,7 +72,8 @@ def test_member_binds_wait_for_the_last_member_then_all_succeed(serve: Serve) ->
 
 
 def test_member_binds_fail_together_when_the_group_times_out(serve: Serve) -> None:
-    server, members = start(serve, timeout_s=1)
+    recorded = RecordedEvents()
+    server, members = start(serve, timeout_s=1, events=recorded)
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda pod: bind(server, pod, "g"), members[:2]))
     for error, elapsed in results:
@@ -64,3 +85,9 @@ def test_member_binds_fail_together_when_the_group_times_out(serve: Serve) -> No
     assert inventory["reservations"] == 0
     assert all(g["holder"] is None for g in inventory["nodes"][0]["gpus"])
     assert 'schedext_gang_events_total{outcome="timed_out"} 1.0' in metrics
+    # kube-scheduler does not report this decision: schedext puts an event on each member
+    assert sorted((e.pod, e.reason, e.warning) for e in recorded.events) == [
+        ("default/m0", "GangTimedOut", True),
+        ("default/m1", "GangTimedOut", True),
+    ]
+    assert all("did not reach minMember 3" in e.message for e in recorded.events)

@@ -73,6 +73,8 @@ def test_metrics_count_latency_decisions_and_inventory(demo: RunningServer) -> N
     assert 'schedext_decisions_total{outcome="feasible",verb="filter"} 1.0' in text
     assert 'schedext_decisions_total{outcome="rejected",verb="filter"} 1.0' in text
     assert 'schedext_filter_nodes_total{outcome="unresolvable"} 1.0' in text
+    assert 'schedext_filter_rejections_total{reason="gpu_model"} 1.0' in text
+    assert 'schedext_filter_rejections_total{reason="gpu_free"} 1.0' in text
     assert 'schedext_inventory_gpus{model="NVIDIA-H100-80GB-HBM3"} 32.0' in text
     assert 'schedext_inventory_gpus_free{model="NVIDIA-H100-80GB-HBM3"} 18.0' in text
     assert "schedext_inventory_nodes 10.0" in text

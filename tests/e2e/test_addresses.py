@@ -57,6 +57,10 @@ def recreate(cluster: Cluster, name: str, uid: str) -> str:
 def test_a_re_created_statefulset_pod_gets_its_sticky_address_back(cluster: Cluster) -> None:
     racks(cluster)
     uid, addresses = sticky_set(cluster)
+    eventually(
+        lambda: any(e.get("reason") == "IPClaimed" for e in cluster.events("web-0")),
+        message="no IPClaimed event",
+    )
     claims = cluster.ip_claims()
     assert {o: c["spec"]["address"] for o, c in claims.items()} == {
         f"sts/{cluster.namespace}/web/{i}": addresses[f"web-{i}"] for i in range(3)

@@ -84,6 +84,11 @@ def test_members_waiting_at_the_barrier_release_their_gpus_when_the_group_times_
         message="the waiting group never timed out",
     )
     assert cluster.bound_pods() == {}
+    eventually(
+        lambda: any(e.get("reason") == "GangTimedOut" for e in cluster.events("trio-0")),
+        timeout=30,
+        message="no GangTimedOut event on a member",
+    )
     cluster.pod("solo", gpus=6)  # needs every GPU: only possible once the reservations are gone
     assert cluster.wait_bound("solo", timeout=60) == "gpu-a"
     assert not any(name.startswith("trio") for name in cluster.bound_pods())

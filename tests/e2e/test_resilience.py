@@ -111,6 +111,12 @@ def test_watch_cut_by_an_apiserver_restart_recovers_without_losing_events(cluste
     _eventually_consistent(cluster)
     inventory = httpx.get(f"{cluster.schedext.url}/inventory", timeout=10).json()
     assert {n["name"] for n in inventory["nodes"]} == _api_nodes(cluster) == {"gpu-a", "gpu-c"}
+    assert (
+        cluster.metric("schedext_watch_restarts_total", cause="gone", resource="pods")
+        + cluster.metric("schedext_watch_restarts_total", cause="broken", resource="pods")
+        >= 1
+    )
+    assert 0 <= cluster.metric("schedext_watch_last_event_age_seconds", resource="pods") < 120
     # and it keeps scheduling
     cluster.pod("p4", gpus=2)
     assert cluster.wait_bound("p4", timeout=60) in {"gpu-a", "gpu-c"}
