@@ -47,6 +47,9 @@ class KubeApi:
     async def post(self, path: str, body: Mapping[str, Any]) -> JSON:
         return await self._request("POST", path, content=orjson.dumps(body))
 
+    async def put(self, path: str, body: Mapping[str, Any]) -> JSON:
+        return await self._request("PUT", path, content=orjson.dumps(body))
+
     async def delete(self, path: str, body: Mapping[str, Any] | None = None) -> JSON:
         content = orjson.dumps(body) if body is not None else None
         return await self._request("DELETE", path, content=content)

@@ -13,7 +13,7 @@ from typing import Any
 from app.kube.api import KubeApi
 from app.kube.claims import ClaimReleaser
 from app.kube.status import PODGROUPS_PATH, SCHEDEXT_PATH, StatusWriter
-from app.kube.watch import Relist, Resource, Sink, watch_forever
+from app.kube.watch import Relist, Resource, Sink, WatchHooks, watch_forever
 from app.service import Service
 from extender.scheduler import Scheduler
 
@@ -145,14 +145,12 @@ class ClusterSource:
 
         for resource in self._resources:
             name = resource.name
-            watcher = watch_forever(
-                self._api,
-                resource,
-                sinks[name],
+            hooks = WatchHooks(
                 on_listed=listed_callback(name),
                 on_event=functools.partial(service.metrics.watch_progress, name),
                 on_restart=functools.partial(service.metrics.watch_restart, name),
             )
+            watcher = watch_forever(self._api, resource, sinks[name], hooks=hooks)
             self._tasks.append(asyncio.create_task(watcher, name=f"watch-{resource.name}"))
         statuses = StatusWriter(self._api, service.scheduler).run_forever(
             interval_s=self._status_interval_s

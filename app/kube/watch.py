@@ -24,7 +24,15 @@ import orjson
 from app.kube.api import KubeApi
 from app.kube.errors import ApiError, ApiGoneError, ApiNotFoundError, ApiTransientError
 
-__all__ = ["Backoff", "Relist", "Resource", "Sink", "watch_forever", "watch_once"]
+__all__ = [
+    "Backoff",
+    "Relist",
+    "Resource",
+    "Sink",
+    "WatchHooks",
+    "watch_forever",
+    "watch_once",
+]
 
 log = logging.getLogger("schedext.watch")
 
@@ -95,14 +103,22 @@ def _nothing(*_: object) -> None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class WatchHooks:
+    """What the caller wants to hear: the first full list, every event or bookmark (progress,
+    for staleness metrics), and every restart with its cause ("gone", "broken", "error")."""
+
+    on_listed: Callable[[], None] = _nothing
+    on_event: Callable[[], None] = _nothing
+    on_restart: Callable[[str], None] = _nothing
+
+
 async def watch_once(
     api: KubeApi,
     resource: Resource,
     sink: Sink,
     *,
-    on_listed: Callable[[], None] = lambda: None,
-    on_event: Callable[[], None] = _nothing,
-    on_restart: Callable[[str], None] = _nothing,
+    hooks: WatchHooks = WatchHooks(),
     sleep: Sleep = asyncio.sleep,
     backoff: Backoff | None = None,
 ) -> None:
@@ -118,27 +134,27 @@ async def watch_once(
             resource.missing_retry_s,
         )
         sink.relist().commit()
-        on_listed()
+        hooks.on_listed()
         await sleep(resource.missing_retry_s)
         return
     cursor = _Cursor(version)
-    on_listed()
-    on_event()
+    hooks.on_listed()
+    hooks.on_event()
     backoff = backoff or Backoff()
 
     def progress() -> None:
         backoff.reset()
-        on_event()
+        hooks.on_event()
 
     while True:
         try:
             await _watch(api, resource, sink, cursor, on_progress=progress)
         except ApiGoneError:
             log.info("watch of %s: version %s is gone, relisting", resource.name, cursor.version)
-            on_restart("gone")
+            hooks.on_restart("gone")
             return
         except ApiTransientError as error:
-            on_restart("broken")
+            hooks.on_restart("broken")
             # The connection broke (API server restarting, network): resume from the last
             # version we saw; the API server replays what we missed, or answers 410.
             delay = backoff.next_delay()
@@ -151,27 +167,16 @@ async def watch_forever(
     resource: Resource,
     sink: Sink,
     *,
-    on_listed: Callable[[], None] = lambda: None,
-    on_event: Callable[[], None] = _nothing,
-    on_restart: Callable[[str], None] = _nothing,
+    hooks: WatchHooks = WatchHooks(),
     sleep: Sleep = asyncio.sleep,
     backoff: Backoff | None = None,
 ) -> None:
     backoff = backoff or Backoff()
     while True:
         try:
-            await watch_once(
-                api,
-                resource,
-                sink,
-                on_listed=on_listed,
-                on_event=on_event,
-                on_restart=on_restart,
-                sleep=sleep,
-                backoff=backoff,
-            )
+            await watch_once(api, resource, sink, hooks=hooks, sleep=sleep, backoff=backoff)
         except ApiError as error:
-            on_restart("error")
+            hooks.on_restart("error")
             delay = backoff.next_delay()
             log.warning(
                 "list+watch of %s failed (%s); retrying in %.1fs", resource.name, error, delay

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.kube.errors import ApiError
-from app.kube.watch import Backoff, Resource, watch_forever, watch_once
+from app.kube.watch import Backoff, Resource, WatchHooks, watch_forever, watch_once
 from tests.unit.kube_fakes import (
     BrokenStream,
     FakeApiServer,
@@ -38,15 +38,8 @@ class Sleeps:
 
 def run_once(server: FakeApiServer, sink: RecordingSink, sleeps: Sleeps | None = None) -> list[str]:
     listed: list[str] = []
-    asyncio.run(
-        watch_once(
-            server.api(),
-            NODES,
-            sink,
-            on_listed=lambda: listed.append("listed"),
-            sleep=sleeps or Sleeps(),
-        )
-    )
+    hooks = WatchHooks(on_listed=lambda: listed.append("listed"))
+    asyncio.run(watch_once(server.api(), NODES, sink, hooks=hooks, sleep=sleeps or Sleeps()))
     return listed
 
 
@@ -184,7 +177,11 @@ def test_watch_forever_relists_after_410_and_backs_off_on_errors() -> None:
     async def main() -> None:
         task = asyncio.create_task(
             watch_forever(
-                server.api(), NODES, sink, on_listed=lambda: listed.append(1), sleep=sleeps
+                server.api(),
+                NODES,
+                sink,
+                hooks=WatchHooks(on_listed=lambda: listed.append(1)),
+                sleep=sleeps,
             )
         )
         with pytest.raises(asyncio.CancelledError):
@@ -213,7 +210,9 @@ def test_watch_forever_keeps_going_after_an_error() -> None:
             raise asyncio.CancelledError  # stop the endless loop once the relist happened
 
         with pytest.raises(asyncio.CancelledError):
-            await watch_forever(server.api(), NODES, sink, on_listed=on_listed, sleep=sleeps)
+            await watch_forever(
+                server.api(), NODES, sink, hooks=WatchHooks(on_listed=on_listed), sleep=sleeps
+            )
 
     asyncio.run(main())
     assert listed == [1]

@@ -1,0 +1,155 @@
+"""Leader election on a Lease, against a canned API server and an injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import httpx
+import orjson
+
+from app.kube.leader import LeaderElector
+from tests.unit.kube_fakes import FakeApiServer
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/ops/leases/schedext"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
+
+
+def lease(
+    holder: str, renew: str = "t0", *, duration: int = 15, transitions: int = 0
+) -> httpx.Response:
+    spec = {
+        "holderIdentity": holder,
+        "leaseDurationSeconds": duration,
+        "renewTime": renew,
+        "leaseTransitions": transitions,
+    }
+    return httpx.Response(
+        200, json={"metadata": {"name": "schedext", "resourceVersion": "7"}, "spec": spec}
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def elector(
+    answers: dict[tuple[str, str], list[httpx.Response]],
+    clock: Clock,
+    changes: list[tuple[bool, str]] | None = None,
+) -> tuple[LeaderElector, FakeApiServer]:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return answers[(request.method, request.url.path)].pop(0)
+
+    server = FakeApiServer(other=handle)
+
+    def record(leading: bool, holder: str) -> None:
+        if changes is not None:
+            changes.append((leading, holder))
+
+    candidate = LeaderElector(
+        server.api(), namespace="ops", name="schedext", identity="me", lease_duration_s=15,
+        renew_deadline_s=5, retry_period_s=2, clock=clock, on_change=record,
+    )  # fmt: skip
+    return candidate, server
+
+
+def body(server: FakeApiServer, index: int) -> dict[str, Any]:
+    return dict(orjson.loads(server.requests[index].content))
+
+
+def test_the_first_replica_creates_the_lease_and_leads() -> None:
+    candidate, server = elector(
+        {
+            ("GET", LEASE): [httpx.Response(404, json={})],
+            ("POST", LEASES): [httpx.Response(201, json={})],
+        },
+        Clock(),
+    )
+    assert asyncio.run(candidate.try_acquire_or_renew()) is True
+    spec = body(server, 1)["spec"]
+    assert (spec["holderIdentity"], spec["leaseDurationSeconds"], spec["leaseTransitions"]) == (
+        "me",
+        15,
+        0,
+    )
+
+
+def test_a_lease_held_by_another_replica_is_respected_until_it_expires_on_our_clock() -> None:
+    clock = Clock()
+    candidate, server = elector(
+        {
+            # the same record every time: the other replica never renews
+            ("GET", LEASE): [lease("other", transitions=3) for _ in range(3)],
+            ("PUT", LEASE): [httpx.Response(200, json={})],
+        },
+        clock,
+    )
+    assert asyncio.run(candidate.try_acquire_or_renew()) is False
+    assert candidate.holder == "other"
+    clock.now += 14.9  # the record has not changed, but the lease has not expired yet either
+    assert asyncio.run(candidate.try_acquire_or_renew()) is False
+    clock.now += 0.2
+    assert asyncio.run(candidate.try_acquire_or_renew()) is True
+    taken = body(server, 3)
+    assert taken["spec"]["holderIdentity"] == "me"
+    assert taken["spec"]["leaseTransitions"] == 4
+    assert taken["metadata"]["resourceVersion"] == "7"  # optimistic concurrency
+
+
+def test_a_leader_that_keeps_renewing_keeps_the_lease() -> None:
+    clock = Clock()
+    renewals = [lease("other", renew=f"t{i}") for i in range(3)]
+    candidate, _ = elector({("GET", LEASE): renewals}, clock)
+    for _ in range(3):
+        assert asyncio.run(candidate.try_acquire_or_renew()) is False
+        clock.now += 10  # more than the lease duration in total, but every record was new
+
+
+def test_losing_the_write_race_is_not_leading() -> None:
+    clock = Clock()
+    candidate, _ = elector(
+        {
+            ("GET", LEASE): [lease("")],
+            ("PUT", LEASE): [httpx.Response(409, json={"message": "conflict"})],
+        },
+        clock,
+    )
+    assert asyncio.run(candidate.try_acquire_or_renew()) is False
+
+
+def test_a_leader_that_cannot_renew_within_the_deadline_steps_down() -> None:
+    clock = Clock()
+    changes: list[tuple[bool, str]] = []
+    answers = {
+        ("GET", LEASE): [httpx.Response(404, json={})]
+        + [httpx.Response(500, json={"message": "etcd down"})] * 10,
+        ("POST", LEASES): [httpx.Response(201, json={})],
+    }
+    candidate, _ = elector(answers, clock, changes)
+
+    async def sleep(seconds: float) -> None:
+        clock.now += seconds
+        if clock.now > 120:
+            raise asyncio.CancelledError
+
+    candidate._sleep = sleep  # the test seam for time
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(candidate.run_forever())
+    assert changes == [(True, "me"), (False, "me")]
+
+
+def test_release_hands_the_lease_over_at_once() -> None:
+    candidate, server = elector(
+        {("GET", LEASE): [lease("me")], ("PUT", LEASE): [httpx.Response(200, json={})]}, Clock()
+    )
+    candidate.leading = True
+    asyncio.run(candidate.release())
+    released = body(server, 1)["spec"]
+    assert (released["holderIdentity"], released["leaseDurationSeconds"]) == ("", 1)
+    assert candidate.leading is False
