@@ -22,16 +22,34 @@ __all__ = ["Readiness", "Service"]
 
 @dataclass(slots=True)
 class Readiness:
-    """Whether verbs may be answered; ``reason`` says why not."""
+    """Whether verbs may be answered: the inventory is synced and, with leader election, this
+    replica leads. ``reason`` says why not."""
 
-    ready: bool = False
-    reason: str = "inventory not synced"
+    synced: bool = False
+    sync_reason: str = "inventory not synced"
+    leading: bool = True  # stays True without leader election
+    leader: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.synced and self.leading
+
+    @property
+    def reason(self) -> str:
+        if not self.synced:
+            return self.sync_reason
+        if not self.leading:
+            return f"not the leader (the leader is {self.leader or 'not elected yet'})"
+        return ""
 
     def set_ready(self) -> None:
-        self.ready, self.reason = True, ""
+        self.synced, self.sync_reason = True, ""
 
     def set_not_ready(self, reason: str) -> None:
-        self.ready, self.reason = False, reason
+        self.synced, self.sync_reason = False, reason
+
+    def set_leading(self, leading: bool, leader: str) -> None:
+        self.leading, self.leader = leading, leader
 
 
 @dataclass(slots=True)
