@@ -21,7 +21,7 @@ from app.kube.binder import ApiBinder
 from app.kube.config import in_cluster_available, load_cluster_config
 from app.kube.source import ClusterSource
 from app.metrics import Metrics
-from app.routes import explain, health, inventory, verbs
+from app.routes import explain, health, inventory, ui, verbs
 from app.service import Service
 from app.settings import Settings
 from app.snapshot import demo_snapshot, read_snapshot
@@ -104,6 +104,7 @@ def create_app(
     app.state.source = source
     app.include_router(health.router)
     app.include_router(inventory.router)
+    app.include_router(ui.router)
     app.include_router(explain.router)
     app.include_router(verbs.router)
     if settings.server.path_prefix:

@@ -1,5 +1,6 @@
 """Test tiers follow the directory: tests/unit -> unit, tests/api -> api, tests/e2e -> e2e,
-tests/quality -> quality. Run one tier with ``pytest -m unit``."""
+tests/quality -> quality, tests/ui -> ui (headless Chromium). Run one tier with
+``pytest -m unit``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-_TIERS = ("unit", "api", "e2e", "quality")
+_TIERS = ("unit", "api", "e2e", "quality", "ui")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

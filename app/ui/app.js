@@ -1,0 +1,365 @@
+// The occupancy page: draws GET /inventory (GPU cells per node, IP pools, gangs) and
+// refreshes it every 2 s. Plain DOM calls only: the page is served with
+// Content-Security-Policy default-src 'self', so no inline script, no inline style
+// attributes and no third-party code. Cluster data always goes in through textContent or
+// attributes, never as HTML.
+"use strict";
+
+(() => {
+  const REFRESH_MS = 2000;
+  const FETCH_TIMEOUT_MS = 5000;
+
+  let lastBody = null;
+  let inFlight = false;
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "class") node.className = value;
+      else if (name === "text") node.textContent = String(value);
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child);
+    }
+    return node;
+  }
+
+  // FNV-1a over the pod key, then murmur3's finalizer to spread similar names apart: the
+  // same pod gets the same colour on every refresh, on every node and in every browser.
+  function hash(text) {
+    let h = 0x811c9dc5;
+    for (let i = 0; i < text.length; i++) {
+      h ^= text.charCodeAt(i);
+      h = Math.imul(h, 0x01000193);
+    }
+    h ^= h >>> 16;
+    h = Math.imul(h, 0x85ebca6b);
+    h ^= h >>> 13;
+    h = Math.imul(h, 0xc2b2ae35);
+    h ^= h >>> 16;
+    return h >>> 0;
+  }
+
+  function holderColour(pod) {
+    const h = hash(pod);
+    // 24 hues 15 degrees apart times 3 lightness steps, in OKLCH so that a blue is as light
+    // as a yellow: neighbours stay tellable apart and every step carries dark text.
+    const hue = (h % 24) * 15;
+    const lightness = [0.74, 0.81, 0.88][(h >>> 8) % 3];
+    return `oklch(${lightness} 0.13 ${hue})`;
+  }
+
+  function count(n, noun) {
+    return `${n} ${noun}${n === 1 ? "" : "s"}`;
+  }
+
+  function cores(milli) {
+    return (milli / 1000).toFixed(milli % 1000 === 0 ? 0 : 1);
+  }
+
+  function ranges(indices) {
+    // [0, 1, 2, 5] -> "0–2, 5": short enough to read in a legend.
+    const parts = [];
+    let start = null;
+    let prev = null;
+    for (const i of [...indices].sort((a, b) => a - b)) {
+      if (start === null) {
+        start = prev = i;
+      } else if (i === prev + 1) {
+        prev = i;
+      } else {
+        parts.push(start === prev ? `${start}` : `${start}–${prev}`);
+        start = prev = i;
+      }
+    }
+    if (start !== null) parts.push(start === prev ? `${start}` : `${start}–${prev}`);
+    return parts.join(", ");
+  }
+
+  // The scheduler counts GPUs of pods bound without schedext's annotation but cannot know
+  // their indices; it assumes they sit on the highest free indices, and so does the page.
+  function anonymousIndices(node) {
+    const free = node.gpus.filter((g) => g.holder === null).map((g) => g.index);
+    const count = Math.min(node.anonymousGpus || 0, free.length);
+    return new Set(count > 0 ? free.slice(free.length - count) : []);
+  }
+
+  function gpuCell(gpu, anonymous) {
+    const held = gpu.holder !== null;
+    const classes = ["gpu-cell", held ? "held" : anonymous ? "anonymous" : "free"];
+    if (gpu.reserved) classes.push("reserved");
+    let title;
+    if (held) {
+      title = `GPU ${gpu.index}: ${gpu.holder}${gpu.reserved ? " (reserved, bind in progress)" : ""}`;
+    } else if (anonymous) {
+      title = `GPU ${gpu.index}: assumed held by a pod without schedext's annotation`;
+    } else {
+      title = `GPU ${gpu.index}: free`;
+    }
+    const cell = el(
+      "span",
+      {
+        class: classes.join(" "),
+        role: "img",
+        title,
+        "aria-label": title,
+        "data-index": gpu.index,
+        "data-holder": held ? gpu.holder : "",
+        "data-reserved": gpu.reserved ? "true" : "false",
+        "data-anonymous": anonymous ? "true" : "false",
+      },
+      el("span", { class: "gpu-index", "aria-hidden": "true", text: gpu.index }),
+    );
+    // CSSOM writes are allowed under the CSP; a style="" attribute would not be.
+    if (held) cell.style.setProperty("--holder", holderColour(gpu.holder));
+    return cell;
+  }
+
+  function gpuLayout(node) {
+    const anonymous = anonymousIndices(node);
+    const groups = new Map();
+    const ungrouped = [];
+    for (const gpu of node.gpus) {
+      if (gpu.group === null || gpu.group === undefined) {
+        ungrouped.push(gpu);
+      } else {
+        if (!groups.has(gpu.group)) groups.set(gpu.group, []);
+        groups.get(gpu.group).push(gpu);
+      }
+    }
+    const layout = el("div", { class: "gpu-layout" });
+    for (const group of [...groups.keys()].sort((a, b) => a - b)) {
+      const gpus = groups.get(group);
+      const label = `NVLink/NUMA group ${group}: GPUs ${ranges(gpus.map((g) => g.index))}`;
+      layout.append(
+        el(
+          "div",
+          { class: "gpu-group", role: "group", "aria-label": label, title: label, "data-group": group },
+          el("span", { class: "group-label", text: `group ${group}` }),
+          el("div", { class: "gpu-cells" }, ...gpus.map((g) => gpuCell(g, anonymous.has(g.index)))),
+        ),
+      );
+    }
+    if (ungrouped.length > 0) {
+      const label = groups.size > 0 ? "not in a group" : "no NVLink/NUMA groups";
+      layout.append(
+        el(
+          "div",
+          { class: "gpu-ungrouped", role: "group", "aria-label": `GPUs ${label}` },
+          el("span", { class: "group-label", text: label }),
+          el("div", { class: "gpu-cells" }, ...ungrouped.map((g) => gpuCell(g, anonymous.has(g.index)))),
+        ),
+      );
+    }
+    return layout;
+  }
+
+  function holderLegend(node) {
+    const byHolder = new Map();
+    for (const gpu of node.gpus) {
+      if (gpu.holder === null) continue;
+      if (!byHolder.has(gpu.holder)) byHolder.set(gpu.holder, { indices: [], reserved: false });
+      const entry = byHolder.get(gpu.holder);
+      entry.indices.push(gpu.index);
+      entry.reserved = entry.reserved || gpu.reserved;
+    }
+    if (byHolder.size === 0) return null;
+    const list = el("ul", { class: "holder-legend", "aria-label": `Pods holding GPUs on ${node.name}` });
+    for (const pod of [...byHolder.keys()].sort()) {
+      const { indices, reserved } = byHolder.get(pod);
+      const swatch = el("span", { class: `key-swatch held${reserved ? " reserved" : ""}`, "aria-hidden": "true" });
+      swatch.style.setProperty("--holder", holderColour(pod));
+      list.append(
+        el(
+          "li",
+          { class: "holder-entry", "data-holder": pod },
+          swatch,
+          el("span", { class: "holder-name", text: pod }),
+          el("span", {
+            class: "holder-gpus",
+            text: ` GPU${indices.length > 1 ? "s" : ""} ${ranges(indices)}${reserved ? " (reserved)" : ""}`,
+          }),
+        ),
+      );
+    }
+    return list;
+  }
+
+  function nodeCard(node) {
+    const total = node.gpus.length;
+    const card = el("article", {
+      class: `node-card${total === 0 ? " cpu-only" : ""}`,
+      "data-node": node.name,
+      "data-gpus": total,
+      "data-free": node.freeGpus,
+      "aria-label": `Node ${node.name}`,
+    });
+    const facts = [];
+    if (total > 0) {
+      facts.push(el("span", { class: "gpu-model", text: node.gpuModel || "unknown GPU model" }));
+      facts.push(el("span", { class: "gpu-free", text: `${node.freeGpus}/${total} GPUs free` }));
+    } else {
+      facts.push(el("span", { class: "gpu-model", text: "no GPUs" }));
+    }
+    if (node.cpuMilli) {
+      facts.push(
+        el("span", {
+          class: "cpu",
+          text: `CPU ${cores(node.cpuMilli.free)}/${cores(node.cpuMilli.allocatable)} cores free`,
+        }),
+      );
+    }
+    card.append(el("h3", { class: "node-name", text: node.name }), el("p", { class: "node-facts" }, ...facts));
+    if (node.topologyProblem) {
+      card.append(el("p", { class: "topology-problem", role: "note", text: `Topology: ${node.topologyProblem}` }));
+    }
+    if (node.anonymousGpus > 0) {
+      card.append(
+        el("p", {
+          class: "anonymous-badge",
+          "data-count": node.anonymousGpus,
+          text: `${count(node.anonymousGpus, "GPU")} held by pods without schedext's annotation`,
+        }),
+      );
+    }
+    if (total > 0) card.append(gpuLayout(node));
+    const legend = holderLegend(node);
+    if (legend) card.append(legend);
+    return card;
+  }
+
+  function usageBar(value, extra, max, label) {
+    const bar = el("div", { class: "bar", role: "img", "aria-label": label, title: label });
+    const used = el("div", { class: "bar-fill" });
+    used.style.width = `${max > 0 ? (100 * value) / max : 0}%`;
+    bar.append(used);
+    if (extra > 0) {
+      const pending = el("div", { class: "bar-fill waiting" });
+      pending.style.width = `${max > 0 ? (100 * extra) / max : 0}%`;
+      bar.append(pending);
+    }
+    return bar;
+  }
+
+  function poolRow(pool) {
+    const selector = Object.entries(pool.nodeSelector || {})
+      .map(([k, v]) => `${k}=${v}`)
+      .join(", ");
+    const holders = el("ul", { class: "pool-holders" });
+    for (const h of pool.holders) {
+      holders.append(
+        el("li", {
+          class: "pool-holder",
+          "data-address": h.address,
+          "data-pod": h.pod,
+          text: `${h.address} → ${h.pod}${h.node ? ` (${h.node})` : ""}`,
+        }),
+      );
+    }
+    const name = el("th", { scope: "row", class: "pool-name", text: pool.name });
+    if (pool.problem) name.append(el("span", { class: "pool-problem", role: "note", text: ` ${pool.problem}` }));
+    return el(
+      "tr",
+      {
+        class: "pool-row",
+        "data-pool": pool.name,
+        "data-used": pool.allocated,
+        "data-free": pool.free,
+        "data-size": pool.size,
+      },
+      name,
+      el("td", {}, usageBar(pool.allocated, 0, pool.size, `${pool.allocated} of ${pool.size} addresses used`)),
+      el("td", { class: "pool-used num", text: pool.allocated }),
+      el("td", { class: "pool-free num", text: pool.free }),
+      el("td", { class: "pool-size num", text: pool.size }),
+      el("td", { class: "pool-selector", text: selector || "any node" }),
+      el("td", {}, pool.holders.length > 0 ? holders : el("span", { class: "empty", text: "none" })),
+    );
+  }
+
+  function gangRow(gang) {
+    // Placed members are bound ones plus those holding a reservation at the bind barrier.
+    const placed = gang.scheduled + gang.waiting;
+    const scale = Math.max(gang.minMember, placed);
+    const quorum = `${placed} of ${gang.minMember} needed placed (${gang.scheduled} bound, ${gang.waiting} waiting)`;
+    return el(
+      "tr",
+      {
+        class: "gang-row",
+        "data-group": gang.group,
+        "data-phase": gang.phase,
+        "data-min-member": gang.minMember,
+        "data-members": gang.members,
+        "data-placed": placed,
+        "data-scheduled": gang.scheduled,
+        "data-running": gang.running,
+        "data-waiting": gang.waiting,
+      },
+      el("th", { scope: "row", class: "gang-group", text: gang.group }),
+      el("td", {}, el("span", { class: `phase phase-${gang.phase.toLowerCase()}`, text: gang.phase })),
+      el("td", {}, usageBar(gang.scheduled, gang.waiting, scale, quorum)),
+      el("td", { class: "gang-placed num", text: `${placed} / ${gang.minMember}` }),
+      el("td", { class: "gang-members num", text: gang.members }),
+      el("td", { class: "gang-scheduled num", text: gang.scheduled }),
+      el("td", { class: "gang-running num", text: gang.running }),
+      el("td", { class: "gang-waiting num", text: gang.waiting }),
+    );
+  }
+
+  function render(inventory) {
+    const gpus = inventory.nodes.reduce((sum, n) => sum + n.gpus.length, 0);
+    const free = inventory.nodes.reduce((sum, n) => sum + n.freeGpus, 0);
+    document.getElementById("summary").textContent =
+      `${count(inventory.nodes.length, "node")} · ${free} of ${count(gpus, "GPU")} free · ` +
+      `${count(inventory.pendingPods, "pending pod")} · ` +
+      `${count(inventory.reservations, "reservation")}`;
+    document.getElementById("nodes").replaceChildren(...inventory.nodes.map(nodeCard));
+    document.getElementById("pools").replaceChildren(...inventory.pools.map(poolRow));
+    document.getElementById("no-pools").hidden = inventory.pools.length > 0;
+    document.getElementById("gangs").replaceChildren(...inventory.gangs.map(gangRow));
+    document.getElementById("no-gangs").hidden = inventory.gangs.length > 0;
+  }
+
+  function showError(message) {
+    const banner = document.getElementById("error-banner");
+    const shown = document.getElementById("last-updated").textContent;
+    const stale = lastBody === null ? "No data yet." : `Showing the data from ${shown}.`;
+    banner.textContent = `Could not load /inventory: ${message}. ${stale}`;
+    banner.hidden = false;
+  }
+
+  async function refresh() {
+    // A slow server must not pile up requests: skip a tick while one is still out.
+    if (inFlight) return;
+    inFlight = true;
+    try {
+      const response = await fetch("/inventory", {
+        cache: "no-store",
+        headers: { Accept: "application/json" },
+        signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
+      });
+      if (!response.ok) throw new Error(`HTTP ${response.status} ${response.statusText}`.trim());
+      const body = await response.text();
+      // Redraw only on change, so an open tooltip is not swept away every 2 s.
+      if (body !== lastBody) {
+        render(JSON.parse(body));
+        lastBody = body;
+      }
+      const now = new Date();
+      const stamp = document.getElementById("last-updated");
+      stamp.dateTime = now.toISOString();
+      stamp.textContent = now.toLocaleTimeString();
+      document.getElementById("error-banner").hidden = true;
+    } catch (error) {
+      showError(error && error.message ? error.message : String(error));
+    } finally {
+      inFlight = false;
+    }
+  }
+
+  refresh();
+  setInterval(refresh, REFRESH_MS);
+})();

@@ -1,0 +1,302 @@
+"""The occupancy page in headless Chromium: what its script draws from ``GET /inventory``
+(node cards with GPU cells by holder and NVLink group, IP pools, gangs), checked by
+structure, not by pixels."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from fastapi import FastAPI, Response
+
+from app.routes import ui
+from extender import names
+from tests.api.server import RunningServer, running
+from tests.builders import (
+    A100,
+    H100,
+    T4,
+    bound_ip_pod,
+    gang_pod,
+    make_ip_pool,
+    make_node,
+    make_pod,
+    make_pod_group,
+    name_of,
+    uid_of,
+)
+from tests.ui.browser import dump_dom, read_png, screenshot
+from tests.ui.conftest import ServeSnapshot, snapshot_server
+from tests.ui.dom import Element, parse
+
+RACK = "topology.kubernetes.io/rack"
+
+NODES = [
+    make_node(
+        "h100-a", gpus=8, model=H100, groups=[[0, 1, 2, 3], [4, 5, 6, 7]], labels={RACK: "r1"}
+    ),
+    make_node("a100-b", gpus=4, model=A100, groups=[[0, 1], [2, 3]], labels={RACK: "r1"}),
+    make_node("t4-c", gpus=4, model=T4, labels={RACK: "r2"}),  # no NVLink topology
+    make_node("cpu-d", labels={RACK: "r2"}),
+]
+NVLINK_GROUPS = {"h100-a": [[0, 1, 2, 3], [4, 5, 6, 7]], "a100-b": [[0, 1], [2, 3]]}
+GPU_COUNT = {"h100-a": 8, "a100-b": 4, "t4-c": 4, "cpu-d": 0}
+
+PODS = [
+    gang_pod("trainer-0", "trainer", namespace="ml", gpus=4, node="h100-a", gpu_ids=[0, 1, 2, 3]),
+    gang_pod("trainer-1", "trainer", namespace="ml", gpus=2, node="h100-a", gpu_ids=[4, 5]),
+    gang_pod("trainer-2", "trainer", namespace="ml", gpus=2),  # not placed yet
+    bound_ip_pod(
+        "inference", namespace="serving", node="a100-b", ip="10.20.1.10", pool="r1",
+        gpus=2, gpu_ids=[0, 1],
+    ),
+    bound_ip_pod(
+        "notebook", namespace="research", node="a100-b", ip="10.20.1.11", pool="r1",
+        gpus=1, gpu_ids=[3],
+    ),
+    make_pod("legacy", gpus=1, node="t4-c"),  # bound without schedext's GPU annotation
+]  # fmt: skip
+GROUPS = [
+    make_pod_group("trainer", namespace="ml", min_member=3),
+    {"kind": "IPPool", **make_ip_pool("r1", ranges=[("10.20.1.10", "10.20.1.29")], rack="r1")},
+    {"kind": "IPPool", **make_ip_pool("r2", ranges=[("10.20.2.10", "10.20.2.19")], rack="r2")},
+]
+
+
+def bound_gpus(pods: list[dict[str, Any]]) -> dict[tuple[str, int], str]:
+    """(node, GPU index) -> holder pod, from the pods' ``schedext.io/gpu-ids`` annotations."""
+    held: dict[tuple[str, int], str] = {}
+    for pod in pods:
+        ids = pod["metadata"]["annotations"].get(names.GPU_IDS)
+        if ids:
+            key = f"{pod['metadata']['namespace']}/{name_of(pod)}"
+            for index in ids.split(","):
+                held[pod["spec"]["nodeName"], int(index)] = key
+    return held
+
+
+def render(server: RunningServer, workdir: Path) -> Element:
+    return parse(dump_dom(f"{server.url}/ui", workdir))
+
+
+@pytest.fixture(scope="module")
+def drawn_page(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], Element]:
+    """The page for the snapshot above, drawn once on first use; the tests only read it.
+    Drawn inside the first test, not here, so that a missing Chromium fails that test."""
+
+    @functools.cache
+    def draw() -> Element:
+        workdir = tmp_path_factory.mktemp("occupancy")
+        with snapshot_server(workdir, nodes=NODES, pods=PODS, groups=GROUPS) as server:
+            return render(server, workdir)
+
+    return draw
+
+
+def cards_by_node(page: Element) -> dict[str, Element]:
+    return {card["data-node"]: card for card in page.all("node-card")}
+
+
+def cell_indices(container: Element) -> list[int]:
+    return [int(cell["data-index"]) for cell in container.all("gpu-cell")]
+
+
+def test_every_node_is_a_card_with_one_cell_per_gpu(drawn_page: Callable[[], Element]) -> None:
+    page = drawn_page()
+    cards = cards_by_node(page)
+    assert len(page.all("node-card")) == len(NODES)
+    assert sorted(cards) == sorted(name_of(node) for node in NODES)
+    for node, count in GPU_COUNT.items():
+        assert sorted(cell_indices(cards[node])) == list(range(count)), node
+    assert "NVIDIA-H100-80GB-HBM3" in cards["h100-a"].one("gpu-model").text()
+    assert cards["h100-a"].one("gpu-free").text() == "2/8 GPUs free"
+    assert cards["a100-b"].one("gpu-free").text() == "1/4 GPUs free"
+    assert cards["cpu-d"].one("gpu-model").text() == "no GPUs"
+
+
+def test_held_cells_name_the_bound_pods_by_their_gpu_ids(drawn_page: Callable[[], Element]) -> None:
+    page = drawn_page()
+    drawn = {
+        (card["data-node"], int(cell["data-index"])): cell["data-holder"]
+        for card in page.all("node-card")
+        for cell in card.all("gpu-cell")
+        if cell["data-holder"]
+    }
+    assert drawn == bound_gpus(PODS)
+    # The hover title names the holder, so the colour is never the only cue.
+    for cell in page.all("gpu-cell"):
+        if cell["data-holder"]:
+            assert cell["title"] == f"GPU {cell['data-index']}: {cell['data-holder']}"
+            assert "held" in cell.classes
+        elif cell["data-anonymous"] == "false":
+            assert cell["title"] == f"GPU {cell['data-index']}: free"
+            assert "free" in cell.classes
+    # Readable without colour: each card lists its holders with their GPU indices.
+    legend = cards_by_node(page)["a100-b"].one("holder-legend")
+    assert [entry.text() for entry in legend.all("holder-entry")] == [
+        "research/notebook GPU 3",
+        "serving/inference GPUs 0\u20131",
+    ]
+
+
+def test_nvlink_groups_wrap_their_cells_and_ungrouped_gpus_stand_apart(
+    drawn_page: Callable[[], Element],
+) -> None:
+    page = drawn_page()
+    cards = cards_by_node(page)
+    assert len(page.all("gpu-group")) == sum(len(groups) for groups in NVLINK_GROUPS.values())
+    for node, groups in NVLINK_GROUPS.items():
+        assert [cell_indices(group) for group in cards[node].all("gpu-group")] == groups
+        assert cards[node].all("gpu-ungrouped") == []
+    assert cell_indices(cards["t4-c"].one("gpu-ungrouped")) == [0, 1, 2, 3]
+    assert cards["t4-c"].all("gpu-group") == []
+
+
+def test_gpus_of_pods_without_the_annotation_are_shown_as_anonymous(
+    drawn_page: Callable[[], Element],
+) -> None:
+    page = drawn_page()
+    card = cards_by_node(page)["t4-c"]
+    assert card.one("anonymous-badge")["data-count"] == "1"
+    # Like the scheduler, the page assumes the highest free index.
+    anonymous = [cell for cell in page.all("gpu-cell") if cell["data-anonymous"] == "true"]
+    assert [cell["data-index"] for cell in anonymous] == ["3"]
+    assert "without schedext's annotation" in anonymous[0]["title"]
+    assert anonymous[0]["data-holder"] == ""
+    assert card.one("gpu-free").text() == "3/4 GPUs free"
+
+
+def test_pools_show_used_and_free_addresses_and_who_holds_them(
+    drawn_page: Callable[[], Element],
+) -> None:
+    page = drawn_page()
+    rows = {row["data-pool"]: row for row in page.all("pool-row")}
+    assert {name: (r["data-used"], r["data-free"], r["data-size"]) for name, r in rows.items()} == {
+        "r1": ("2", "18", "20"),
+        "r2": ("0", "10", "10"),
+    }
+    r1 = rows["r1"]
+    assert (r1.one("pool-used").text(), r1.one("pool-free").text()) == ("2", "18")
+    assert r1.one("pool-size").text() == "20"
+    assert {h["data-address"]: h["data-pod"] for h in r1.all("pool-holder")} == {
+        "10.20.1.10": "serving/inference",
+        "10.20.1.11": "research/notebook",
+    }
+    assert r1.all("bar-fill")[0]["style"] == "width: 10%;"
+    assert rows["r2"].all("pool-holder") == []
+
+
+def test_a_gang_shows_its_phase_and_quorum(drawn_page: Callable[[], Element]) -> None:
+    page = drawn_page()
+    (row,) = page.all("gang-row")
+    assert row["data-group"] == "ml/trainer"
+    assert row.one("phase").text() == "Scheduling"  # two of three members bound
+    assert row.one("gang-placed").text() == "2 / 3"
+    assert (row["data-members"], row["data-scheduled"], row["data-waiting"]) == ("3", "2", "0")
+    assert row.one("gang-waiting").text() == "0"
+
+
+def test_the_page_says_when_it_was_last_updated_and_shows_no_error(
+    drawn_page: Callable[[], Element],
+) -> None:
+    page = drawn_page()
+    stamp = page.by_id("last-updated")
+    assert stamp.text() != "never"
+    assert stamp["datetime"].endswith("Z")
+    assert page.by_id("error-banner").get("hidden") is not None
+    assert page.by_id("summary").text().startswith("4 nodes · 6 of 16 GPUs free")
+
+
+def test_a_gpu_reserved_at_the_gang_barrier_is_drawn_reserved(
+    serve_snapshot: ServeSnapshot, tmp_path: Path
+) -> None:
+    members = [gang_pod(f"m{i}", "pair", gpus=2) for i in range(2)]
+    server = serve_snapshot(
+        nodes=[make_node("g", gpus=8, groups=[[0, 1, 2, 3], [4, 5, 6, 7]])],
+        pods=members,
+        groups=[make_pod_group("pair", min_member=2, timeout_s=20)],
+    )
+
+    def bind(pod: dict[str, Any]) -> str:
+        body = {"PodName": name_of(pod), "PodNamespace": "default", "PodUID": uid_of(pod)}
+        with server.client() as client:
+            answer = client.post("/bind", content=orjson.dumps({**body, "Node": "g"}))
+        return str(answer.json()["Error"])
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(bind, members[0])  # parks at the barrier, holding a reservation
+        try:
+            wait_for_reservations(server, 1)
+            page = render(server, tmp_path)
+        finally:
+            # Completes the gang, so both binds go ahead even when drawing failed.
+            second = pool.submit(bind, members[1])
+        assert [first.result(timeout=30), second.result(timeout=30)] == ["", ""]
+
+    reserved = [cell for cell in page.all("gpu-cell") if cell["data-reserved"] == "true"]
+    assert len(reserved) == 2
+    assert {cell["data-holder"] for cell in reserved} == {"default/m0"}
+    assert all("reserved" in cell.classes and "reserved" in cell["title"] for cell in reserved)
+    (row,) = page.all("gang-row")
+    assert (row["data-phase"], row["data-waiting"], row["data-placed"]) == ("Scheduling", "1", "1")
+
+
+def test_an_inventory_that_cannot_be_loaded_shows_an_error_banner(tmp_path: Path) -> None:
+    app = FastAPI()
+    app.include_router(ui.router)
+
+    @app.get("/inventory")
+    async def broken() -> Response:
+        return Response(b'{"Error": "down"}', status_code=503, media_type="application/json")
+
+    with running(app) as server:
+        page = render(server, tmp_path)
+    banner = page.by_id("error-banner")
+    assert banner.get("hidden") is None
+    assert banner.text() == "Could not load /inventory: HTTP 503 Service Unavailable. No data yet."
+    assert page.all("node-card") == []
+
+
+def test_the_page_renders_as_a_full_size_screenshot_that_is_not_blank(
+    serve_snapshot: ServeSnapshot, tmp_path: Path
+) -> None:
+    server = serve_snapshot(nodes=NODES, pods=PODS, groups=GROUPS)
+    png = read_png(screenshot(f"{server.url}/ui", tmp_path / "ui.png", width=1280, height=1600))
+    assert (png.width, png.height) == (1280, 1600)
+    # A single-colour image filters down to a handful of byte values whatever the PNG filter;
+    # text, cells and bars give far more.
+    assert len(set(png.scanlines)) > 64
+
+
+def test_the_page_and_its_assets_are_served_under_a_strict_content_policy(
+    serve_snapshot: ServeSnapshot,
+) -> None:
+    server = serve_snapshot(nodes=NODES)
+    with server.client() as client:
+        answers = {path: client.get(path) for path in ("/ui", "/ui/app.js", "/ui/style.css")}
+    kinds = {path: answer.headers["content-type"].split(";")[0] for path, answer in answers.items()}
+    assert kinds == {
+        "/ui": "text/html",
+        "/ui/app.js": "text/javascript",
+        "/ui/style.css": "text/css",
+    }
+    for answer in answers.values():
+        assert answer.status_code == 200
+        assert answer.headers["content-security-policy"] == "default-src 'self'"
+        assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+def wait_for_reservations(server: RunningServer, count: int, *, within_s: float = 10) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if httpx.get(f"{server.url}/inventory", timeout=5).json()["reservations"] == count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the inventory never showed {count} reservation(s) within {within_s} s")
