@@ -58,6 +58,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--bench-endpoints", action="store_true", help="add the constant-answer benchmark endpoint"
     )
+    serve.add_argument("--tls-cert-file", type=Path, help="serve HTTPS with this certificate (PEM)")
+    serve.add_argument("--tls-key-file", type=Path, help="the private key of --tls-cert-file")
+    serve.add_argument(
+        "--tls-client-ca-file",
+        type=Path,
+        help="require client certificates signed by this CA (mTLS); the handshake fails otherwise",
+    )
+    serve.add_argument(
+        "--insecure-allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host without client certificates (anyone who can reach "
+        "the port can bind pods)",
+    )
     serve.set_defaults(handler=_serve)
 
     explain = commands.add_parser(
@@ -88,6 +101,10 @@ def _serve(args: argparse.Namespace) -> int:
             ("port", args.port),
             ("path_prefix", args.path_prefix),
             ("bench_endpoints", args.bench_endpoints or None),
+            ("tls_cert_file", args.tls_cert_file),
+            ("tls_key_file", args.tls_key_file),
+            ("tls_client_ca_file", args.tls_client_ca_file),
+            ("insecure_allow_remote", args.insecure_allow_remote or None),
         )
         if value is not None
     }
@@ -128,7 +145,8 @@ def _run(settings: Settings) -> int:
     log.info(
         "listening",
         extra={
-            "url": f"http://{settings.server.host}:{settings.server.port}",
+            "url": f"{'https' if settings.server.tls_cert_file else 'http'}://"
+            f"{settings.server.host}:{settings.server.port}",
             "inventory": service.description,
         },
     )
@@ -142,6 +160,8 @@ def _run(settings: Settings) -> int:
         http="httptools",
         loop="uvloop",
         server_header=False,
+        # HTTPS, and with a client CA, mTLS: see ServerSettings.
+        **settings.server.uvicorn_tls(),
     )
     return 0
 

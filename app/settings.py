@@ -7,6 +7,8 @@ or ``SCHEDEXT_SERVER__MAX_BODY_BYTES=4194304``. The pure core receives only the 
 
 from __future__ import annotations
 
+import ipaddress
+import ssl
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +42,14 @@ class ServerSettings(_Group):
     access_log: bool = False
     # A constant-answer endpoint the latency benchmark compares against.
     bench_endpoints: bool = False
+    # HTTPS: the server certificate chain and its key (PEM). With tls_client_ca_file every
+    # client must present a certificate signed by that CA, or the TLS handshake fails before
+    # any HTTP request is read (mTLS between kube-scheduler and schedext).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    # bind moves pods, so the verbs must be reachable only over loopback or mTLS; this opts out.
+    insecure_allow_remote: bool = False
 
     @field_validator("path_prefix")
     @classmethod
@@ -48,6 +58,73 @@ class ServerSettings(_Group):
         if value and not value.startswith("/"):
             value = "/" + value
         return value
+
+    @model_validator(mode="after")
+    def _tls_files_are_usable(self) -> ServerSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("server.tls_cert_file and server.tls_key_file go together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError(
+                "server.tls_client_ca_file needs server.tls_cert_file and server.tls_key_file: "
+                "client certificates are only asked for over HTTPS"
+            )
+        if self.tls_cert_file is not None:
+            # Load them now, so that a missing file or a key that does not match its
+            # certificate is a clear settings error instead of a traceback from the server.
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            try:
+                context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+            except (OSError, ssl.SSLError) as error:
+                raise ValueError(
+                    f"cannot use server.tls_cert_file {self.tls_cert_file} with "
+                    f"server.tls_key_file {self.tls_key_file}: {error}"
+                ) from None
+            if self.tls_client_ca_file is not None:
+                try:
+                    context.load_verify_locations(cafile=self.tls_client_ca_file)
+                except (OSError, ssl.SSLError) as error:
+                    raise ValueError(
+                        f"cannot use server.tls_client_ca_file {self.tls_client_ca_file}: {error}"
+                    ) from None
+        return self
+
+    @model_validator(mode="after")
+    def _bind_stays_on_loopback_or_mtls(self) -> ServerSettings:
+        if self.insecure_allow_remote or self.client_auth or self._is_loopback(self.host):
+            return self
+        raise ValueError(
+            f"refusing to listen on {self.host or 'every address'!r} without client "
+            "certificates: bind moves pods, so it is served only on loopback (sidecar, "
+            "--host 127.0.0.1) or over mTLS (--tls-cert-file, --tls-key-file and "
+            "--tls-client-ca-file); --insecure-allow-remote (server.insecure_allow_remote) "
+            "opts out"
+        )
+
+    @property
+    def client_auth(self) -> bool:
+        """Whether every client must present a certificate signed by the client CA."""
+        return self.tls_cert_file is not None and self.tls_client_ca_file is not None
+
+    def uvicorn_tls(self) -> dict[str, Any]:
+        """uvicorn.run's TLS arguments; empty for plain HTTP."""
+        if self.tls_cert_file is None:
+            return {}
+        return {
+            "ssl_certfile": str(self.tls_cert_file),
+            "ssl_keyfile": str(self.tls_key_file),
+            "ssl_ca_certs": str(self.tls_client_ca_file) if self.tls_client_ca_file else None,
+            # CERT_REQUIRED: no certificate, or one from another CA, fails the handshake.
+            "ssl_cert_reqs": ssl.CERT_REQUIRED if self.client_auth else ssl.CERT_NONE,
+        }
+
+    @staticmethod
+    def _is_loopback(host: str) -> bool:
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host.strip("[]")).is_loopback
+        except ValueError:
+            return False  # another name, or "" (every address)
 
 
 class PolicySettings(_Group):

@@ -1,0 +1,411 @@
+"""The deployment manifests against the real control plane:
+
+* every object under manifests/ (CRDs, RBAC, both deployment modes, examples) is accepted by
+  kube-apiserver: server-side apply as a dry run, strict field validation, and no warning
+  (Pod Security "restricted" in schedext-system, deprecated APIs);
+* the KubeSchedulerConfigurations inside the ConfigMaps keep the extender settings of
+  manifests/scheduler-config.yaml, and agree with the Deployments around them;
+* sidecar mode as shipped: kube-scheduler with the ConfigMap of deploy-sidecar.yaml, schedext
+  beside it, both with nothing but the pod's ServiceAccount token and the RBAC of rbac.yaml,
+  place every example (GPU pod, gang, sticky-address StatefulSet), and neither is refused
+  anything by the API server.
+
+manifests/scheduler-config.yaml is not an API object (kube-scheduler reads it from a file):
+the other e2e tests run kube-scheduler with it, and it is compared with the ConfigMaps here.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.e2e.conftest import GROUP_LABEL, ROOT, SCHEDULER_CONFIG, Cluster, Schedext, eventually
+from tests.e2e.harness import ControlPlane
+from tests.e2e.test_mtls import embedded_scheduler_config, ensure_namespace, running_cluster
+from tests.e2e.test_scheduling import H100
+
+MANIFESTS = ROOT / "manifests"
+SIDECAR = MANIFESTS / "deploy-sidecar.yaml"
+MTLS = MANIFESTS / "deploy-mtls.yaml"
+EXAMPLES = MANIFESTS / "examples"
+SYSTEM_NAMESPACE = "schedext-system"
+# Namespaced objects without a namespace (the examples) are applied here, as kubectl would.
+DEFAULT_NAMESPACE = "default"
+FIELD_MANAGER = "schedext-e2e"
+RACK = "topology.kubernetes.io/rack"
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+# Known defects, by test id: strict xfails, so that the fix turns them into failures that ask
+# for the entry to be removed.
+
+
+def api_objects() -> list[Any]:
+    """One pytest param per YAML document under manifests/, recursively."""
+    params = []
+    for path in sorted(MANIFESTS.rglob("*.yaml")):
+        if path == SCHEDULER_CONFIG:
+            continue  # a KubeSchedulerConfiguration file, not an API object (see above)
+        relative = path.relative_to(MANIFESTS).as_posix()
+        for index, doc in enumerate(documents(path)):
+            name = f"{relative}:{doc['kind']}/{doc['metadata']['name']}"
+            params.append(pytest.param(path, index, id=name))
+    return params
+
+
+class Kube:
+    """Server-side apply through the API server, with the warnings it answers."""
+
+    def __init__(self, control_plane: ControlPlane) -> None:
+        self._client = httpx.Client(
+            base_url=control_plane.server,
+            verify=ssl.create_default_context(cafile=str(control_plane.ca_cert)),
+            headers={"Authorization": f"Bearer {control_plane.token}"},
+            timeout=30,
+        )
+        self._resources: dict[str, list[dict[str, Any]]] = {}
+
+    def close(self) -> None:
+        self._client.close()
+
+    def path(self, obj: dict[str, Any], namespace: str) -> str:
+        """The object's URL, from API discovery (plural name, namespaced or not)."""
+        api_version = obj["apiVersion"]
+        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        if base not in self._resources:
+            answer = self._client.get(base)
+            assert answer.status_code == 200, f"{base} is not served: {answer.text}"
+            self._resources[base] = answer.json()["resources"]
+        resource = next(
+            (r for r in self._resources[base] if r["kind"] == obj["kind"] and "/" not in r["name"]),
+            None,
+        )
+        assert resource is not None, f"{api_version} has no kind {obj['kind']}"
+        name = obj["metadata"]["name"]
+        if not resource["namespaced"]:
+            assert "namespace" not in obj["metadata"], f"{obj['kind']} is cluster-scoped"
+            return f"{base}/{resource['name']}/{name}"
+        namespace = obj["metadata"].get("namespace", namespace)
+        return f"{base}/namespaces/{namespace}/{resource['name']}/{name}"
+
+    def apply(
+        self, obj: dict[str, Any], *, dry_run: bool, namespace: str = DEFAULT_NAMESPACE
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Server-side apply (as `kubectl apply --server-side --force-conflicts`); the object
+        as stored (or as it would be) and the API server's warnings."""
+        params = {"fieldManager": FIELD_MANAGER, "force": "true", "fieldValidation": "Strict"}
+        if dry_run:
+            params["dryRun"] = "All"
+        answer = self._client.patch(
+            self.path(obj, namespace),
+            content=json.dumps(obj),  # JSON is YAML
+            headers={"Content-Type": "application/apply-patch+yaml"},
+            params=params,
+        )
+        assert answer.status_code in (200, 201), f"HTTP {answer.status_code}: {answer.text}"
+        result: dict[str, Any] = answer.json()
+        return result, answer.headers.get_list("warning")
+
+
+@pytest.fixture(scope="module")
+def kube(control_plane: ControlPlane) -> Iterator[Kube]:
+    client = Kube(control_plane)
+    # Applied for real: namespaced objects need it, and its Pod Security labels make the API
+    # server check the pod templates of the Deployments against "restricted".
+    (namespace,) = documents(MANIFESTS / "namespace.yaml")
+    client.apply(namespace, dry_run=False)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(("path", "index"), api_objects())
+def test_every_manifest_is_accepted_by_the_api_server(kube: Kube, path: Path, index: int) -> None:
+    obj = documents(path)[index]
+    result, warnings = kube.apply(obj, dry_run=True)
+    assert (result["kind"], result["metadata"]["name"]) == (obj["kind"], obj["metadata"]["name"])
+    assert not warnings, f"the API server warns about {path.name}: {warnings}"
+
+
+# --- the KubeSchedulerConfigurations in the ConfigMaps --------------------------------------
+
+
+def deployment_spec(path: Path, container: str) -> dict[str, Any]:
+    """The pod spec of the Deployment in ``path`` that runs ``container``."""
+    for doc in documents(path):
+        if doc["kind"] == "Deployment":
+            spec: dict[str, Any] = doc["spec"]["template"]["spec"]
+            names = [c["name"] for c in spec.get("containers", []) + spec.get("initContainers", [])]
+            if container in names:
+                return spec
+    raise AssertionError(f"no Deployment in {path.name} runs {container}")
+
+
+def container_of(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    containers = spec.get("containers", []) + spec.get("initContainers", [])
+    found: dict[str, Any] = next(c for c in containers if c["name"] == name)
+    return found
+
+
+def flags(args: list[str]) -> dict[str, str]:
+    """``--flag=value`` and ``--flag value`` alike."""
+    parsed, pending = {}, None
+    for arg in args:
+        if pending is not None:
+            parsed[pending], pending = arg, None
+        elif "=" in arg:
+            flag, _, value = arg.partition("=")
+            parsed[flag] = value
+        else:
+            pending = arg
+    return parsed
+
+
+# What may differ from manifests/scheduler-config.yaml: how the extender is reached.
+TRANSPORT = {"urlPrefix", "enableHTTPS", "tlsConfig"}
+
+
+@pytest.mark.parametrize("manifest", [SIDECAR, MTLS], ids=lambda p: p.name)
+def test_configmap_scheduler_configs_keep_the_shipped_extender_settings(manifest: Path) -> None:
+    shipped = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    config = embedded_scheduler_config(manifest)
+    assert config["kind"] == shipped["kind"] == "KubeSchedulerConfiguration"
+    assert config["apiVersion"] == shipped["apiVersion"]
+    assert config["percentageOfNodesToScore"] == shipped["percentageOfNodesToScore"]
+    (extender,) = config["extenders"]
+    (reference,) = shipped["extenders"]
+    mine = {k: v for k, v in extender.items() if k not in TRANSPORT}
+    theirs = {k: v for k, v in reference.items() if k not in TRANSPORT}
+    assert mine == theirs
+    # A second scheduler of its own, with a lease that rbac.yaml lets it hold, and the pod's
+    # ServiceAccount as its credentials.
+    assert config["profiles"] == [{"schedulerName": "schedext-scheduler"}]
+    election = config["leaderElection"]
+    assert election["leaderElect"] is True
+    assert (election["resourceNamespace"], election["resourceName"]) == (
+        SYSTEM_NAMESPACE,
+        "schedext-scheduler",
+    )
+    roles = [d for d in documents(MANIFESTS / "rbac.yaml") if d["kind"] == "Role"]
+    rules = [rule for role in roles for rule in role["rules"]]
+    lease_names = {name for rule in rules for name in rule.get("resourceNames", [])}
+    assert election["resourceName"] in lease_names
+    assert config["clientConnection"]["kubeconfig"] == ""
+    # The config file is where kube-scheduler is told to read it.
+    spec = deployment_spec(manifest, "kube-scheduler")
+    scheduler = container_of(spec, "kube-scheduler")
+    mount = next(m for m in scheduler["volumeMounts"] if m["name"] == "config")
+    volume = next(v for v in spec["volumes"] if v["name"] == "config")
+    configmap = next(d for d in documents(manifest) if d["kind"] == "ConfigMap")
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    config_file = f"{mount['mountPath']}/scheduler-config.yaml"
+    assert f"--config={config_file}" in scheduler["command"]
+
+
+def test_the_sidecar_extender_url_is_schedext_on_loopback_in_the_same_pod() -> None:
+    (extender,) = embedded_scheduler_config(SIDECAR)["extenders"]
+    spec = deployment_spec(SIDECAR, "schedext")
+    schedext = flags(container_of(spec, "schedext")["args"])
+    assert schedext["--host"] == "127.0.0.1"
+    assert extender["urlPrefix"] == f"http://127.0.0.1:{schedext['--port']}"
+    assert extender["enableHTTPS"] is False
+    assert container_of(spec, "schedext").get("restartPolicy") == "Always"  # a native sidecar
+
+
+def test_the_mtls_extender_url_is_the_service_and_its_certificates_are_mounted() -> None:
+    (extender,) = embedded_scheduler_config(MTLS)["extenders"]
+    service = next(d for d in documents(MTLS) if d["kind"] == "Service")
+    (port,) = service["spec"]["ports"]
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert extender["urlPrefix"] == f"https://{host}:{port['port']}"
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"]["serverName"] == host
+    # The Service reaches the schedext container's HTTPS port, which requires client certs.
+    schedext_spec = deployment_spec(MTLS, "schedext")
+    schedext = container_of(schedext_spec, "schedext")
+    named_ports = {p["name"]: p["containerPort"] for p in schedext["ports"]}
+    assert named_ports[port["targetPort"]] == int(flags(schedext["args"])["--port"])
+    assert {"--tls-cert-file", "--tls-key-file", "--tls-client-ca-file"} <= set(
+        flags(schedext["args"])
+    )
+    # kube-scheduler's client certificate files are in its mounted Secret.
+    spec = deployment_spec(MTLS, "kube-scheduler")
+    scheduler = container_of(spec, "kube-scheduler")
+    mounts = {m["name"]: m["mountPath"] for m in scheduler["volumeMounts"]}
+    for key in ("certFile", "keyFile", "caFile"):
+        assert extender["tlsConfig"][key].startswith(mounts["client-tls"] + "/")
+    volume = next(v for v in spec["volumes"] if v["name"] == "client-tls")
+    assert volume["secret"]["secretName"] == "schedext-scheduler-client-tls"
+
+
+# --- sidecar mode, with its RBAC only, places the examples ---------------------------------
+
+
+def service_account_kubeconfig(control_plane: ControlPlane, name: str, path: Path) -> Path:
+    """A kubeconfig holding a fresh token of schedext-system/``name`` (TokenRequest), as the
+    pod would have it mounted."""
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"expirationSeconds": 3600}}  # fmt: skip
+    token = control_plane.api.apply_raw(
+        "POST", f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/serviceaccounts/{name}/token", request
+    )["status"]["token"]
+    ca_data = base64.b64encode(control_plane.ca_cert.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "e2e", "cluster": {"server": control_plane.server,
+                                        "certificate-authority-data": ca_data}}
+        ],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": "e2e", "user": name}}],
+        "current-context": name,
+    }  # fmt: skip
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+def statefulset_pods(cluster: Cluster, sts: dict[str, Any]) -> list[str]:
+    """Create the StatefulSet's pods as its controller would (there is no controller here)."""
+    name = sts["metadata"]["name"]
+    template = sts["spec"]["template"]
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "name": name,
+        "uid": sts["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    names = []
+    for ordinal in range(sts["spec"]["replicas"]):
+        pod_name = f"{name}-{ordinal}"
+        labels = {**template["metadata"]["labels"], "statefulset.kubernetes.io/pod-name": pod_name,
+                  "apps.kubernetes.io/pod-index": str(ordinal)}  # fmt: skip
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod_name,
+                "labels": labels,
+                "annotations": template["metadata"].get("annotations", {}),
+                "ownerReferences": [owner],
+            },
+            "spec": {**template["spec"], "hostname": pod_name,
+                     "subdomain": sts["spec"]["serviceName"]},
+        }  # fmt: skip
+        cluster.api.create_pod(cluster.namespace, pod)
+        names.append(pod_name)
+    return names
+
+
+def new_lines(before: str, after: str) -> str:
+    return after[len(before) :] if after.startswith(before) else after
+
+
+def test_sidecar_mode_places_every_example_with_nothing_but_its_rbac(
+    control_plane: ControlPlane, kube: Kube, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # The identities and their RBAC, for real: rbac.yaml, and the sidecar's extra binding.
+    ensure_namespace(control_plane, SYSTEM_NAMESPACE)
+    rbac = documents(MANIFESTS / "rbac.yaml")
+    rbac += [d for d in documents(SIDECAR) if d["kind"] == "ClusterRoleBinding"]
+    for obj in rbac:
+        kube.apply(obj, dry_run=False)
+    identity = service_account_kubeconfig(
+        control_plane, "schedext-scheduler", tmp_path / "sa.kubeconfig"
+    )
+
+    def sidecar_config(schedext: Schedext) -> str:
+        config = embedded_scheduler_config(SIDECAR)
+        config["clientConnection"]["kubeconfig"] = str(identity)
+        (extender,) = config["extenders"]
+        assert extender["urlPrefix"] == "http://127.0.0.1:8888"
+        extender["urlPrefix"] = schedext.url  # the same, on a free port
+        return yaml.safe_dump(config)
+
+    scheduler_log = control_plane.logs_tail("kube-scheduler", 1_000_000)
+    schedext = Schedext(identity, tmp_path / "schedext.log")
+    # The delegated authentication and authorization of kube-scheduler's secure port, too,
+    # with the pod's identity (the harness otherwise passes the admin kubeconfig).
+    args = (f"--authentication-kubeconfig={identity}", f"--authorization-kubeconfig={identity}")
+    with running_cluster(
+        control_plane, request, schedext, sidecar_config, scheduler_args=args
+    ) as cluster:
+        for name in ("gpu-a1", "gpu-a2", "gpu-a3"):
+            cluster.node(name, gpus=8, model=H100, memory_mib=81559,
+                         groups=[[0, 1, 2, 3], [4, 5, 6, 7]], labels={RACK: "a"})  # fmt: skip
+        created = {}
+        for path in sorted(EXAMPLES.glob("*.yaml")):
+            for obj in documents(path):
+                stored, _ = kube.apply(obj, dry_run=False, namespace=cluster.namespace)
+                created[obj["kind"], obj["metadata"]["name"]] = stored
+        kv = statefulset_pods(cluster, created["StatefulSet", "kv"])
+
+        # gpu-pod.yaml: two GPUs of one NVLink group, written into the pod.
+        cluster.wait_bound("cuda-vectoradd", timeout=60)
+        ids = cluster.gpu_ids("cuda-vectoradd")
+        assert len(ids) == 2
+        assert set(ids) <= {0, 1, 2, 3} or set(ids) <= {4, 5, 6, 7}
+
+        # gang.yaml: all four, on distinct GPUs, and the PodGroup's status written back.
+        trainers = [f"trainer-{i}" for i in range(4)]
+        nodes = {name: cluster.wait_bound(name, timeout=90) for name in trainers}
+        held = [(nodes[n], i) for n in trainers for i in cluster.gpu_ids(n)]
+        held += [(cluster.get_pod("cuda-vectoradd")["spec"]["nodeName"], i) for i in ids]
+        assert len(held) == len(set(held)) == 18
+        assert {p["metadata"]["labels"][GROUP_LABEL] for p in map(cluster.get_pod, trainers)} == {
+            "trainer"
+        }
+
+        def group_scheduled() -> bool:
+            status = cluster.get_pod_group("trainer").get("status", {})
+            return status.get("phase") == "Scheduled" and status.get("scheduled") == 4
+
+        eventually(group_scheduled, timeout=30, message="PodGroup trainer not Scheduled/4")
+
+        # sticky-ip-statefulset.yaml: one address each from rack a's pool, kept in claims,
+        # counted in the pool's status.
+        pool = created["IPPool", "rack-a"]["spec"]
+        reserved = {ipaddress.ip_address(pool["gateway"])}
+        reserved |= {a for cidr in pool["exclude"] for a in ipaddress.ip_network(cidr)}
+        addresses = {}
+        for name in kv:
+            cluster.wait_bound(name, timeout=60)
+            address, pool_name = cluster.address(name)
+            assert pool_name == "rack-a"
+            addresses[name] = ipaddress.ip_address(address)
+        assert len(set(addresses.values())) == len(kv)
+        assert all(a in ipaddress.ip_network(pool["cidr"]) for a in addresses.values())
+        assert not reserved & set(addresses.values())
+        owners = {f"sts/{cluster.namespace}/kv/{i}" for i in range(len(kv))}
+        claims = eventually(lambda: owners <= set(cluster.ip_claims()), message="no IPClaims")
+        assert claims
+
+        def pool_counted() -> bool:
+            status = cluster.api.apply_raw("GET", "/apis/schedext.io/v1alpha1/ippools/rack-a")
+            return bool(status.get("status", {}).get("allocated") == len(kv))
+
+        eventually(pool_counted, timeout=30, message="IPPool rack-a status not written")
+
+        # And nothing was refused on the way: not a list, watch, bind, claim or status write,
+        # nor kube-scheduler's lease, events or delegated authentication.
+        assert "forbidden" not in schedext.tail(100_000).lower()
+        scheduler = new_lines(scheduler_log, control_plane.logs_tail("kube-scheduler", 1_000_000))
+        lease = f'"Successfully acquired lease" lock="{SYSTEM_NAMESPACE}/schedext-scheduler"'
+        assert lease in scheduler
+        assert "forbidden" not in scheduler.lower(), scheduler
