@@ -14,7 +14,7 @@ from time import perf_counter
 
 from fastapi import APIRouter, Request, Response
 
-from app import wire
+from app import openapi, wire
 from app.binder import BindError
 from app.errors import RequestRejectedError
 from app.events import PodEvent
@@ -129,21 +129,21 @@ async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
     return wire.binding_result(), "bound"
 
 
-@router.post("/filter")
+@router.post("/filter", openapi_extra=openapi.EXTENDER_ARGS)
 async def filter_verb(request: Request) -> Response:
     return await _answer(request, "filter", _filter, wire.filter_error, error_in_body=True)
 
 
-@router.post("/prioritize")
+@router.post("/prioritize", openapi_extra=openapi.EXTENDER_ARGS)
 async def prioritize_verb(request: Request) -> Response:
     return await _answer(request, "prioritize", _prioritize, wire.error_body, error_in_body=False)
 
 
-@router.post("/preempt")
+@router.post("/preempt", openapi_extra=openapi.PREEMPTION_ARGS)
 async def preempt_verb(request: Request) -> Response:
     return await _answer(request, "preempt", _preempt, wire.error_body, error_in_body=False)
 
 
-@router.post("/bind")
+@router.post("/bind", openapi_extra=openapi.BIND)
 async def bind_verb(request: Request) -> Response:
     return await _answer(request, "bind", _bind, wire.binding_result, error_in_body=True)
