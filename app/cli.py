@@ -56,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--path-prefix", help="also serve the verbs under this prefix")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="with several replicas: only the holder of the Lease answers the verbs",
+    )
+    serve.add_argument(
         "--bench-endpoints", action="store_true", help="add the constant-answer benchmark endpoint"
     )
     serve.add_argument("--tls-cert-file", type=Path, help="serve HTTPS with this certificate (PEM)")
@@ -113,6 +118,8 @@ def _serve(args: argparse.Namespace) -> int:
     for key in ("snapshot", "kubeconfig", "log_level"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
+    if args.leader_elect:
+        overrides["leader"] = {"enabled": True}
     try:
         settings = load_settings(args.config, **overrides)
     except (ValidationError, FileNotFoundError) as error:

@@ -57,6 +57,7 @@ def default_parts(settings: Settings) -> tuple[InventorySource, Binder, EventRec
             server=cluster.server,
             status_interval_s=settings.gang.status_interval_s,
             claim_release_interval_s=settings.ip.claim_release_interval_s,
+            leader=settings.leader if settings.leader.enabled else None,
         )
         return source, binder, ApiEventRecorder(api)
     return SnapshotSource(demo_snapshot()), InMemoryBinder(), LogEventRecorder()

@@ -8,7 +8,10 @@ or ``SCHEDEXT_SERVER__MAX_BODY_BYTES=4194304``. The pure core receives only the 
 from __future__ import annotations
 
 import ipaddress
+import os
+import socket
 import ssl
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -197,6 +200,26 @@ class IPSettings(_Group):
     claim_release_interval_s: float = Field(default=30.0, gt=0)
 
 
+class LeaderSettings(_Group):
+    """Leader election on a coordination.k8s.io Lease (several replicas, one active)."""
+
+    enabled: bool = False
+    lease_name: str = "schedext"
+    # Default: the pod's own namespace (POD_NAMESPACE from the downward API), else "default".
+    namespace: str = ""
+    # Default: the host name plus a random suffix, unique per process.
+    identity: str = ""
+    lease_duration_s: float = Field(default=15.0, gt=0)
+    renew_deadline_s: float = Field(default=5.0, gt=0)
+    retry_period_s: float = Field(default=2.0, gt=0)
+
+    def lease_namespace(self) -> str:
+        return self.namespace or os.environ.get("POD_NAMESPACE", "") or "default"
+
+    def holder_identity(self) -> str:
+        return self.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SCHEDEXT_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -208,6 +231,7 @@ class Settings(BaseSettings):
     gang: GangSettings = GangSettings()
     ip: IPSettings = IPSettings()
     preemption: PreemptionSettings = PreemptionSettings()
+    leader: LeaderSettings = LeaderSettings()
     snapshot: Path | None = None
     kubeconfig: Path | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -221,6 +245,23 @@ class Settings(BaseSettings):
                 f"({self.bind.api_deadline_s:g}) must stay below bind.extender_http_timeout_s "
                 f"({self.bind.extender_http_timeout_s:g}), kube-scheduler's httpTimeout"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _one_leader_binds_at_a_time(self) -> Settings:
+        """A leader that stops renewing may still be finishing a bind; the next one must not
+        take over before that bind has ended (see app.kube.leader)."""
+        leader = self.leader
+        if not leader.enabled:
+            return self
+        if leader.renew_deadline_s + self.bind.api_deadline_s >= leader.lease_duration_s:
+            raise ValueError(
+                f"leader.renew_deadline_s ({leader.renew_deadline_s:g}) + bind.api_deadline_s "
+                f"({self.bind.api_deadline_s:g}) must stay below leader.lease_duration_s "
+                f"({leader.lease_duration_s:g})"
+            )
+        if leader.retry_period_s >= leader.renew_deadline_s:
+            raise ValueError("leader.retry_period_s must be shorter than leader.renew_deadline_s")
         return self
 
     @classmethod

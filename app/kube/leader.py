@@ -56,6 +56,7 @@ class LeaderElector:
         self._sleep = sleep
         self.leading = False
         self.holder = ""
+        self._reported: tuple[bool, str] | None = None
         self._observed: dict[str, Any] | None = None
         self._observed_at = 0.0
         self._renewed_at = 0.0
@@ -78,6 +79,8 @@ class LeaderElector:
                     self._renew_deadline,
                 )
                 self._set(leading=False, holder=self.holder)
+            elif not self.leading:
+                self._set(leading=False, holder=self.holder)  # who leads, for readiness
             await self._sleep(self._retry)
 
     async def try_acquire_or_renew(self) -> bool:
@@ -134,11 +137,12 @@ class LeaderElector:
 
     def _set(self, *, leading: bool, holder: str) -> None:
         changed = leading != self.leading
-        self.leading, self.holder = leading, holder
+        reported = (leading, holder) != self._reported
+        self.leading, self.holder, self._reported = leading, holder, (leading, holder)
         if changed:
             log.info("leadership changed", extra={"leading": leading, "lease": self._name})
-            if self._on_change is not None:
-                self._on_change(leading, holder)
+        if reported and self._on_change is not None:
+            self._on_change(leading, holder)
 
     def _lease_body(
         self, *, transitions: int, acquired: bool, previous: dict[str, Any] | None = None

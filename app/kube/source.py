@@ -12,9 +12,11 @@ from typing import Any
 
 from app.kube.api import KubeApi
 from app.kube.claims import ClaimReleaser
+from app.kube.leader import LeaderElector
 from app.kube.status import PODGROUPS_PATH, SCHEDEXT_PATH, StatusWriter
 from app.kube.watch import Relist, Resource, Sink, WatchHooks, watch_forever
 from app.service import Service
+from app.settings import LeaderSettings
 from extender.scheduler import Scheduler
 
 __all__ = ["IPCLAIMS", "IPPOOLS", "NODES", "PODGROUPS", "PODS", "STATEFULSETS", "ClusterSource"]
@@ -115,8 +117,11 @@ class ClusterSource:
         resources: Iterable[Resource] = RESOURCES,
         status_interval_s: float = 2.0,
         claim_release_interval_s: float = 30.0,
+        leader: LeaderSettings | None = None,
     ) -> None:
         self._api = api
+        self._leader_settings = leader
+        self._elector: LeaderElector | None = None
         self._resources = tuple(resources)
         self._status_interval_s = status_interval_s
         self._claim_release_interval_s = claim_release_interval_s
@@ -152,7 +157,9 @@ class ClusterSource:
             )
             watcher = watch_forever(self._api, resource, sinks[name], hooks=hooks)
             self._tasks.append(asyncio.create_task(watcher, name=f"watch-{resource.name}"))
-        statuses = StatusWriter(self._api, service.scheduler).run_forever(
+        if self._leader_settings is not None:
+            self._start_election(service, self._leader_settings)
+        statuses = StatusWriter(self._api, service.scheduler, service.readiness).run_forever(
             interval_s=self._status_interval_s
         )
         releaser = ClaimReleaser(self._api, service.scheduler, service.readiness).run_forever(
@@ -161,7 +168,26 @@ class ClusterSource:
         self._tasks.append(asyncio.create_task(statuses, name="status-writer"))
         self._tasks.append(asyncio.create_task(releaser, name="claim-releaser"))
 
+    def _start_election(self, service: Service, settings: LeaderSettings) -> None:
+        """Standby replicas keep their informers warm; readiness (and so the verbs, the status
+        writer and the claim releaser) follows the lease."""
+        service.readiness.set_leading(False, "")
+        self._elector = LeaderElector(
+            self._api,
+            namespace=settings.lease_namespace(),
+            name=settings.lease_name,
+            identity=settings.holder_identity(),
+            lease_duration_s=settings.lease_duration_s,
+            renew_deadline_s=settings.renew_deadline_s,
+            retry_period_s=settings.retry_period_s,
+            on_change=service.readiness.set_leading,
+        )
+        self.description += f" (leader election as {self._elector.identity})"
+        self._tasks.append(asyncio.create_task(self._elector.run_forever(), name="leader"))
+
     async def stop(self) -> None:
+        if self._elector is not None:
+            await self._elector.release()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

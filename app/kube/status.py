@@ -14,6 +14,7 @@ from typing import Any
 
 from app.kube.api import KubeApi
 from app.kube.errors import ApiError, ApiNotFoundError
+from app.service import Readiness
 from extender.scheduler import Scheduler
 
 __all__ = ["PODGROUPS_PATH", "SCHEDEXT_PATH", "StatusWriter"]
@@ -25,15 +26,19 @@ SCHEDEXT_PATH = "/apis/schedext.io/v1alpha1"
 
 
 class StatusWriter:
-    def __init__(self, api: KubeApi, scheduler: Scheduler) -> None:
+    def __init__(self, api: KubeApi, scheduler: Scheduler, readiness: Readiness) -> None:
         self._api = api
         self._scheduler = scheduler
+        self._readiness = readiness
         self._written: dict[str, dict[str, Any]] = {}
 
     async def run_forever(self, *, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)
-            await self.write_once()
+            if self._readiness.ready:  # synced, and the leader when there are replicas
+                await self.write_once()
+            else:
+                self._written.clear()  # the leader may have written meanwhile
 
     async def write_once(self) -> None:
         wanted: dict[str, tuple[str, dict[str, Any]]] = {}

@@ -153,3 +153,21 @@ def test_release_hands_the_lease_over_at_once() -> None:
     released = body(server, 1)["spec"]
     assert (released["holderIdentity"], released["leaseDurationSeconds"]) == ("", 1)
     assert candidate.leading is False
+
+
+def test_a_standby_reports_who_leads() -> None:
+    clock = Clock()
+    changes: list[tuple[bool, str]] = []
+    candidate, _ = elector(
+        {("GET", LEASE): [lease("other", renew=f"t{i}") for i in range(5)]}, clock, changes
+    )
+
+    async def sleep(seconds: float) -> None:
+        clock.now += seconds
+        if clock.now > 106:
+            raise asyncio.CancelledError
+
+    candidate._sleep = sleep
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(candidate.run_forever())
+    assert changes == [(False, "other")]  # reported once, for readiness; never leading

@@ -1,0 +1,75 @@
+"""A loopback TCP proxy that forwards each new connection to the first backend whose
+``/readyz`` answers 200: what a Kubernetes Service with readiness gating does for
+kube-scheduler in front of several schedext replicas, where only the leader is ready."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+import httpx
+
+__all__ = ["ReadyProxy"]
+
+
+class ReadyProxy:
+    def __init__(self, backends: list[tuple[str, int]]) -> None:
+        self.backends = backends
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> ReadyProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stopped.set()
+        self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.close()
+        self._thread.join(timeout=5)
+
+    def _ready_backend(self) -> tuple[str, int] | None:
+        for host, port in self.backends:
+            try:
+                if httpx.get(f"http://{host}:{port}/readyz", timeout=1).status_code == 200:
+                    return host, port
+            except httpx.HTTPError:
+                continue
+        return None
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            backend = self._ready_backend()
+            if backend is None:
+                client.close()  # like a Service without ready endpoints: the caller retries
+                continue
+            try:
+                upstream = socket.create_connection(backend, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, upstream]
+            for source, target in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            target.sendall(data)
+    for sock in (source, target):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
