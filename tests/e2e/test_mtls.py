@@ -159,7 +159,10 @@ def mtls_container_args(pki: Pki, port: int) -> list[str]:
     }
     args = []
     for arg in container["args"]:
-        flag, _, value = arg.partition("=")
+        flag, equals, value = arg.partition("=")
+        if not equals:
+            args.append(flag)  # a switch such as --leader-elect
+            continue
         value = str(port) if flag == "--port" else str(files.pop(value, value))
         args.append(f"{flag}={value}")
     assert not files, f"deploy-mtls.yaml's schedext does not use {sorted(files)}"
