@@ -1,0 +1,460 @@
+"""Informer scale: how fast ``schedext serve --kubeconfig`` syncs a large cluster, how much
+memory it needs, and what keeping up with pod updates costs it.
+
+Against the end-to-end harness's real etcd + kube-apiserver (loopback only) it:
+
+1. creates N GPU nodes (``payloads.make_node``, status included) and M pods already bound
+   (``spec.nodeName`` set at creation). On GPU nodes the first pods hold 2, 1, 2, 1... GPUs
+   (requests, limits and the ``schedext.io/gpu-ids`` annotation) until ``--gpu-fill`` of the
+   node's GPUs are held; every further pod on the node is a CPU pod of the same shape (5,000
+   nodes carry about 30,000 GPUs, so 100,000 pods cannot all hold one);
+2. starts schedext and times process start -> HTTP up -> /readyz 200 (cold sync: nodes, pods,
+   CRDs), sampling VmRSS every 0.2 s; checks that its inventory holds exactly the GPUs the pods
+   hold; reads VmHWM;
+3. sends K label PATCHes to bound pods at a fixed rate and charges schedext's CPU time
+   (/proc utime+stime, less an idle baseline) per 1,000 updates;
+4. measures watch lag: deletes a pod that holds GPUs and polls /metrics until schedext's free
+   GPU count shows it: once right after the stream, then a few times idle.
+
+    python -m loadtests.sync                           # 5,000 nodes, 100,000 pods
+    python -m loadtests.sync --nodes 500 --pods 10000 --json sync.json
+    python -m loadtests.sync --profile sync.prof  # cold sync only, under cProfile
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import pstats
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from loadtests import kubeload
+from loadtests.kubeload import Call, RestPool, SchedextProcess
+
+JSON = dict[str, Any]
+NAMESPACE = "sync-bench"
+PRIORITY_CLASS = ("research", 1000)  # payloads.make_pod's priorityClassName
+CREATE = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+DELETE_NOW = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+TARGET_READY_S = 20.0
+TARGET_RSS_MIB = 1024.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    kubeload.exit_on_signals()
+    report: JSON = {"machine": kubeload.machine_info(), "params": _params(args)}
+    started = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="schedext-sync-") as workdir,
+        kubeload.control_plane(args.apiserver_arg) as cp,
+        RestPool(cp, args.concurrency) as pool,
+    ):
+        plan = Plan.build(args.nodes, args.pods, gpu_fill=args.gpu_fill, compact=not args.fat_pods)
+        report["cluster"] = plan.summary()
+        report["fill"] = _fill(pool, plan)
+        report["objects"] = _object_sizes(pool, cp.etcd_url)
+        schedext = SchedextProcess(
+            cp.kubeconfig, Path(workdir) / "schedext.log", profile=args.profile
+        )
+        sampler = kubeload.Sampler(args.py_spy, args.py_spy_dir or Path(workdir))
+        try:
+            report["cold_sync"] = _cold_sync(schedext, plan, args.ready_timeout, sampler)
+            if args.profile is None:
+                report["steady"] = _steady(pool, schedext, plan, args, sampler)
+                report["cold_sync"]["vm_hwm_end_mib"] = _mib(
+                    kubeload.status_kib(schedext.pid, "VmHWM")
+                )
+        except BaseException:
+            print(f"schedext log tail:\n{schedext.tail()}", file=sys.stderr)
+            raise
+        finally:
+            report["schedext_exit_code"] = schedext.stop()
+    report["total_s"] = round(time.monotonic() - started, 1)
+    _print(report)
+    _print_py_spy(report)
+    if args.profile is not None:
+        _print_profile(args.profile, args.profile_top)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.sync", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--nodes", type=int, default=5000, help="N nodes (default 5000)")
+    parser.add_argument("--pods", type=int, default=100_000, help="M bound pods (default 100000)")
+    parser.add_argument("--updates", type=int, default=5000, help="K pod PATCHes (default 5000)")
+    parser.add_argument("--update-rate", type=float, default=200.0, help="PATCHes per second")
+    parser.add_argument("--concurrency", type=int, default=48, help="requests in flight (fill)")
+    parser.add_argument(
+        "--gpu-fill", type=float, default=1.0, help="share of each node's GPUs held (0..1)"
+    )
+    parser.add_argument("--lag-samples", type=int, default=5, help="idle watch-lag samples")
+    parser.add_argument(
+        "--idle-s", type=float, default=10.0, help="idle CPU baseline window (seconds)"
+    )
+    parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds")
+    parser.add_argument(
+        "--fat-pods",
+        action="store_true",
+        help="payloads.make_pod's 12 env vars (about 6 KB served) instead of 4 (about 4 KB)",
+    )
+    parser.add_argument(
+        "--apiserver-arg", action="append", default=[], help="extra kube-apiserver flag"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="run schedext under cProfile, stop it once ready, print the top functions",
+    )
+    parser.add_argument("--profile-top", type=int, default=30, help="rows per profile table")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        help="py-spy binary: sample schedext during the cold sync and the update stream",
+    )
+    parser.add_argument("--py-spy-dir", type=Path, help="keep py-spy's raw stacks here")
+    parser.add_argument("--json", type=Path, help="write the figures here as JSON")
+    return parser
+
+
+def _params(args: argparse.Namespace) -> JSON:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster
+# ---------------------------------------------------------------------------------------------
+
+
+def gpu_sets(gpus: int, fill: float) -> list[tuple[int, ...]]:
+    """GPU indices of the GPU pods of one node: 2, 1, 2, 1... contiguous GPUs until ``fill``
+    of them are held."""
+    budget = math.floor(gpus * fill)
+    sets: list[tuple[int, ...]] = []
+    start = 0
+    for pattern in itertools.cycle((2, 1)):
+        if start >= budget:
+            break
+        size = min(pattern, budget - start)
+        sets.append(tuple(range(start, start + size)))
+        start += size
+    return sets
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which pod goes where: pod i is the (i // N)-th pod of node i % N."""
+
+    nodes: list[JSON]
+    layouts: list[list[tuple[int, ...]]]  # per node: GPU ids of its GPU pods, in order
+    pods: int
+    compact: bool
+
+    @classmethod
+    def build(cls, nodes: int, pods: int, *, gpu_fill: float, compact: bool) -> Plan:
+        rng = random.Random(7)
+        objects = [kubeload.gpu_node(i, rng) for i in range(nodes)]
+        layouts = [gpu_sets(kubeload.node_gpus(n), gpu_fill) for n in objects]
+        return cls(objects, layouts, pods, compact)
+
+    def slot(self, index: int) -> tuple[int, int]:
+        return index % len(self.nodes), index // len(self.nodes)
+
+    def name(self, index: int) -> str:
+        node, k = self.slot(index)
+        return f"w-{node:05d}-{k:03d}"
+
+    def gpu_ids(self, index: int) -> tuple[int, ...]:
+        node, k = self.slot(index)
+        layout = self.layouts[node]
+        return layout[k] if k < len(layout) else ()
+
+    def pod(self, index: int) -> JSON:
+        node, _ = self.slot(index)
+        return kubeload.pod_object(
+            self.name(index),
+            NAMESPACE,
+            node=self.nodes[node]["metadata"]["name"],
+            gpu_ids=self.gpu_ids(index),
+            compact=self.compact,
+        )
+
+    def gpu_pod_indices(self) -> Iterator[int]:
+        return (i for i in range(self.pods) if self.gpu_ids(i))
+
+    def summary(self) -> JSON:
+        held = [len(self.gpu_ids(i)) for i in range(self.pods)]
+        return {
+            "nodes": len(self.nodes),
+            "gpu_nodes": sum(1 for n in self.nodes if kubeload.node_gpus(n)),
+            "gpus": sum(kubeload.node_gpus(n) for n in self.nodes),
+            "pods": self.pods,
+            "gpu_pods": sum(1 for h in held if h),
+            "held_gpus": sum(held),
+        }
+
+
+def _fill(pool: RestPool, plan: Plan) -> JSON:
+    kubeload.create_namespace(pool, NAMESPACE)
+    kubeload.create_priority_class(pool, *PRIORITY_CLASS)
+    meter = kubeload.CpuMeter(kubeload.process_ids(("kube-apiserver", "etcd")))
+    node_calls = (("POST", "/api/v1/nodes", n, CREATE) for n in plan.nodes)
+    nodes = pool.run("nodes", node_calls, progress_s=15)
+    _check(nodes)
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    pod_calls = (("POST", path, plan.pod(i), CREATE) for i in range(plan.pods))
+    meter.start()
+    pods = pool.run("pods", pod_calls, progress_s=15)
+    _check(pods)
+    return {
+        "nodes": nodes.summary(),
+        "pods": pods.summary(),
+        "pods_cpu_s": meter.read(),
+        "concurrency": pool.concurrency,
+    }
+
+
+def _check(batch: kubeload.Batch) -> None:
+    if batch.failed:
+        raise RuntimeError(f"{batch.label}: {batch.failed} requests failed: {batch.errors[:3]}")
+
+
+def _object_sizes(pool: RestPool, etcd_url: str) -> JSON:
+    """Bytes per pod and per node as listed (what schedext downloads), and etcd's database."""
+    sizes: JSON = {}
+    for kind, path in (("pod", f"/api/v1/namespaces/{NAMESPACE}/pods"), ("node", "/api/v1/nodes")):
+        response = pool.client.get(path, params={"limit": "500"})
+        items = len(response.json()["items"])
+        sizes[f"{kind}_bytes_listed"] = round(len(response.content) / max(items, 1))
+    etcd = kubeload.Scrape(httpx.get(f"{etcd_url}/metrics", timeout=10).text)
+    sizes["etcd_db_mib"] = _mib(etcd.total("etcd_mvcc_db_total_size_in_bytes") / 1024)
+    sizes["etcd_db_in_use_mib"] = _mib(etcd.total("etcd_mvcc_db_total_size_in_use_in_bytes") / 1024)
+    sizes["etcd_quota_mib"] = _mib(etcd.total("etcd_server_quota_backend_bytes") / 1024)
+    return sizes
+
+
+# ---------------------------------------------------------------------------------------------
+# Cold sync
+# ---------------------------------------------------------------------------------------------
+
+
+def _cold_sync(
+    schedext: SchedextProcess, plan: Plan, timeout: float, sampler: kubeload.Sampler
+) -> JSON:
+    meter = kubeload.CpuMeter(kubeload.process_ids(("kube-apiserver", "etcd"))).start()
+    schedext.start()
+    meter.add_new("schedext", schedext.pid)
+    with kubeload.RssSampler(schedext.pid) as rss:
+        ready = schedext.wait_ready(
+            timeout, on_http_up=lambda: sampler.start(schedext.pid, "cold-sync")
+        )
+    profile = sampler.stop()
+    pid = schedext.pid
+    figures: JSON = {
+        "http_up_s": round(ready.http_up_s, 2),
+        "ready_s": round(ready.ready_s, 2),
+        "cpu_s": meter.read(),
+        "rss_at_ready_mib": _mib(kubeload.status_kib(pid, "VmRSS")),
+        "rss_sampled_peak_mib": _mib(rss.peak_kib),
+        "vm_hwm_at_ready_mib": _mib(kubeload.status_kib(pid, "VmHWM")),
+        "rss_samples": len(rss.samples),
+    }
+    if profile is not None:
+        figures["py_spy"] = profile
+    figures["inventory"] = _check_inventory(schedext, plan)
+    return figures
+
+
+def _check_inventory(schedext: SchedextProcess, plan: Plan) -> JSON:
+    """schedext must hold every node and exactly the GPUs the pods' annotations name."""
+    scrape = schedext.scrape()
+    expected = plan.summary()
+    seen = {
+        "nodes": int(scrape.total("schedext_inventory_nodes")),
+        "gpus": int(scrape.total("schedext_inventory_gpus")),
+        "held_gpus": int(
+            scrape.total("schedext_inventory_gpus") - scrape.total("schedext_inventory_gpus_free")
+        ),
+    }
+    wrong = {k: (v, expected[k]) for k, v in seen.items() if v != expected[k]}
+    if wrong:
+        raise RuntimeError(
+            f"schedext inventory disagrees with the cluster (seen, expected): {wrong}"
+        )
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# Steady state
+# ---------------------------------------------------------------------------------------------
+
+
+def _steady(
+    pool: RestPool,
+    schedext: SchedextProcess,
+    plan: Plan,
+    args: argparse.Namespace,
+    sampler: kubeload.Sampler,
+) -> JSON:
+    pid = schedext.pid
+    idle_began, idle_cpu = time.monotonic(), kubeload.cpu_seconds(pid)
+    time.sleep(args.idle_s)
+    idle_rate = (kubeload.cpu_seconds(pid) - idle_cpu) / (time.monotonic() - idle_began)
+    victims = [i for i, _ in zip(plan.gpu_pod_indices(), range(args.lag_samples + 1), strict=False)]
+    sampler.start(pid, "updates")
+    began, cpu_before = time.monotonic(), kubeload.cpu_seconds(pid)
+    stream = pool.run("patches", _patches(plan, args.updates), rate=args.update_rate)
+    _check(stream)
+    # The delete travels behind every PATCH event on the same watch: when schedext shows it,
+    # it has processed the whole stream.
+    after_stream = _lag(pool, schedext, plan, victims[0])
+    cpu_s = kubeload.cpu_seconds(pid) - cpu_before
+    profile = sampler.stop()
+    net_cpu_s = max(0.0, cpu_s - idle_rate * (time.monotonic() - began))
+    idle_lags = []
+    for victim in victims[1:]:
+        time.sleep(0.5)
+        idle_lags.append(_lag(pool, schedext, plan, victim))
+    per_1000 = 1000 / max(stream.done, 1)
+    figures: JSON = {
+        "updates": stream.summary(),
+        "offered_rate": args.update_rate,
+        "idle_cpu_ms_per_s": round(idle_rate * 1000, 2),
+        "stream_cpu_ms": round(cpu_s * 1000),
+        "cpu_ms_per_1000_updates": round(net_cpu_s * 1000 * per_1000, 1),
+        "cpu_ms_per_1000_updates_raw": round(cpu_s * 1000 * per_1000, 1),
+        "lag_after_stream_ms": after_stream,
+        "lag_idle_ms": idle_lags,
+        "lag_idle_p50_ms": round(kubeload.percentile([s["from_delete"] for s in idle_lags], 50), 1),
+        "lag_idle_max_ms": round(max((s["from_delete"] for s in idle_lags), default=math.nan), 1),
+    }
+    if profile is not None:
+        figures["py_spy"] = profile
+    return figures
+
+
+def _patches(plan: Plan, count: int) -> Iterator[Call]:
+    # A large odd stride spreads the updates over nodes and over GPU and CPU pods alike.
+    stride = 7919
+    for tick in range(count):
+        name = plan.name(tick * stride % plan.pods)
+        body = {"metadata": {"labels": {"bench-tick": str(tick)}}}
+        yield "PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", body, MERGE_PATCH
+
+
+def _free_gpus(schedext: SchedextProcess) -> float:
+    return schedext.scrape().total("schedext_inventory_gpus_free")
+
+
+def _lag(pool: RestPool, schedext: SchedextProcess, plan: Plan, index: int) -> JSON:
+    """Delete a GPU pod; milliseconds until schedext's free GPU count includes its GPUs (from
+    sending the DELETE, and from the API server's answer)."""
+    wanted = _free_gpus(schedext) + len(plan.gpu_ids(index))
+    sent = time.monotonic()
+    pool.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{plan.name(index)}", DELETE_NOW)
+    answered = time.monotonic()
+    deadline = sent + 60
+    while time.monotonic() < deadline:
+        if _free_gpus(schedext) >= wanted:
+            seen = time.monotonic()
+            return {
+                "from_delete": round((seen - sent) * 1000, 1),
+                "from_answer": round((seen - answered) * 1000, 1),
+            }
+        time.sleep(0.002)
+    raise RuntimeError(f"schedext did not see pod {plan.name(index)} deleted within 60 s")
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------
+
+
+def _mib(kib: float) -> float:
+    return round(kib / 1024, 1)
+
+
+def _print(report: JSON) -> None:
+    m, c, fill, objects = report["machine"], report["cluster"], report["fill"], report["objects"]
+    cold = report["cold_sync"]
+    print(
+        f"\nschedext informer sync: {c['nodes']:,} nodes ({c['gpus']:,} GPUs), "
+        f"{c['pods']:,} bound pods ({c['gpu_pods']:,} holding {c['held_gpus']:,} GPUs)"
+    )
+    print(f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['mem_total_gib']} GiB")
+    rows = [
+        ("fill: nodes", f"{fill['nodes']['done']:,} in {fill['nodes']['seconds']:.1f} s "
+         f"({fill['nodes']['per_second']:,.0f}/s)", ""),
+        ("fill: pods", f"{fill['pods']['done']:,} in {fill['pods']['seconds']:.1f} s "
+         f"({fill['pods']['per_second']:,.0f}/s, {fill['concurrency']} in flight)", ""),
+        ("CPU during pod fill", _cpu_line(fill["pods_cpu_s"]), ""),
+        ("object size as listed", f"pod {objects['pod_bytes_listed']:,} B, "
+         f"node {objects['node_bytes_listed']:,} B", ""),
+        ("etcd db", f"{objects['etcd_db_mib']:,} MiB of {objects['etcd_quota_mib']:,} MiB quota",
+         ""),
+        ("start -> HTTP up", f"{cold['http_up_s']:.2f} s", ""),
+        ("start -> /readyz 200", f"{cold['ready_s']:.2f} s", f"target <= {TARGET_READY_S:g} s"),
+        ("CPU start -> ready", _cpu_line(cold["cpu_s"]), ""),
+        ("RSS at ready", f"{cold['rss_at_ready_mib']:,} MiB", ""),
+        ("peak RSS (VmHWM)", f"{cold.get('vm_hwm_end_mib', cold['vm_hwm_at_ready_mib']):,} MiB",
+         f"target <= {TARGET_RSS_MIB:g} MiB"),
+    ]  # fmt: skip
+    steady = report.get("steady")
+    if steady:
+        u = steady["updates"]
+        rows += [
+            ("updates", f"{u['done']:,} PATCHes at {u['per_second']:.0f}/s "
+             f"(offered {steady['offered_rate']:g}/s)", ""),
+            ("schedext CPU / 1,000 updates", f"{steady['cpu_ms_per_1000_updates']:.0f} ms "
+             f"(raw {steady['cpu_ms_per_1000_updates_raw']:.0f} ms; idle "
+             f"{steady['idle_cpu_ms_per_s']:.1f} ms/s subtracted)", ""),
+            ("watch lag after stream",
+             f"{steady['lag_after_stream_ms']['from_delete']:.0f} ms", ""),
+            ("watch lag idle", f"p50 {steady['lag_idle_p50_ms']:.0f} ms, max "
+             f"{steady['lag_idle_max_ms']:.0f} ms (n={len(steady['lag_idle_ms'])})", ""),
+        ]  # fmt: skip
+    width = max(len(r[0]) for r in rows) + 2
+    for label, value, target in rows:
+        print(f"  {label:<{width}}{value}{'   (' + target + ')' if target else ''}")
+    print(f"  total benchmark time: {report['total_s']:.0f} s")
+
+
+def _cpu_line(cpu: JSON) -> str:
+    names = ("schedext", "kube-apiserver", "etcd", "benchmark", "others")
+    parts = [f"{n} {cpu[n]:.1f}" for n in names if n in cpu]
+    return f"{', '.join(parts)} s in {cpu['wall']:.1f} s wall"
+
+
+def _print_py_spy(report: JSON) -> None:
+    kubeload.print_stacks("the cold sync", report["cold_sync"].get("py_spy"))
+    kubeload.print_stacks("the update stream", (report.get("steady") or {}).get("py_spy"))
+
+
+def _print_profile(path: Path, top: int) -> None:
+    if not path.exists():
+        print(f"no profile written at {path}", file=sys.stderr)
+        return
+    stats = pstats.Stats(str(path))
+    for key in ("cumulative", "tottime"):
+        print(f"\n=== schedext cold sync under cProfile: top {top} by {key} ===")
+        stats.sort_stats(key).print_stats(top)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

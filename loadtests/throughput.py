@@ -1,0 +1,583 @@
+"""kube-scheduler throughput with and without schedext, on one real control plane.
+
+Against the end-to-end harness's etcd + kube-apiserver (loopback only) it creates GPU nodes
+(8 GPUs each, ``nvidia.com/gpu`` in allocatable, GPU feature-discovery labels), then runs
+alternating phases, each with a fresh kube-scheduler and a fresh namespace:
+
+- A: kube-scheduler with manifests/scheduler-config.yaml pointing at a fresh
+  ``schedext serve --kubeconfig`` (filter, prioritize and bind through schedext);
+- B: the same configuration without its ``extenders:`` block (kube-scheduler alone).
+
+Each phase first binds one warm-up pod (leader election, connections), then creates the pods
+(1 or 2 GPUs each, alternately) from many threads at once and watches the namespace:
+pods/s = pods / (first create sent -> last pod seen bound on the watch). It scrapes
+kube-scheduler's /metrics (secure port, admin token) and schedext's /metrics before and
+after, to attribute the time, then deletes the pods (grace 0) and waits until they are gone.
+
+The shipped file sets no clientConnection qps/burst, so kube-scheduler's client is limited to
+50 requests/s (burst 100). Without an extender kube-scheduler posts every Binding itself
+through that limiter; with schedext as binder it does not. By default both phases therefore
+run with qps/burst raised (``--client-qps``/``--client-burst``), so that the comparison is of
+scheduling work, not of a client-side rate limit; ``--shipped-client-limits`` keeps the file's
+(absent) limits in both phases.
+
+    python -m loadtests.throughput                       # 1,000 nodes, 2,000 pods, 3 x (A, B)
+    python -m loadtests.throughput --reps 2 --json throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import ssl
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from loadtests import kubeload
+from loadtests.kubeload import Call, CpuMeter, RestPool, SchedextProcess, Scrape
+from tests.e2e.harness import ControlPlane
+
+JSON = dict[str, Any]
+APP_LABEL = {"app": "throughput"}
+SELECTOR = "app=throughput"
+CREATE = "application/json"
+DELETE_NOW = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+TARGET_RATIO = 0.85
+# kube-scheduler histograms worth a mean per phase (sum / count over the timed window).
+SCHEDULER_HISTOGRAMS = (
+    "scheduler_scheduling_attempt_duration_seconds",
+    "scheduler_scheduling_algorithm_duration_seconds",
+    "scheduler_pod_scheduling_sli_duration_seconds",
+)
+EXTENSION_POINTS = "scheduler_framework_extension_point_duration_seconds"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    kubeload.exit_on_signals()
+    report: JSON = {"machine": kubeload.machine_info(), "params": _params(args), "runs": []}
+    started = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="schedext-throughput-") as workdir,
+        kubeload.control_plane() as cp,
+        RestPool(cp, args.concurrency) as pool,
+    ):
+        report["nodes"] = _create_nodes(pool, args.nodes)
+        for rep in range(args.reps):
+            for phase in ("A", "B"):
+                run = Phase(cp, pool, Path(workdir), args, rep=rep, with_schedext=phase == "A")
+                result = run.execute()
+                report["runs"].append(result)
+                _print_run(result)
+    report["summary"] = _summary(report["runs"])
+    report["total_s"] = round(time.monotonic() - started, 1)
+    _print(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.throughput", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--nodes", type=int, default=1000, help="8-GPU nodes (default 1000)")
+    parser.add_argument("--pods", type=int, default=2000, help="pods per phase (default 2000)")
+    parser.add_argument("--reps", type=int, default=3, help="A/B pairs, alternating (default 3)")
+    parser.add_argument("--concurrency", type=int, default=32, help="creates in flight")
+    parser.add_argument("--client-qps", type=float, default=1000.0, help="kube-scheduler qps")
+    parser.add_argument("--client-burst", type=int, default=2000, help="kube-scheduler burst")
+    parser.add_argument(
+        "--shipped-client-limits",
+        action="store_true",
+        help="keep the shipped file's client limits (none: kube-scheduler's 50 qps/100 burst)",
+    )
+    parser.add_argument("--bind-timeout", type=float, default=300.0, help="seconds per phase")
+    parser.add_argument(
+        "--py-spy", type=Path, help="py-spy binary: sample schedext during each timed A phase"
+    )
+    parser.add_argument("--py-spy-dir", type=Path, help="keep py-spy's raw stacks here")
+    parser.add_argument(
+        "--pprof-dir",
+        type=Path,
+        help="save a kube-scheduler CPU profile (/debug/pprof) of each timed phase here",
+    )
+    parser.add_argument(
+        "--pprof-s", type=int, default=8, help="seconds per kube-scheduler profile (default 8)"
+    )
+    parser.add_argument("--json", type=Path, help="write the figures here as JSON")
+    return parser
+
+
+def _params(args: argparse.Namespace) -> JSON:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+
+
+def _create_nodes(pool: RestPool, count: int) -> JSON:
+    rng = random.Random(11)
+    calls = (
+        ("POST", "/api/v1/nodes", kubeload.gpu_node(i, rng, eight_gpus=True), CREATE)
+        for i in range(count)
+    )
+    batch = pool.run("nodes", calls)
+    if batch.failed:
+        raise RuntimeError(f"node creation failed: {batch.errors[:3]}")
+    return batch.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# One phase
+# ---------------------------------------------------------------------------------------------
+
+
+class Phase:
+    """One timed phase: a fresh namespace, kube-scheduler (and schedext for A), warm-up, the
+    timed batch, metrics, clean-up."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        pool: RestPool,
+        workdir: Path,
+        args: argparse.Namespace,
+        *,
+        rep: int,
+        with_schedext: bool,
+    ) -> None:
+        self.cp, self.pool, self.args = cp, pool, args
+        self.name = f"{'A' if with_schedext else 'B'}{rep + 1}"
+        self.namespace = f"throughput-{self.name.lower()}"
+        self.schedext = (
+            SchedextProcess(cp.kubeconfig, workdir / f"schedext-{self.name}.log")
+            if with_schedext
+            else None
+        )
+        self.sampler = kubeload.Sampler(args.py_spy, args.py_spy_dir or workdir)
+
+    def execute(self) -> JSON:
+        kubeload.create_namespace(self.pool, self.namespace)
+        try:
+            ready_s = self._start_schedext()
+            self.cp.start_scheduler(self._config())
+            warmup_s = self._warm_up()
+            result = self._timed()
+            result |= {"phase": self.name, "schedext_ready_s": ready_s, "warmup_s": warmup_s}
+        except BaseException:
+            if self.schedext is not None:
+                print(f"schedext log tail:\n{self.schedext.tail()}", file=sys.stderr)
+            print(self.cp.logs_tail("kube-scheduler", 40), file=sys.stderr)
+            raise
+        finally:
+            self.cp.stop_scheduler()
+            if self.schedext is not None:
+                self.schedext.stop()
+        result["cleanup_s"] = round(kubeload.timed(self._delete_all), 2)
+        return result
+
+    def _start_schedext(self) -> float | None:
+        if self.schedext is None:
+            return None
+        self.schedext.start()
+        return round(self.schedext.wait_ready(120).ready_s, 2)
+
+    def _config(self) -> str:
+        url = self.schedext.url if self.schedext is not None else None
+        if self.args.shipped_client_limits:
+            return kubeload.scheduler_config(url)
+        return kubeload.scheduler_config(
+            url, qps=self.args.client_qps, burst=self.args.client_burst
+        )
+
+    def _pods_path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods"
+
+    def _warm_up(self) -> float:
+        """One pod bound end to end (kube-scheduler may first wait for its leader lease)."""
+        began = time.monotonic()
+        pod = kubeload.gpu_pod("warmup", self.namespace, gpus=1, labels={"app": "warmup"})
+        self.pool.call("POST", self._pods_path(), pod)
+        path = f"{self._pods_path()}/warmup"
+        deadline = began + 120
+        while not self.pool.call("GET", path).get("spec", {}).get("nodeName"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("warm-up pod not bound within 120 s")
+            time.sleep(0.1)
+        elapsed = time.monotonic() - began
+        self.pool.call("DELETE", path, DELETE_NOW)
+        return round(elapsed, 2)
+
+    def _timed(self) -> JSON:
+        count = self.args.pods
+        names = [f"p-{i:05d}" for i in range(count)]
+        calls: Iterator[Call] = (
+            (
+                "POST",
+                self._pods_path(),
+                kubeload.gpu_pod(name, self.namespace, gpus=1 + i % 2, labels=APP_LABEL),
+                CREATE,
+            )
+            for i, name in enumerate(names)
+        )
+        created: dict[int, float] = {}
+        before = self._scrapes()
+        meter = CpuMeter(self._pids())
+        with BindWatch(self.cp, self.namespace) as watch, self._pprof():
+            if self.schedext is not None:
+                self.sampler.start(self.schedext.pid, f"throughput-{self.name}")
+            meter.start()
+            began = time.monotonic()
+            batch = self.pool.run("create", calls, on_answer=created.__setitem__)
+            if batch.failed:
+                raise RuntimeError(f"{self.name}: {batch.failed} creates failed: {batch.errors}")
+            bound = watch.wait(set(names), self.args.bind_timeout)
+            cpu = meter.read()
+            spy = self.sampler.stop()
+        after = self._scrapes()
+        ours = None
+        if before[1] is not None and after[1] is not None:
+            ours = _schedext_figures(before[1], after[1])
+        last = max(bound.values())
+        latencies = [(bound[n] - created[i]) * 1000 for i, n in enumerate(names)]
+        return {
+            "pods": count,
+            "seconds": round(last - began, 3),
+            "pods_per_s": round(count / (last - began), 1),
+            "create": batch.summary(),
+            "first_bound_s": round(min(bound.values()) - began, 3),
+            "create_to_bound_p50_ms": round(kubeload.percentile(latencies, 50), 1),
+            "create_to_bound_p99_ms": round(kubeload.percentile(latencies, 99), 1),
+            "cpu_s": cpu,
+            "kube_scheduler": _scheduler_figures(before[0], after[0]),
+            "schedext": ours,
+            "schedext_py_spy": spy,
+        }
+
+    @contextlib.contextmanager
+    def _pprof(self) -> Iterator[None]:
+        """kube-scheduler's CPU profile of the first ``--pprof-s`` seconds of the window, on a
+        thread (the endpoint answers when the profile is done)."""
+        directory = self.args.pprof_dir
+        if directory is None:
+            yield
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        url = f"https://127.0.0.1:{self.cp.scheduler_port}/debug/pprof/profile"
+        target = directory / f"kube-scheduler-{self.name}.pprof"
+
+        def fetch() -> None:
+            response = httpx.get(
+                url,
+                params={"seconds": str(self.args.pprof_s)},
+                verify=ssl.create_default_context(cafile=str(self.cp.ca_cert)),
+                headers={"Authorization": f"Bearer {self.cp.token}"},
+                timeout=self.args.pprof_s + 30,
+            )
+            if response.status_code == 200:
+                target.write_bytes(response.content)
+            else:
+                print(f"pprof: {response.status_code} {response.text[:200]}", file=sys.stderr)
+
+        thread = threading.Thread(target=fetch, name="pprof", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            thread.join(timeout=self.args.pprof_s + 40)
+
+    def _pids(self) -> dict[str, int]:
+        pids = kubeload.process_ids(("kube-apiserver", "etcd", "kube-scheduler"))
+        if self.schedext is not None:
+            pids["schedext"] = self.schedext.pid
+        return pids
+
+    def _scrapes(self) -> tuple[Scrape, Scrape | None]:
+        context = ssl.create_default_context(cafile=str(self.cp.ca_cert))
+        response = httpx.get(
+            f"https://127.0.0.1:{self.cp.scheduler_port}/metrics",
+            verify=context,
+            headers={"Authorization": f"Bearer {self.cp.token}"},
+            timeout=30,
+        )
+        response.raise_for_status()
+        ours = self.schedext.scrape() if self.schedext is not None else None
+        return Scrape(response.text), ours
+
+    def _delete_all(self) -> None:
+        """Every pod of the namespace, grace 0 (no kubelet), gone before the next phase."""
+        self.pool.call("DELETE", self._pods_path(), DELETE_NOW)
+        deadline = time.monotonic() + 180
+        while self.pool.call("GET", self._pods_path(), params={"limit": "1"}).get("items"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"pods of {self.namespace} not gone within 180 s")
+            time.sleep(0.5)
+
+
+class BindWatch:
+    """A watch on one namespace's pods, on its own thread: when each was first seen bound
+    (``spec.nodeName`` set), by the monotonic clock of this process. A watch that ends
+    (server timeout, idle read timeout) resumes from the last resourceVersion."""
+
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        self.path = f"/api/v1/namespaces/{namespace}/pods"
+        self.bound: dict[str, float] = {}
+        self._client = httpx.Client(
+            base_url=cp.server,
+            verify=ssl.create_default_context(cafile=str(cp.ca_cert)),
+            headers={"Authorization": f"Bearer {cp.token}"},
+            # A short read timeout lets the thread notice stop() when no event comes.
+            timeout=httpx.Timeout(30.0, read=2.0),
+        )
+        self._version = ""
+        self._watching = threading.Event()
+        self._stop = threading.Event()
+        self._changed = threading.Condition()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="bind-watch", daemon=True)
+
+    def __enter__(self) -> BindWatch:
+        listing = self._client.get(self.path, params={"labelSelector": SELECTOR})
+        listing.raise_for_status()
+        self._version = listing.json()["metadata"]["resourceVersion"]
+        self._thread.start()
+        if not self._watching.wait(30):
+            raise RuntimeError(f"watch of {self.path} did not start: {self._error}")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._client.close()
+
+    def wait(self, names: set[str], timeout: float) -> dict[str, float]:
+        """Block until every pod in ``names`` was seen bound; their times."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not names <= self.bound.keys():
+                left = deadline - time.monotonic()
+                if left <= 0 or self._error is not None or not self._thread.is_alive():
+                    missing = len(names - self.bound.keys())
+                    raise RuntimeError(f"{missing} pods not bound in time ({self._error})")
+                self._changed.wait(min(left, 1.0))
+        return {name: self.bound[name] for name in names}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            params = {
+                "watch": "1",
+                "labelSelector": SELECTOR,
+                "resourceVersion": self._version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "300",
+            }
+            try:
+                with self._client.stream("GET", self.path, params=params) as response:
+                    response.raise_for_status()
+                    self._watching.set()
+                    for line in response.iter_lines():
+                        self._event(line, time.monotonic())
+                        if self._stop.is_set():
+                            return
+            except httpx.ReadTimeout:
+                continue  # idle: look at the stop flag, resume from the last version
+            except (httpx.HTTPError, ValueError) as error:
+                self._error = error
+                return
+
+    def _event(self, line: str, seen: float) -> None:
+        if not line.strip():
+            return
+        event = orjson.loads(line)
+        obj = event.get("object") or {}
+        if event.get("type") == "ERROR":
+            raise ValueError(f"watch error: {obj.get('message', obj)}")
+        self._version = obj.get("metadata", {}).get("resourceVersion", self._version)
+        name = obj.get("metadata", {}).get("name", "")
+        if obj.get("spec", {}).get("nodeName") and name not in self.bound:
+            with self._changed:
+                self.bound[name] = seen
+                self._changed.notify_all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Histogram:
+    """count, total seconds and mean milliseconds of a histogram over a window."""
+
+    count: float = 0.0
+    total_s: float = 0.0
+    labels: JSON = field(default_factory=dict)
+
+    def as_json(self) -> JSON:
+        mean = self.total_s / self.count * 1000 if self.count else None
+        return {
+            "count": int(self.count),
+            "total_s": round(self.total_s, 3),
+            "mean_ms": None if mean is None else round(mean, 3),
+            **self.labels,
+        }
+
+
+def _window(before: Scrape, after: Scrape, name: str, **labels: str) -> Histogram:
+    count = after.total(f"{name}_count", **labels) - before.total(f"{name}_count", **labels)
+    total = after.total(f"{name}_sum", **labels) - before.total(f"{name}_sum", **labels)
+    return Histogram(count, total)
+
+
+def _scheduler_figures(before: Scrape, after: Scrape) -> JSON:
+    attempts = {
+        result: int(value - before.by_label("scheduler_schedule_attempts_total", "result").get(
+            result, 0.0
+        ))
+        for result, value in after.by_label("scheduler_schedule_attempts_total", "result").items()
+    }  # fmt: skip
+    figures: JSON = {"attempts": attempts}
+    for name in SCHEDULER_HISTOGRAMS:
+        if after.names(name):
+            figures[name] = _window(before, after, name).as_json()
+    points = after.by_label(f"{EXTENSION_POINTS}_count", "extension_point")
+    figures["extension_points"] = {
+        point: _window(before, after, EXTENSION_POINTS, extension_point=point).as_json()
+        for point in sorted(points)
+    }
+    figures["extender_metric_names"] = after.names("extender")
+    return figures
+
+
+def _schedext_figures(before: Scrape, after: Scrape) -> JSON:
+    verbs = after.by_label("schedext_request_duration_seconds_count", "verb")
+    return {
+        verb: _window(before, after, "schedext_request_duration_seconds", verb=verb).as_json()
+        for verb in sorted(verbs)
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary and output
+# ---------------------------------------------------------------------------------------------
+
+
+def _median(values: Sequence[float]) -> float:
+    return round(statistics.median(values), 2) if values else float("nan")
+
+
+def _summary(runs: list[JSON]) -> JSON:
+    by_phase = {p: [r for r in runs if r["phase"].startswith(p)] for p in ("A", "B")}
+    a = [r["pods_per_s"] for r in by_phase["A"]]
+    b = [r["pods_per_s"] for r in by_phase["B"]]
+    pairs = [x / y for x, y in zip(a, b, strict=False) if y]
+    summary: JSON = {
+        "with_schedext_pods_per_s": _median(a),
+        "without_pods_per_s": _median(b),
+        "ratio_of_medians": round(_median(a) / _median(b), 3) if b else None,
+        "median_pair_ratio": round(statistics.median(pairs), 3) if pairs else None,
+        "target_ratio": TARGET_RATIO,
+    }
+    for phase, phase_runs in by_phase.items():
+        summary[f"{phase}_create_per_s"] = _median([r["create"]["per_second"] for r in phase_runs])
+        for key, histogram in (
+            ("algorithm", "scheduler_scheduling_algorithm_duration_seconds"),
+            ("attempt", "scheduler_scheduling_attempt_duration_seconds"),
+        ):
+            summary[f"{phase}_{key}_mean_ms"] = _median([_mean(r, histogram) for r in phase_runs])
+    return summary
+
+
+def _mean(run: JSON, histogram: str) -> float:
+    mean = (run["kube_scheduler"].get(histogram) or {}).get("mean_ms")
+    return float(mean) if mean is not None else float("nan")
+
+
+def _print_run(run: JSON) -> None:
+    cpu = run["cpu_s"]
+    parts = ", ".join(
+        f"{k} {cpu[k]:.1f}"
+        for k in ("kube-scheduler", "schedext", "kube-apiserver", "etcd", "benchmark", "others")
+        if k in cpu
+    )
+    print(
+        f"{run['phase']}: {run['pods']} pods bound in {run['seconds']:.2f} s = "
+        f"{run['pods_per_s']:.0f} pods/s (creates {run['create']['per_second']:.0f}/s; "
+        f"create->bound p50 {run['create_to_bound_p50_ms']:.0f} ms, p99 "
+        f"{run['create_to_bound_p99_ms']:.0f} ms); CPU s: {parts} in {cpu['wall']:.1f} s",
+        flush=True,
+    )
+
+
+def _print(report: JSON) -> None:
+    s, m = report["summary"], report["machine"]
+    print(f"\nkube-scheduler throughput, {report['nodes']['done']:,} 8-GPU nodes")
+    print(f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['mem_total_gib']} GiB")
+    print(
+        f"{'phase':<7}{'pods/s':>8}{'create/s':>10}{'algorithm ms':>14}{'attempt ms':>12}"
+        f"{'p50 ms':>9}{'p99 ms':>9}"
+    )
+    for run in report["runs"]:
+        print(
+            f"{run['phase']:<7}{run['pods_per_s']:>8.0f}{run['create']['per_second']:>10.0f}"
+            f"{_mean(run, 'scheduler_scheduling_algorithm_duration_seconds'):>14.3f}"
+            f"{_mean(run, 'scheduler_scheduling_attempt_duration_seconds'):>12.2f}"
+            f"{run['create_to_bound_p50_ms']:>9.0f}{run['create_to_bound_p99_ms']:>9.0f}"
+        )
+    print(
+        "algorithm = kube-scheduler's serial filter+score time per pod, extender calls "
+        "included;\nattempt = algorithm + bind (bind runs off the serial path); "
+        "p50/p99 = create answered -> seen bound"
+    )
+    print(
+        f"median pods/s: with schedext {s['with_schedext_pods_per_s']:.0f}, without "
+        f"{s['without_pods_per_s']:.0f}; ratio {s['ratio_of_medians']:.2f} "
+        f"(median of pair ratios {s['median_pair_ratio']:.2f}; target >= {TARGET_RATIO})"
+    )
+    _print_attribution(report["runs"])
+    for run in report["runs"]:
+        kubeload.print_stacks(f"timed phase {run['phase']}", run.get("schedext_py_spy"), 20)
+    print(f"total benchmark time: {report['total_s']:.0f} s")
+
+
+def _print_attribution(runs: list[JSON]) -> None:
+    """Per-phase mean time at each kube-scheduler extension point and per schedext verb."""
+    print("\nmean ms per call over the timed window (kube-scheduler extension points; schedext):")
+    # Only the extension points that take measurable time, to keep the table narrow.
+    points = sorted(
+        {
+            point
+            for r in runs
+            for point, h in r["kube_scheduler"]["extension_points"].items()
+            if (h.get("mean_ms") or 0) >= 0.01
+        }
+    )
+    verbs = sorted({v for r in runs for v in (r["schedext"] or {})})
+    header = f"{'phase':<7}" + "".join(f"{p[:10]:>11}" for p in points)
+    header += "".join(f"{'x:' + v:>13}" for v in verbs)
+    print(header)
+    for run in runs:
+        row = f"{run['phase']:<7}"
+        for point in points:
+            mean = run["kube_scheduler"]["extension_points"].get(point, {}).get("mean_ms")
+            row += f"{mean:>11.3f}" if mean is not None else f"{'-':>11}"
+        for verb in verbs:
+            mean = (run["schedext"] or {}).get(verb, {}).get("mean_ms")
+            row += f"{mean:>13.3f}" if mean is not None else f"{'-':>13}"
+        print(row)
+    names = sorted({n for r in runs for n in r["kube_scheduler"]["extender_metric_names"]})
+    print(f"kube-scheduler metrics about extenders: {', '.join(names) or 'none'}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
