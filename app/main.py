@@ -122,12 +122,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     service: Service = app.state.service
     source: InventorySource = app.state.source
     await service.events.start()
-    await source.start(service)
-    # Everything loaded so far lives as long as the process: keep the collector off it, and
-    # collect young objects less often (tail latency is mostly GC pauses).
-    gc.collect()
-    gc.freeze()
+    # Collect young objects less often: tail latency is mostly GC pauses.
     gc.set_threshold(50_000, 20, 100)
+    await source.start(service)  # a snapshot is loaded here, a cluster listed in the background
+    if service.readiness.synced:
+        service.settle()
     expiry = asyncio.create_task(_expire_reservations(service), name="reservation-expiry")
     log.info("schedext ready to serve", extra={"inventory": service.description})
     try:

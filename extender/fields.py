@@ -17,14 +17,18 @@ _EMPTY: JSONObject = {}
 
 def get(obj: object, name: str) -> Any:
     """The value of struct field ``name`` in ``obj``, matched exactly first, then ignoring case."""
-    if not isinstance(obj, Mapping):
+    # ``type() is dict`` first: decoded JSON is always a dict, and the ABC check is slow.
+    if type(obj) is not dict and not isinstance(obj, Mapping):
         return None
     value = obj.get(name)
     if value is not None or name in obj:
         return value
+    # Go's EqualFold only matches names of equal length (simple case folding), and comparing
+    # lengths first keeps a miss cheap: most lookups are of fields that are simply absent.
+    size = len(name)
     folded = name.casefold()
     for key, candidate in obj.items():
-        if isinstance(key, str) and key.casefold() == folded:
+        if isinstance(key, str) and len(key) == size and key.casefold() == folded:
             return candidate
     return None
 
@@ -32,7 +36,7 @@ def get(obj: object, name: str) -> Any:
 def obj(parent: object, name: str) -> JSONObject:
     """A nested object field, or an empty mapping when absent or not an object."""
     value = get(parent, name)
-    return value if isinstance(value, Mapping) else _EMPTY
+    return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY
 
 
 def objects(parent: object, name: str) -> list[JSONObject]:
@@ -40,7 +44,7 @@ def objects(parent: object, name: str) -> list[JSONObject]:
     value = get(parent, name)
     if not isinstance(value, list):
         return []
-    return [item for item in value if isinstance(item, Mapping)]
+    return [item for item in value if type(item) is dict or isinstance(item, Mapping)]
 
 
 def string_map(parent: object, name: str) -> dict[str, str]:

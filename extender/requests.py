@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from fractions import Fraction
 
 from extender import fields, names
 from extender.fields import JSONObject
@@ -23,7 +22,7 @@ from extender.model import (
     PodRequest,
     WorkloadClass,
 )
-from extender.quantity import QuantityError, parse_quantity
+from extender.quantity import NANO, QuantityError, to_nano
 
 __all__ = [
     "PodRequestError",
@@ -49,9 +48,11 @@ def pod_request(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> P
     meta = fields.obj(pod, "metadata")
     spec = fields.obj(pod, "spec")
     totals = _effective_requests(spec, (_CPU, _MEMORY, gpu_resource))
-    gpus = totals[gpu_resource]
-    if gpus.denominator != 1 or gpus < 0:
-        raise PodRequestError(f"{gpu_resource} must be a whole number, got {gpus}")
+    gpus, fraction = divmod(totals[gpu_resource], NANO)
+    if fraction:
+        raise PodRequestError(
+            f"{gpu_resource} must be a whole number, got {totals[gpu_resource] / NANO:g}"
+        )
     labels = fields.string_map(meta, "labels")
     annotations = fields.string_map(meta, "annotations")
     priority = fields.get(spec, "priority")
@@ -59,9 +60,9 @@ def pod_request(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> P
         uid=fields.text(meta, "uid"),
         namespace=fields.text(meta, "namespace") or "default",
         name=fields.text(meta, "name"),
-        gpus=int(gpus),
-        cpu_milli=_ceil(totals[_CPU] * 1000),
-        memory_bytes=_ceil(totals[_MEMORY]),
+        gpus=gpus,
+        cpu_milli=_ceil_div(totals[_CPU], NANO // 1000),
+        memory_bytes=_ceil_div(totals[_MEMORY], NANO),
         workload=_workload(labels, annotations),
         gpu_model=_hint(annotations, labels, names.GPU_MODEL),
         gpu_memory_mib=_gpu_memory(annotations, labels),
@@ -84,8 +85,8 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
     except PodRequestError:
         # A bound pod is a fact, not a request: count what we cannot read as nothing rather
         # than losing the whole pod (its GPU ids, if annotated, still count below).
-        totals = {_CPU: Fraction(0), _MEMORY: Fraction(0), gpu_resource: Fraction(0)}
-    gpus = max(0, _ceil(totals[gpu_resource]))
+        totals = {_CPU: 0, _MEMORY: 0, gpu_resource: 0}
+    gpus = max(0, _ceil_div(totals[gpu_resource], NANO))
     annotations = fields.string_map(meta, "annotations")
     gpu_ids = gpu_ids_annotation(annotations.get(names.GPU_IDS))
     if gpu_ids is not None and len(gpu_ids) != gpus:
@@ -98,8 +99,8 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
         name=fields.text(meta, "name"),
         node=node,
         kind=HoldingKind.BOUND,
-        cpu_milli=_ceil(totals[_CPU] * 1000),
-        memory_bytes=_ceil(totals[_MEMORY]),
+        cpu_milli=_ceil_div(totals[_CPU], NANO // 1000),
+        memory_bytes=_ceil_div(totals[_MEMORY], NANO),
         gpus=gpus,
         gpu_ids=gpu_ids,
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
@@ -194,13 +195,14 @@ def gpu_ids_annotation(value: str | None) -> tuple[int, ...] | None:
     return ids if len(ids) == len(parts) else None
 
 
-def _effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str, Fraction]:
+def _effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
+    """Per resource, the pod's effective request in nano-units (see :func:`to_nano`)."""
     containers = fields.objects(spec, "containers")
     init_containers = fields.objects(spec, "initContainers")
-    total = dict.fromkeys(resources, Fraction(0))
+    total = dict.fromkeys(resources, 0)
     for container in containers:
         _add(total, _container_requests(container, resources))
-    sidecars_so_far = dict.fromkeys(resources, Fraction(0))
+    sidecars_so_far = dict.fromkeys(resources, 0)
     for container in init_containers:
         requests = _container_requests(container, resources)
         if fields.text(container, "restartPolicy") == "Always":
@@ -221,37 +223,41 @@ def _effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[st
     return total
 
 
-def _container_requests(container: JSONObject, resources: tuple[str, ...]) -> dict[str, Fraction]:
+def _container_requests(container: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
     block = fields.obj(container, "resources")
     requests = fields.obj(block, "requests")
     limits = fields.obj(block, "limits")
-    where = f"container {fields.text(container, 'name') or '?'!r}"
-    out: dict[str, Fraction] = {}
+    out: dict[str, int] = {}
     for resource in resources:
         raw = requests.get(resource, limits.get(resource))
-        out[resource] = Fraction(0) if raw is None else _quantity(raw, resource, where)
+        out[resource] = 0 if raw is None else _quantity(raw, resource, container)
     return out
 
 
-def _quantity(raw: object, resource: str, where: str) -> Fraction:
-    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
-        raise PodRequestError(f"{where}: {resource} is not a quantity: {raw!r}")
-    try:
-        value = parse_quantity(raw)
-    except QuantityError:
-        raise PodRequestError(f"{where}: {resource} is not a quantity: {raw!r}") from None
-    if value < 0:
-        raise PodRequestError(f"{where}: {resource} must not be negative: {raw!r}")
+def _quantity(raw: object, resource: str, where: str | JSONObject) -> int:
+    """``raw`` in nano-units. ``where`` names the place for errors (a container is named only
+    when an error needs it: formatting a name per quantity is measurable at 100k pods)."""
+    value = None
+    if isinstance(raw, str | int | float) and not isinstance(raw, bool):
+        try:
+            value = to_nano(raw)
+        except QuantityError:
+            value = None
+    if value is None or value < 0:
+        if not isinstance(where, str):
+            where = f"container {fields.text(where, 'name') or '?'!r}"
+        problem = "is not a quantity" if value is None else "must not be negative"
+        raise PodRequestError(f"{where}: {resource} {problem}: {raw!r}")
     return value
 
 
-def _add(total: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
+def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
     for resource, value in more.items():
         total[resource] += value
 
 
-def _ceil(value: Fraction) -> int:
-    return -((-value.numerator) // value.denominator)
+def _ceil_div(value: int, unit: int) -> int:
+    return -((-value) // unit)
 
 
 def _hint(annotations: Mapping[str, str], labels: Mapping[str, str], key: str) -> str | None:

@@ -44,6 +44,10 @@ class KubeApi:
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         return await self._request("GET", path, params=params)
 
+    async def get_bytes(self, path: str, params: Mapping[str, str] | None = None) -> bytes:
+        """The answer's body undecoded, for callers that decode only what they use."""
+        return await self._send("GET", path, params=params)
+
     async def post(self, path: str, body: Mapping[str, Any]) -> JSON:
         return await self._request("POST", path, content=orjson.dumps(body))
 
@@ -71,6 +75,26 @@ class KubeApi:
         content: bytes | None = None,
         content_type: str = "application/json",
     ) -> JSON:
+        body = await self._send(
+            method, path, params=params, content=content, content_type=content_type
+        )
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ApiError(f"{method} {path}: answer is not JSON", status=200) from None
+        if not isinstance(document, dict):
+            raise ApiError(f"{method} {path}: answer is not an object", status=200)
+        return document
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> bytes:
         try:
             response = await self._client.request(
                 method,
@@ -83,15 +107,7 @@ class KubeApi:
             raise ApiTransientError(f"{method} {path}: {type(error).__name__}: {error}") from None
         if response.status_code >= 300:
             raise _status_error(method, path, response.status_code, response.content)
-        try:
-            document = orjson.loads(response.content)
-        except orjson.JSONDecodeError:
-            raise ApiError(
-                f"{method} {path}: answer is not JSON", status=response.status_code
-            ) from None
-        if not isinstance(document, dict):
-            raise ApiError(f"{method} {path}: answer is not an object", status=response.status_code)
-        return document
+        return response.content
 
     @asynccontextmanager
     async def stream_lines(

@@ -4,7 +4,7 @@ from fractions import Fraction
 import pytest
 from kubernetes.utils import parse_quantity as client_parse_quantity
 
-from extender.quantity import QuantityError, parse_quantity, to_milli, to_units
+from extender.quantity import NANO, QuantityError, parse_quantity, to_milli, to_nano, to_units
 
 CASES = [
     ("2", Fraction(2)),
@@ -64,3 +64,27 @@ def test_units_round_up_like_kubernetes(value: str, units: int) -> None:
 def test_booleans_are_not_quantities() -> None:
     with pytest.raises(QuantityError):
         parse_quantity(True)
+
+
+@pytest.mark.parametrize(
+    ("value", "nano"),
+    [
+        ("100m", 100_000_000),
+        ("2", 2 * NANO),
+        ("1Ki", 1024 * NANO),
+        ("7n", 7),
+        ("1.5n", 2),  # the API server keeps nano precision, rounding up
+        ("1e-12", 1),
+        ("-1.5n", -2),  # away from zero, as the API server rounds
+        (3, 3 * NANO),
+        (0.25, 250_000_000),
+    ],
+)
+def test_nano_is_the_api_servers_own_precision(value: str | int | float, nano: int) -> None:
+    assert to_nano(value) == nano
+
+
+@pytest.mark.parametrize("text", ["abc", "1e999999", True])
+def test_nano_refuses_what_is_not_a_quantity(text: str | bool) -> None:
+    with pytest.raises(QuantityError):
+        to_nano(text)

@@ -1,0 +1,134 @@
+"""The informers decode only the fields schedext reads (app/kube/shapes.py). Whatever the core
+derives from a pod or node must come out the same as from the fully decoded object: a field
+the core starts to read and the shape drops would fail here, not silently in a cluster."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from app.kube.shapes import NODE_DECODERS, POD_DECODERS
+from extender.nodes import node_spec
+from extender.requests import (
+    PodRequestError,
+    holding_from_pod,
+    pod_request,
+    statefulset_identity,
+)
+from loadtests import payloads
+from tests.builders import (
+    A100,
+    bound_ip_pod,
+    gang_pod,
+    ip_pod,
+    make_node,
+    make_pod,
+)
+
+pytestmark = pytest.mark.unit
+
+SIDECAR = {
+    "name": "proxy",
+    "restartPolicy": "Always",
+    "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}},
+}
+INIT = {"name": "fetch", "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "1"}}}
+
+
+def _listed(pod: dict[str, Any]) -> dict[str, Any]:
+    """Add what the API server adds and schedext never reads."""
+    pod = orjson.loads(orjson.dumps(pod))
+    pod["metadata"]["resourceVersion"] = "42"
+    pod["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    pod["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    pod.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "True"}]
+    return pod
+
+
+def _with_spec(pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    pod["spec"].update(spec)
+    return pod
+
+
+POD_CASES = {
+    "pending gpu pod": make_pod("a", gpus=2, model="H100", gpu_memory_mib=40000),
+    "bound with gpu ids": make_pod("b", gpus=2, node="n1", gpu_ids=[4, 5], priority=100),
+    "bound without ids": make_pod("c", gpus=1, node="n1", phase="Running"),
+    "finished": make_pod("d", gpus=1, node="n1", phase="Succeeded"),
+    "cpu-intensive never-preempting": make_pod(
+        "e", cpu="8", workload="CPU-intensive", preemption_policy="Never"
+    ),
+    "init and sidecar": make_pod("f", gpus=1, init_containers=[SIDECAR, INIT]),
+    "overhead and pod-level resources": _with_spec(
+        make_pod("g", gpus=1),
+        overhead={"cpu": "100m", "memory": "10Mi"},
+        resources={"requests": {"cpu": "3", "memory": "1Gi"}},
+    ),
+    "gang member": gang_pod("h-0", "team"),
+    "sticky address of a statefulset": ip_pod(
+        "web-1", pool="rack-a", policy="sticky", statefulset="web"
+    ),
+    "bound address": bound_ip_pod("i", node="n1", ip="10.20.1.15", pool="rack-a"),
+    "unreadable quantity": make_pod("j", cpu="lots"),
+    "benchmark pod": payloads.make_pod("k", gpus=2, model="A100", uid="k-uid"),
+}
+
+
+def _request_or_error(pod: dict[str, Any]) -> object:
+    try:
+        return pod_request(pod)
+    except PodRequestError as error:
+        return f"error: {error}"
+
+
+@pytest.mark.parametrize("pod", POD_CASES.values(), ids=POD_CASES.keys())
+def test_a_pod_decoded_by_its_shape_means_what_the_full_object_means(pod: dict[str, Any]) -> None:
+    full = _listed(pod)
+    raw = orjson.dumps(full)
+    event = POD_DECODERS.event(orjson.dumps({"type": "MODIFIED", "object": full}))["object"]
+    listed = POD_DECODERS.list(orjson.dumps({"metadata": {}, "items": [full]}))["items"][0]
+    for shaped in (event, listed):
+        assert "managedFields" not in shaped["metadata"]
+        assert len(orjson.dumps(shaped)) < len(raw)
+        assert holding_from_pod(shaped) == holding_from_pod(full)
+        assert _request_or_error(shaped) == _request_or_error(full)
+        assert statefulset_identity(shaped["metadata"]) == statefulset_identity(full["metadata"])
+        assert shaped["metadata"]["resourceVersion"] == "42"
+
+
+NODE_CASES = {
+    "gpu node with topology": make_node("n1", gpus=8, model=A100, groups=[[0, 1, 2, 3]]),
+    "cpu node": make_node("n2", cpu="4"),
+    "benchmark node": payloads.make_node(7, random.Random(7)),
+}
+
+
+@pytest.mark.parametrize("node", NODE_CASES.values(), ids=NODE_CASES.keys())
+def test_a_node_decoded_by_its_shape_means_what_the_full_object_means(
+    node: dict[str, Any],
+) -> None:
+    shaped = NODE_DECODERS.list(orjson.dumps({"items": [node]}))["items"][0]
+    assert node_spec(shaped) == node_spec(node)
+
+
+def test_a_watch_error_keeps_the_status_fields_that_say_what_went_wrong() -> None:
+    status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    event = POD_DECODERS.event(orjson.dumps({"type": "ERROR", "object": status}))
+    assert event == {
+        "type": "ERROR",
+        "object": {"code": 410, "reason": "Expired", "message": "too old"},
+    }
+
+
+def test_a_document_of_an_unexpected_structure_is_decoded_in_full_not_dropped() -> None:
+    odd = {"type": "ADDED", "object": {"metadata": ["not", "an", "object"], "spec": {}}}
+    assert POD_DECODERS.event(orjson.dumps(odd)) == odd
+
+
+def test_bytes_that_are_not_json_raise_value_error() -> None:
+    with pytest.raises(ValueError, match="not JSON"):
+        POD_DECODERS.list(b'{"items": [')
