@@ -7,12 +7,13 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 
-from app import __version__
+from app import __version__, openapi
 from app.binder import Binder, InMemoryBinder
 from app.events import ApiEventRecorder, EventRecorder, LogEventRecorder
 from app.gangs import GangWaiters
@@ -21,7 +22,8 @@ from app.kube.binder import ApiBinder
 from app.kube.config import in_cluster_available, load_cluster_config
 from app.kube.source import ClusterSource
 from app.metrics import Metrics
-from app.routes import explain, health, inventory, ui, verbs
+from app.routes import explain, health, inventory, ui
+from app.routes.verbs import VerbEndpoints
 from app.service import Service
 from app.settings import Settings
 from app.snapshot import demo_snapshot, read_snapshot
@@ -93,7 +95,7 @@ def create_app(
         events=events,
         description=source.description,
     )
-    app = FastAPI(
+    app = _SchedextApp(
         title="schedext",
         version=__version__,
         summary="Kubernetes scheduler extender: GPU topology, IP pools and gangs",
@@ -107,14 +109,33 @@ def create_app(
     app.include_router(inventory.router)
     app.include_router(ui.router)
     app.include_router(explain.router)
-    app.include_router(verbs.router)
-    if settings.server.path_prefix:
-        app.include_router(verbs.router, prefix=settings.server.path_prefix)
-    if settings.server.bench_endpoints:
-        app.include_router(health.bench_router)
     app.add_exception_handler(RequestValidationError, _bad_request)
     app.add_exception_handler(Exception, _internal_error)
     return app
+
+
+class _SchedextApp(FastAPI):
+    """FastAPI behind :class:`VerbEndpoints`, the bare ASGI layer that answers the verbs."""
+
+    def build_middleware_stack(self) -> Any:
+        service: Service = self.state.service
+        server = service.settings.server
+        return VerbEndpoints(
+            super().build_middleware_stack(),
+            service,
+            prefix=server.path_prefix,
+            bench=server.bench_endpoints,
+        )
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            schema = super().openapi()
+            service: Service = self.state.service
+            schema.setdefault("paths", {}).update(
+                openapi.verb_paths(service.settings.server.path_prefix)
+            )
+        assert self.openapi_schema is not None
+        return self.openapi_schema
 
 
 @contextlib.asynccontextmanager

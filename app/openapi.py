@@ -1,14 +1,15 @@
-"""OpenAPI descriptions of the extender verbs' bodies.
+"""OpenAPI descriptions of the extender verbs.
 
-The verbs read the raw body themselves (any key case, specific error messages, no 422 pages),
-so FastAPI cannot infer their schemas; these describe them for clients, docs and the fuzz
-tests (which generate requests from them)."""
+The verbs are a bare ASGI layer in front of FastAPI that reads the raw body itself (any key
+case, specific error messages, no 422 pages), so FastAPI neither routes nor describes them;
+these path items do, for clients, docs and the fuzz tests (which generate requests from
+them)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BIND", "EXTENDER_ARGS", "PREEMPTION_ARGS"]
+__all__ = ["BIND", "EXTENDER_ARGS", "PREEMPTION_ARGS", "verb_paths"]
 
 _OBJECT = {"type": "object", "additionalProperties": True}
 _NULLABLE_OBJECT = {"anyOf": [_OBJECT, {"type": "null"}]}
@@ -93,3 +94,53 @@ BIND = _body(
     },
     "ExtenderBindingArgs.",
 )
+
+
+_JSON_ANSWER = {"content": {"application/json": {"schema": _OBJECT}}}
+_VERBS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
+    "filter": (
+        EXTENDER_ARGS,
+        "Nodes that can host the pod; a reason for each that cannot (ExtenderFilterResult).",
+        {"200": {"description": "ExtenderFilterResult; failures in its Error field"}},
+    ),
+    "prioritize": (
+        EXTENDER_ARGS,
+        "A score of 0-10 for each node (HostPriorityList).",
+        {
+            "200": {"description": "HostPriorityList"},
+            "400": {"description": "a body that is not ExtenderArgs: {Error}"},
+            "503": {"description": "inventory not synced or not the leader: {Error}"},
+        },
+    ),
+    "preempt": (
+        PREEMPTION_ARGS,
+        "Candidate nodes whose victims free what the pod needs (ExtenderPreemptionResult).",
+        {
+            "200": {"description": "ExtenderPreemptionResult, always NodeNameToMetaVictims"},
+            "400": {"description": "a body that is not ExtenderPreemptionArgs: {Error}"},
+            "503": {"description": "inventory not synced or not the leader: {Error}"},
+        },
+    ),
+    "bind": (
+        BIND,
+        "Choose the GPU indices and address, and bind the pod (ExtenderBindingResult).",
+        {"200": {"description": "ExtenderBindingResult; failures in its Error field"}},
+    ),
+}
+
+
+def verb_paths(prefix: str = "") -> dict[str, Any]:
+    """OpenAPI path items of ``POST /<verb>``, and of ``<prefix>/<verb>`` when set."""
+    paths: dict[str, Any] = {}
+    for base in ("", prefix) if prefix else ("",):
+        for verb, (body, summary, answers) in _VERBS.items():
+            operation = {
+                "summary": summary,
+                "operationId": f"{verb}{base.replace('/', '_')}",
+                **body,
+                "responses": {
+                    status: {**answer, **_JSON_ANSWER} for status, answer in answers.items()
+                },
+            }
+            paths[f"{base}/{verb}"] = {"post": operation}
+    return paths

@@ -9,20 +9,9 @@ from app import __version__
 from app.metrics import CONTENT_TYPE
 from app.service import Service
 
-__all__ = ["bench_router", "router"]
+__all__ = ["router"]
 
 router = APIRouter()
-bench_router = APIRouter()
-
-_CONSTANT_FILTER_ANSWER = orjson.dumps(
-    {
-        "Nodes": None,
-        "NodeNames": [],
-        "FailedNodes": {},
-        "FailedAndUnresolvableNodes": {},
-        "Error": "",
-    }
-)
 
 
 def _service(request: Request) -> Service:
@@ -62,10 +51,3 @@ async def root(request: Request) -> Response:
         "verbs": [f"{prefix}/{verb}" for verb in ("filter", "prioritize", "preempt", "bind")],
     }
     return Response(orjson.dumps(body), media_type="application/json")
-
-
-@bench_router.post("/bench/constant")
-async def constant(request: Request) -> Response:
-    """The latency floor for benchmarks: same server, same body read, no decision."""
-    await _service(request).read_body(request)
-    return Response(_CONSTANT_FILTER_ANSWER, media_type="application/json")

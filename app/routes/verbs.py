@@ -1,5 +1,11 @@
 """The four extender verbs. Each decodes, calls one method of the core, and encodes.
 
+They are served by :class:`VerbEndpoints`, a bare ASGI layer in front of FastAPI: kube-scheduler
+calls filter and prioritize serially for every pod, and FastAPI's routing, request objects
+and middleware would add a fifth of a millisecond to each call for nothing the verbs use. The
+OpenAPI document still describes them (``app/openapi.py``); every other path goes on to
+FastAPI.
+
 Errors never surface as FastAPI's 422/500 pages: filter and bind answer HTTP 200 with the
 protocol's ``Error`` field (what kube-scheduler reads), prioritize and preempt a 4xx/5xx
 status with ``{"Error": ...}``. Unexpected failures are logged in one line, without a
@@ -9,59 +15,64 @@ traceback, and answered the same way; the service keeps serving.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
-from fastapi import APIRouter, Request, Response
+import orjson
+from starlette.requests import Request
 
-from app import openapi, wire
+from app import wire
 from app.binder import BindError
 from app.errors import RequestRejectedError
 from app.events import PodEvent
 from app.service import Service
 from extender.errors import BindRefusedError
 
-__all__ = ["router"]
+__all__ = ["VERBS", "VerbEndpoints"]
 
 log = logging.getLogger("schedext.verbs")
-router = APIRouter()
 
-JSON = "application/json"
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Handler = Callable[[Service, bytes], Awaitable[tuple[bytes, str]]]
 
-
-def _service(request: Request) -> Service:
-    service: Service = request.app.state.service
-    return service
+_HEADERS = [(b"content-type", b"application/json")]
 
 
-async def _answer(
-    request: Request,
-    verb: str,
-    handle: Handler,
-    error_payload: Callable[[str], bytes],
-    *,
-    error_in_body: bool,
-) -> Response:
-    """Run ``handle`` with the body and time it; turn every failure into a protocol answer.
-    ``error_in_body``: the verb's result type has an ``Error`` field (answer 200 with it)."""
-    service = _service(request)
+@dataclass(frozen=True, slots=True)
+class _Verb:
+    name: str
+    handle: Handler
+    error_payload: Callable[[str], bytes]
+    # The verb's result type has an ``Error`` field: failures answer 200 with it.
+    error_in_body: bool
+    measured: bool = True  # counted in the verbs' metrics (the benchmark floor is not)
+
+
+async def _answer(service: Service, verb: _Verb, request: Request) -> tuple[int, bytes]:
+    """Run the verb on the body and time it; turn every failure into a protocol answer."""
     started = perf_counter()
     status = 200
     try:
         body = await service.read_body(request)
         service.require_ready()
-        payload, outcome = await handle(service, body)
+        payload, outcome = await verb.handle(service, body)
     except RequestRejectedError as error:
-        payload, outcome = error_payload(str(error)), "rejected"
-        status = 200 if error_in_body else error.status
+        payload, outcome = verb.error_payload(str(error)), "rejected"
+        status = 200 if verb.error_in_body else error.status
     except Exception as error:  # noqa: BLE001 - kube-scheduler must get an answer, not a trace
-        log.error("%s failed: %s: %s", verb, type(error).__name__, error)
-        message = f"schedext internal error in {verb} ({type(error).__name__}); see its logs"
-        payload, outcome = error_payload(message), "error"
-        status = 200 if error_in_body else 500
-    service.metrics.observe(verb, outcome, perf_counter() - started)
-    return Response(payload, status_code=status, media_type=JSON)
+        log.error("%s failed: %s: %s", verb.name, type(error).__name__, error)
+        message = f"schedext internal error in {verb.name} ({type(error).__name__}); see its logs"
+        payload, outcome = verb.error_payload(message), "error"
+        status = 200 if verb.error_in_body else 500
+    if verb.measured:
+        service.metrics.observe(verb.name, outcome, perf_counter() - started)
+    return status, payload
 
 
 async def _filter(service: Service, body: bytes) -> tuple[bytes, str]:
@@ -129,21 +140,60 @@ async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
     return wire.binding_result(), "bound"
 
 
-@router.post("/filter", openapi_extra=openapi.EXTENDER_ARGS)
-async def filter_verb(request: Request) -> Response:
-    return await _answer(request, "filter", _filter, wire.filter_error, error_in_body=True)
+async def _constant(_service: Service, _body: bytes) -> tuple[bytes, str]:
+    """The latency floor for benchmarks: same server, same path, same body read, no decision."""
+    return _CONSTANT_FILTER_ANSWER, "constant"
 
 
-@router.post("/prioritize", openapi_extra=openapi.EXTENDER_ARGS)
-async def prioritize_verb(request: Request) -> Response:
-    return await _answer(request, "prioritize", _prioritize, wire.error_body, error_in_body=False)
+_CONSTANT_FILTER_ANSWER = orjson.dumps(
+    {
+        "Nodes": None,
+        "NodeNames": [],
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+)
+
+VERBS = {
+    "filter": _Verb("filter", _filter, wire.filter_error, error_in_body=True),
+    "prioritize": _Verb("prioritize", _prioritize, wire.error_body, error_in_body=False),
+    "preempt": _Verb("preempt", _preempt, wire.error_body, error_in_body=False),
+    "bind": _Verb("bind", _bind, wire.binding_result, error_in_body=True),
+}
+_BENCH = {
+    "/bench/constant": _Verb(
+        "constant", _constant, wire.filter_error, error_in_body=True, measured=False
+    )
+}
 
 
-@router.post("/preempt", openapi_extra=openapi.PREEMPTION_ARGS)
-async def preempt_verb(request: Request) -> Response:
-    return await _answer(request, "preempt", _preempt, wire.error_body, error_in_body=False)
+class VerbEndpoints:
+    """``POST /<verb>`` (and ``<prefix>/<verb>``) answered here; everything else goes on to
+    ``app``."""
 
+    def __init__(
+        self, app: ASGIApp, service: Service, *, prefix: str = "", bench: bool = False
+    ) -> None:
+        self._app = app
+        self._service = service
+        self._routes = {f"/{name}": verb for name, verb in VERBS.items()}
+        if prefix:
+            self._routes |= {f"{prefix}/{name}": verb for name, verb in VERBS.items()}
+        if bench:
+            self._routes |= _BENCH
 
-@router.post("/bind", openapi_extra=openapi.BIND)
-async def bind_verb(request: Request) -> Response:
-    return await _answer(request, "bind", _bind, wire.binding_result, error_in_body=True)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        verb = self._routes.get(scope["path"]) if scope["type"] == "http" else None
+        if verb is None:
+            await self._app(scope, receive, send)
+            return
+        headers = list(_HEADERS)
+        if scope["method"] == "POST":
+            status, payload = await _answer(self._service, verb, Request(scope, receive))
+        else:
+            status, payload = 405, wire.error_body(f"{scope['method']} not allowed: use POST")
+            headers.append((b"allow", b"POST"))
+        headers.append((b"content-length", str(len(payload)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
