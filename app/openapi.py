@@ -68,7 +68,7 @@ PREEMPTION_ARGS = _body(
                                         "properties": {"UID": {"type": "string"}},
                                     },
                                 },
-                                "NumPDBViolations": {"type": "integer"},
+                                "NumPDBViolations": {"type": "integer", "minimum": 0},
                             },
                         },
                     },

@@ -130,12 +130,7 @@ def preemption_args(body: bytes) -> PreemptionArgs:
     meta = fields.get(document, "NodeNameToMetaVictims")
     full = fields.get(document, "NodeNameToVictims")
     source, name = (
-        (meta, "NodeNameToMetaVictims")
-        if meta is not None
-        else (
-            full,
-            "NodeNameToVictims",
-        )
+        (meta, "NodeNameToMetaVictims") if meta is not None else (full, "NodeNameToVictims")
     )
     if source is None:
         raise WireError(
@@ -144,20 +139,35 @@ def preemption_args(body: bytes) -> PreemptionArgs:
     if not isinstance(source, Mapping):
         raise WireError(f"ExtenderPreemptionArgs.{name} must be an object keyed by node name")
     candidates: dict[str, VictimsArgs] = {}
-    for node, entry in source.items():
-        pods = fields.get(entry, "Pods") if isinstance(entry, Mapping) else None
+    for node, value in source.items():
+        where = f"{name}[{node!r}]"
+        # Go decodes null into a nil *Victims: no victims on that node.
+        entry = {} if value is None else value
+        if not isinstance(entry, Mapping):
+            raise WireError(
+                f"{where} must be an object with Pods and NumPDBViolations, got {_kind(entry)}"
+            )
+        pods = fields.get(entry, "Pods")
         if pods is None:
             pods = []
-        if not isinstance(pods, list) or not all(isinstance(p, Mapping) for p in pods):
-            raise WireError(f"{name}[{node!r}].Pods must be a list of objects")
+        if not isinstance(pods, list):
+            raise WireError(f"{where}.Pods must be a list of objects, got {_kind(pods)}")
+        for index, victim in enumerate(pods):
+            if not isinstance(victim, Mapping):
+                raise WireError(f"{where}.Pods[{index}] must be an object, got {_kind(victim)}")
         pdb = fields.get(entry, "NumPDBViolations")
+        if pdb is None:
+            pdb = 0
+        if not isinstance(pdb, int) or isinstance(pdb, bool) or pdb < 0:
+            raise WireError(
+                f"{where}.NumPDBViolations must be a non-negative integer, got {_kind(pdb)}"
+            )
         victims = [_victim(p, full_pod=meta is None) for p in pods]
         if not all(v.uid for v in victims):
-            raise WireError(f"{name}[{node!r}]: every victim needs a UID")
+            uid = "metadata.uid" if meta is None else "UID"
+            raise WireError(f"{where}: every victim needs a UID (Pods[].{uid}, a string)")
         candidates[str(node)] = VictimsArgs(
-            victims=victims,
-            uids=[v.uid for v in victims],
-            num_pdb_violations=pdb if isinstance(pdb, int) and not isinstance(pdb, bool) else 0,
+            victims=victims, uids=[v.uid for v in victims], num_pdb_violations=pdb
         )
     return PreemptionArgs(pod=pod, candidates=candidates)
 
@@ -189,9 +199,15 @@ def binding_args(body: bytes) -> BindingArgs:
 def _kind(value: object) -> str:
     if value is None:
         return "null"
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), "a number"
-    )
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        return "a negative number"
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        float: "a floating-point number",
+    }.get(type(value), "a number")
 
 
 # ------------------------------------------------------------------------------ encoding

@@ -116,7 +116,11 @@ class Inventory:
         self._holdings_by_node: dict[str, dict[str, None]] = {}  # insertion-ordered sets
         self._model_ids: dict[str, int] = {"": 0}
         self._model_names: list[str] = [""]
-        self._model_masks: dict[str | None, BoolArray] = {}
+        # Model ids are never reused (the column keeps them), but whether a hint names a
+        # product exactly depends on the nodes there now: count the nodes per model id.
+        self._model_nodes: list[int] = [0]
+        self._models_present = 0  # bumped when a model gains its first or loses its last node
+        self._model_masks: dict[str | None, tuple[int, BoolArray]] = {}
         self._cols = _Columns(max(capacity, 2))
         self._view: NodeArrays | None = None
         self.addresses = AddressBook()  # IP pools and who holds which address
@@ -189,22 +193,25 @@ class Inventory:
         return self._model_names[model_id]
 
     def model_mask(self, pattern: str | None) -> BoolArray:
-        """Which model ids satisfy a pod's GPU model hint: the exact product name when some
-        node has it, otherwise every model containing the hint, ignoring case ("h100")."""
+        """Which model ids satisfy a pod's GPU model hint: the exact product name when a node
+        in the inventory now has it, otherwise every model containing the hint, ignoring case
+        ("h100")."""
+        stamp = self._models_present
         cached = self._model_masks.get(pattern)
-        if cached is not None and len(cached) == len(self._model_names):
-            return cached
+        if cached is not None and cached[0] == stamp and len(cached[1]) == len(self._model_names):
+            return cached[1]
         mask = np.zeros(len(self._model_names), dtype=np.bool_)
+        exact = self._model_ids.get(pattern) if pattern is not None else None
         if pattern is None:
             mask[:] = True
-        elif pattern in self._model_ids:
-            mask[self._model_ids[pattern]] = True
+        elif exact is not None and self._model_nodes[exact] > 0:
+            mask[exact] = True
         else:
             folded = pattern.casefold()
             for model_id, name in enumerate(self._model_names):
                 mask[model_id] = bool(name) and folded in name.casefold()
         mask.flags.writeable = False
-        self._model_masks[pattern] = mask
+        self._model_masks[pattern] = (stamp, mask)
         return mask
 
     # ----------------------------------------------------------------- nodes
@@ -220,6 +227,9 @@ class Inventory:
                 spec.gpu_count,
                 spec.gpu_groups,
             )
+            if state.spec.gpu_model != spec.gpu_model:
+                self._count_model(state.spec.gpu_model, -1)
+                self._count_model(spec.gpu_model, +1)
             state.spec = spec
             self.nodes_version += 1
             if not gpu_shape_same:
@@ -233,6 +243,7 @@ class Inventory:
         else:
             self._states[slot] = state
         self._slots[spec.name] = slot
+        self._count_model(spec.gpu_model, +1)
         self.layout += 1
         self.nodes_version += 1
         for uid in self._holdings_by_node.get(spec.name, {}):
@@ -245,6 +256,7 @@ class Inventory:
         slot = self._slots.pop(name, None)
         if slot is None:
             return False
+        self._count_model(self._state(slot).spec.gpu_model, -1)
         self.layout += 1
         self.nodes_version += 1
         self._states[slot] = None
@@ -436,7 +448,15 @@ class Inventory:
         if model_id is None:
             model_id = self._model_ids[model] = len(self._model_names)
             self._model_names.append(model)
+            self._model_nodes.append(0)
         return model_id
+
+    def _count_model(self, model: str | None, delta: int) -> None:
+        model_id = self._model_id(model)
+        before = self._model_nodes[model_id]
+        self._model_nodes[model_id] = before + delta
+        if model_id and (before == 0) != (before + delta == 0):
+            self._models_present += 1
 
     def _topology_id(self, value: str) -> int:
         topology_id = self._topology_ids.get(value)

@@ -100,6 +100,56 @@ PREEMPT_BODIES = [
         b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [{}]}}}',
         "every victim needs a UID",
     ),
+    (
+        "victim uid is a number",
+        b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": 7}]}}}',
+        "NodeNameToMetaVictims['n']: every victim needs a UID (Pods[].UID, a string)",
+    ),
+    (
+        "full victim pod without metadata.uid",
+        b'{"Pod": {}, "NodeNameToVictims": {"n": {"Pods": [{"metadata": {"name": "v"}}]}}}',
+        "NodeNameToVictims['n']: every victim needs a UID (Pods[].metadata.uid, a string)",
+    ),
+    (
+        "victims entry is a list",
+        b'{"Pod": {}, "NodeNameToMetaVictims": {"n": [1]}}',
+        "NodeNameToMetaVictims['n'] must be an object with Pods and NumPDBViolations, got a list",
+    ),
+    (
+        "victims entry is a string",
+        b'{"Pod": {}, "NodeNameToVictims": {"n": "v1"}}',
+        "NodeNameToVictims['n'] must be an object with Pods and NumPDBViolations, got a string",
+    ),
+    (
+        "a victim is not an object",
+        b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "u"}, "u2"]}}}',
+        "NodeNameToMetaVictims['n'].Pods[1] must be an object, got a string",
+    ),
+    (
+        "pdb violations is a string",
+        b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [], "NumPDBViolations": "x"}}}',
+        "NodeNameToMetaVictims['n'].NumPDBViolations must be a non-negative integer, got a string",
+    ),
+    (
+        "pdb violations is a fraction",
+        b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"NumPDBViolations": 1.5}}}',
+        "NumPDBViolations must be a non-negative integer, got a floating-point number",
+    ),
+    (
+        "pdb violations is a boolean",
+        b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"NumPDBViolations": true}}}',
+        "NumPDBViolations must be a non-negative integer, got a boolean",
+    ),
+    (
+        "pdb violations is negative",
+        b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"NumPDBViolations": -1}}}',
+        "NumPDBViolations must be a non-negative integer, got a negative number",
+    ),
+    (
+        "lower-cased keys are read, and their types checked too",
+        b'{"pod": {}, "nodenametometavictims": {"n": {"pods": [], "numpdbviolations": "2"}}}',
+        "NodeNameToMetaVictims['n'].NumPDBViolations must be a non-negative integer",
+    ),
 ]
 
 
@@ -155,6 +205,9 @@ def test_oversized_bodies_are_refused_and_the_service_keeps_serving(serve: Serve
         prioritized = client.post("/prioritize", content=big)
         assert prioritized.status_code == 413
         assert "exceeds the 4096-byte limit" in prioritized.json()["Error"]
+        preempted = client.post("/preempt", content=_oversized_preempt_body())
+        assert preempted.status_code == 413
+        assert "exceeds the 4096-byte limit" in preempted.json()["Error"]
         # the same keep-alive pool keeps working
         ok = client.post("/filter", content=_fixture_bytes())
         assert ok.status_code == 200
@@ -220,7 +273,25 @@ def _read_response(sock: socket.socket) -> str:
     return (head + b"\r\n\r\n" + body).decode()
 
 
+def _oversized_preempt_body() -> bytes:
+    """A well-formed preempt request (many UID victims), only too big."""
+    victims = ",".join(f'{{"UID": "victim-{i}"}}' for i in range(300))
+    return (
+        f'{{"Pod": {{}}, "NodeNameToMetaVictims": {{"n": {{"Pods": [{victims}],'
+        f' "NumPDBViolations": 0}}}}}}'
+    ).encode()
+
+
 def _fixture_bytes() -> bytes:
     import orjson  # noqa: PLC0415
 
     return orjson.dumps(fixture("filter_request_nodecache_true.json"))
+
+
+def test_preempt_with_no_victims_on_a_node_is_answered_not_refused(demo: RunningServer) -> None:
+    # Go decodes a null *Victims as nil, and a missing count as 0: both are valid requests.
+    body = b'{"Pod": {}, "NodeNameToMetaVictims": {"n": null, "m": {"Pods": null}}}'
+    with demo.client() as client:
+        response = client.post("/preempt", content=body)
+    assert response.status_code == 200
+    assert response.json() == {"NodeNameToMetaVictims": {}}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
 
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer
@@ -21,6 +23,41 @@ def lower_keys(value: Any) -> Any:
     if isinstance(value, list):
         return [lower_keys(v) for v in value]
     return value
+
+
+# Fields whose keys are map keys (case-sensitive in Go), not struct field names.
+MAP_FIELDS = {
+    "labels",
+    "annotations",
+    "capacity",
+    "allocatable",
+    "requests",
+    "limits",
+    "nodeselector",
+    "nodenametometavictims",
+    "nodenametovictims",
+}
+
+
+def mixed_keys(value: Any, *, is_map: bool = False) -> Any:
+    """Every struct field name in alternating case ("nOdEnAmEs"); map keys (labels, resource
+    names, node names) kept as they are, since Go matches only field names in any case."""
+    if isinstance(value, dict):
+        return {
+            (k if is_map else _alternate(k)): mixed_keys(v, is_map=k.lower() in MAP_FIELDS)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [mixed_keys(v) for v in value]
+    return value
+
+
+def _alternate(key: str) -> str:
+    return "".join(c.upper() if i % 2 else c.lower() for i, c in enumerate(key))
+
+
+Recase = Callable[[Any], Any]
+RECASINGS = pytest.mark.parametrize("recase", [lower_keys, mixed_keys], ids=["lower", "mixed"])
 
 
 def post(server: RunningServer, verb: str, body: Any) -> Any:
@@ -53,13 +90,60 @@ def test_full_node_mode_answers_with_the_original_node_objects(demo: RunningServ
     assert set(result["FailedAndUnresolvableNodes"]) == {"gpu-node-c"}
 
 
-def test_keys_in_any_case_are_accepted_and_go_spelling_is_written(demo: RunningServer) -> None:
+@RECASINGS
+def test_filter_keys_in_any_case_are_accepted_and_go_spelling_is_written(
+    demo: RunningServer, recase: Recase
+) -> None:
     exact = post(demo, "filter", fixture("filter_request_nodecache_true.json"))
-    lowered = post(demo, "filter", lower_keys(fixture("filter_request_nodecache_true.json")))
-    assert lowered == exact
-    full = post(demo, "filter", lower_keys(fixture("filter_request_nodecache_false.json")))
-    assert list(full) == FILTER_KEYS
-    assert [n["metadata"]["name"] for n in full["Nodes"]["items"]] == ["gpu-node-a"]
+    assert post(demo, "filter", recase(fixture("filter_request_nodecache_true.json"))) == exact
+
+
+@RECASINGS
+def test_full_node_filter_in_any_case_answers_with_the_nodes_as_sent(
+    demo: RunningServer, recase: Recase
+) -> None:
+    request = recase(fixture("filter_request_nodecache_false.json"))
+    assert request != fixture("filter_request_nodecache_false.json")
+    result = post(demo, "filter", request)
+    assert list(result) == FILTER_KEYS
+    # The very objects kube-scheduler sent, in their spelling, not rebuilt from the inventory.
+    items = next(v for k, v in request.items() if k.lower() == "nodes")
+    sent = next(v for k, v in items.items() if k.lower() == "items")
+    assert result["Nodes"] == {"metadata": {}, "items": [sent[0]]}
+    assert result["NodeNames"] is None
+    assert set(result["FailedNodes"]) == {"gpu-node-b", "gpu-node-c"}
+    assert set(result["FailedAndUnresolvableNodes"]) == {"gpu-node-c"}
+
+
+@RECASINGS
+@pytest.mark.parametrize(
+    "name", ["prioritize_request_nodecache_true.json", "prioritize_request_nodecache_false.json"]
+)
+def test_prioritize_keys_in_any_case_score_as_the_go_spelling_does(
+    demo: RunningServer, recase: Recase, name: str
+) -> None:
+    exact = post(demo, "prioritize", fixture(name))
+    recased = post(demo, "prioritize", recase(fixture(name)))
+    assert sorted(exact, key=lambda e: e["Host"]) == sorted(recased, key=lambda e: e["Host"])
+    assert all(list(entry) == ["Host", "Score"] for entry in recased)
+    # the fixture's A100 pod: only gpu-node-a and gpu-node-b have A100s, and they score
+    assert {e["Host"] for e in recased if e["Score"] > 0} <= {"gpu-node-a", "gpu-node-b"}
+    assert any(e["Score"] > 0 for e in recased)
+
+
+@RECASINGS
+def test_bind_keys_in_any_case_bind_the_pod(demo: RunningServer, recase: Recase) -> None:
+    with demo.client() as client:
+        verdict = client.post(
+            "/filter", content=orjson.dumps(fixture("filter_request_nodecache_true.json"))
+        ).json()
+        assert verdict["NodeNames"] == ["gpu-node-a"]
+        response = client.post("/bind", content=orjson.dumps(recase(fixture("bind_request.json"))))
+        assert response.status_code == 200
+        assert response.json() == {"Error": ""}
+        nodes = client.get("/inventory").json()["nodes"]
+    holders = {n["name"]: [g["holder"] for g in n["gpus"]] for n in nodes}
+    assert holders["gpu-node-a"] == ["ml/trainer-0", "ml/trainer-0", None, None]
 
 
 def test_prioritize_answers_integer_scores_for_every_node_in_order(demo: RunningServer) -> None:
@@ -174,8 +258,8 @@ def test_preempt_with_full_pods_answers_with_uids(serve: Serve) -> None:
             "g1": {"Pods": [{"UID": "v2"}, {"UID": "v1"}], "NumPDBViolations": 0}
         }
     }
-    lowered = post(server, "preempt", lower_keys(copy.deepcopy(request)))
-    assert lowered == result
+    assert post(server, "preempt", lower_keys(copy.deepcopy(request))) == result
+    assert post(server, "preempt", mixed_keys(copy.deepcopy(request))) == result
 
 
 def test_preempt_fixture_bodies_are_understood(demo: RunningServer) -> None:
@@ -188,3 +272,33 @@ def test_preempt_fixture_bodies_are_understood(demo: RunningServer) -> None:
     }
     assert post(demo, "preempt", fixture("preempt_request_nodecache_true.json")) == expected
     assert post(demo, "preempt", fixture("preempt_request_nodecache_false.json")) == expected
+
+
+@RECASINGS
+def test_preempt_with_uids_in_any_case_is_read_as_the_go_spelling(
+    serve: Serve, recase: Recase
+) -> None:
+    server = preempt_cluster(serve)
+    request = {
+        "Pod": make_pod("hi", gpus=4, priority=100),
+        "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {
+            "g1": {"Pods": [{"UID": "v2"}, {"UID": "v1"}], "NumPDBViolations": 1},
+            "g2": {"Pods": [{"UID": "cpu"}], "NumPDBViolations": 0},
+        },
+    }
+    expected = {
+        "NodeNameToMetaVictims": {
+            "g1": {"Pods": [{"UID": "v2"}, {"UID": "v1"}], "NumPDBViolations": 1}
+        }
+    }
+    assert post(server, "preempt", request) == expected
+    # Written in Go spelling whatever came in; the PDB count read from the recased key too.
+    assert post(server, "preempt", recase(copy.deepcopy(request))) == expected
+
+
+@RECASINGS
+def test_preempt_fixture_with_uids_in_any_case(demo: RunningServer, recase: Recase) -> None:
+    exact = post(demo, "preempt", fixture("preempt_request_nodecache_true.json"))
+    assert exact["NodeNameToMetaVictims"]
+    assert post(demo, "preempt", recase(fixture("preempt_request_nodecache_true.json"))) == exact

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
+from app.kube.api import KubeApi
+from app.kube.config import ClusterConfig
+from app.kube.source import ClusterSource
 from app.service import Service
 from app.settings import load_settings
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer
+from tests.builders import A100, make_node, make_pod
+from tests.e2e.harness import wait_for
+from tests.unit.kube_fakes import page
 
 FILTER = orjson.dumps(fixture("filter_request_nodecache_true.json"))
 
@@ -44,6 +54,94 @@ def test_verbs_refuse_until_the_inventory_is_synced(serve: Serve) -> None:
                 "Error"
             ]
         )
+
+
+class _OpenWatch(httpx.AsyncByteStream):
+    """A watch that stays open with no events until the client goes away."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        await asyncio.Event().wait()
+        yield b""  # never reached
+
+
+class HeldBackPodsApi:
+    """An API server (httpx.MockTransport) that lists nodes at once and pods only when the
+    test releases them; the custom resources' CRDs are not installed (404)."""
+
+    def __init__(self) -> None:
+        self.pods_released = threading.Event()
+        self.pods_requested = threading.Event()
+        node = make_node("gpu-node-a", gpus=4, model=A100)
+        node["metadata"]["resourceVersion"] = "10"
+        holder = make_pod("resident", gpus=3, node="gpu-node-a", gpu_ids=[0, 1, 2])
+        self.nodes, self.pods = [node], [holder]
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        path, params = request.url.path, request.url.params
+        if request.method == "GET" and params.get("watch") == "1":
+            return httpx.Response(200, stream=_OpenWatch())
+        if request.method == "GET" and path == "/api/v1/nodes":
+            return page(self.nodes, "10")
+        if request.method == "GET" and path == "/api/v1/pods":
+            self.pods_requested.set()
+            while not self.pods_released.is_set():  # held back until the test says so
+                await asyncio.sleep(0.01)
+            return page(self.pods, "11")
+        if request.method == "GET" and path == "/apis/apps/v1/statefulsets":
+            return page([], "12")
+        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+
+    def source(self) -> ClusterSource:
+        config = ClusterConfig(server="https://api.test", ssl_context=False, token="t0ken")
+        api = KubeApi(config, transport=httpx.MockTransport(self.handle))
+        return ClusterSource(api, server=config.server)
+
+
+def test_the_cluster_source_refuses_verbs_until_nodes_and_pods_are_listed(serve: Serve) -> None:
+    fake = HeldBackPodsApi()
+    server = serve(source=fake.source())
+    bind_body = orjson.dumps(fixture("bind_request.json"))
+    try:
+        with server.client() as client:
+            # Everything but the pods has been listed: still not ready.
+            wait_for(
+                lambda: (
+                    client.get("/readyz").text
+                    == "not ready: inventory not synced: pods not listed yet"
+                ),
+                timeout=10,
+                message="the cluster source did not list nodes and the rest",
+            )
+            assert fake.pods_requested.is_set()
+            ready = client.get("/readyz")
+            assert ready.status_code == 503
+            filtered = client.post("/filter", content=FILTER).json()
+            assert filtered["Error"] == "inventory not synced: pods not listed yet"
+            assert filtered["NodeNames"] is None
+            for verb, body in (("prioritize", FILTER), ("preempt", _PREEMPT)):
+                refused = client.post(f"/{verb}", content=body)
+                assert refused.status_code == 503
+                assert "inventory not synced" in refused.json()["Error"]
+            bound = client.post("/bind", content=bind_body).json()
+            assert "inventory not synced" in bound["Error"]
+            assert client.get("/").json()["ready"] is False
+
+            fake.pods_released.set()
+            wait_for(
+                lambda: client.get("/readyz").status_code == 200,
+                timeout=10,
+                message="not ready after the pods were listed",
+            )
+            # The first answer already counts the listed pod's 3 GPUs.
+            filtered = client.post("/filter", content=FILTER).json()
+            assert filtered["Error"] == ""
+            assert filtered["FailedNodes"]["gpu-node-a"] == "schedext: fewer than 2 free GPUs"
+            assert client.post("/prioritize", content=FILTER).status_code == 200
+    finally:
+        fake.pods_released.set()
+
+
+_PREEMPT = orjson.dumps(fixture("preempt_request_nodecache_true.json"))
 
 
 def test_ready_service_answers_readyz(demo: RunningServer) -> None:

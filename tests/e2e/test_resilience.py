@@ -8,21 +8,27 @@ import time
 import httpx
 
 from tests.e2e.conftest import Cluster, eventually
-from tests.e2e.test_scheduling import H100, _assert_no_gpu_given_twice, _settled
+from tests.e2e.test_scheduling import H100, _assert_no_gpu_given_twice
 
 
 def test_schedext_killed_and_restarted_while_pods_arrive(cluster: Cluster) -> None:
-    nodes = {f"gpu-{i}": 4 for i in range(6)}
+    nodes = {f"gpu-{i}": 5 for i in range(6)}
     for name, gpus in nodes.items():
         cluster.node(name, gpus=gpus, model=H100)
-    requests = {f"job-{i:02d}": 1 for i in range(30)}  # 30 GPUs asked, 24 exist
+    # As many 1-GPU pods as GPUs: every pod must end up bound, with every GPU given once.
+    requests = {f"job-{i:02d}": 1 for i in range(sum(nodes.values()))}
     created = threading.Event()
+    outage = threading.Event()  # set from the kill until schedext is ready again
+    during_outage: list[str] = []
     errors: list[BaseException] = []
 
     def create_all() -> None:
         try:
             for index, name in enumerate(requests):
+                down = outage.is_set()
                 cluster.pod(name, gpus=1)
+                if down and outage.is_set():  # created, start to end, while schedext was down
+                    during_outage.append(name)
                 if index == 9:
                     created.set()
                 time.sleep(0.1)  # a steady stream of arrivals, bounded: 30 pods
@@ -33,17 +39,24 @@ def test_schedext_killed_and_restarted_while_pods_arrive(cluster: Cluster) -> No
     creator.start()
     assert created.wait(timeout=60)
     cluster.schedext.stop(kill=True)  # mid-stream, binds possibly in flight
+    outage.set()
     time.sleep(1.0)  # an outage during which pods keep arriving (bounded, not a wait-for)
-    cluster.schedext.start()
+    cluster.schedext.start()  # returns once /readyz says ready
+    outage.clear()
     creator.join(timeout=120)
     assert not errors, errors
+    assert len(during_outage) >= 3, f"too few pods arrived during the outage: {during_outage}"
+
     eventually(
-        lambda: _settled(cluster, nodes, requests),
+        lambda: len(cluster.bound_pods()) == len(requests),
         timeout=150,
-        message="not all pods that fit are bound",
+        message="not every pod is bound",
     )
+    bound = cluster.bound_pods()
+    assert [name for name in during_outage if name not in bound] == []
     per_pod = _assert_no_gpu_given_twice(cluster)
-    assert len(per_pod) == 24
+    assert all(len(per_pod[name]) == 1 for name in requests)
+    assert len(per_pod) == sum(nodes.values())
 
 
 def _inventory_holders(cluster: Cluster) -> dict[str, tuple[str, tuple[int, ...]]]:

@@ -27,15 +27,44 @@ def test_gpu_pods_land_on_nodes_with_free_gpus_of_the_requested_model(cluster: C
     assert sorted(map(sorted, ids)) == [[0, 1], [2, 3]]
 
 
+CPU_INTENSIVE = {"workload-type": "CPU-intensive"}
+
+
 def test_cpu_intensive_pod_avoids_nodes_under_the_cpu_threshold(cluster: Cluster) -> None:
+    # kube-scheduler's own scoring prefers the small nodes: they are empty and untainted, while
+    # "big" is mostly allocated and tainted PreferNoSchedule. Only schedext's CPU threshold
+    # (2 CPUs by default; the small nodes have 1.5) can send CPU-intensive pods to "big".
     for i in range(3):
         cluster.node(f"small-{i}", cpu="1500m")
-    cluster.node("big", cpu="16")
+    prefer_not = {"key": "dedicated", "value": "batch", "effect": "PreferNoSchedule"}
+    cluster.node("big", cpu="16", taints=[prefer_not])
+    cluster.pod("resident", cpu="14", node="big")  # leaves 2 CPUs free
+    # The control: the same pod without the CPU-intensive label, sent to schedext too
+    # (managed), lands where kube-scheduler's scores say.
+    cluster.pod("control", cpu="500m", managed=True)
+    assert cluster.wait_bound("control").startswith("small-")
     for i in range(3):
-        cluster.pod(
-            f"crunch-{i}", cpu="500m", managed=True, labels={"workload-type": "CPU-intensive"}
-        )
+        cluster.pod(f"crunch-{i}", cpu="500m", managed=True, labels=CPU_INTENSIVE)
     assert {cluster.wait_bound(f"crunch-{i}") for i in range(3)} == {"big"}
+
+
+def test_cpu_intensive_pod_with_only_small_nodes_stays_pending_with_schedext_reason(
+    cluster: Cluster,
+) -> None:
+    for i in range(3):
+        cluster.node(f"small-{i}", cpu="1500m")
+    cluster.pod("crunch", cpu="500m", managed=True, labels=CPU_INTENSIVE)
+
+    def failed_scheduling() -> str:
+        events = cluster.events("crunch")
+        messages = [e.get("message", "") for e in events if e.get("reason") == "FailedScheduling"]
+        return next((m for m in messages if "schedext" in m), "")
+
+    message = eventually(
+        failed_scheduling, timeout=60, message="no FailedScheduling with schedext's reason"
+    )
+    assert "0/3 nodes are available: 3 schedext: CPU-intensive needs 2+ CPU nodes" in message
+    assert "nodeName" not in cluster.get_pod("crunch")["spec"]
 
 
 def test_unplaceable_pod_stays_pending_with_schedext_reasons_in_its_event(cluster: Cluster) -> None:

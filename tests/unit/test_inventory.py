@@ -5,7 +5,9 @@ import pytest
 from extender.inventory import Inventory, InventoryConflictError
 from extender.model import Holding, HoldingKind
 from extender.nodes import node_spec
-from tests.builders import make_node
+from extender.policy import PolicyConfig, filter_nodes
+from extender.requests import pod_request
+from tests.builders import make_node, make_pod
 
 
 def inventory_with(*nodes: dict[str, object]) -> Inventory:
@@ -180,3 +182,33 @@ def test_node_view_is_a_copy() -> None:
     inventory.remove_holding("a")
     assert view.holders == ("a", None)
     assert replace(view.holdings[0], gpus=1).uid == "a"
+
+
+def _passing(inventory: Inventory, model_hint: str, nodes: list[str]) -> list[str]:
+    request = pod_request(make_pod(gpus=1, model=model_hint))
+    return filter_nodes(inventory, request, nodes, PolicyConfig()).passed
+
+
+def test_an_exact_model_match_counts_only_while_a_node_has_that_model() -> None:
+    # "H100" is one node's exact product name, and a part of the other's.
+    inventory = inventory_with(
+        make_node("exact", gpus=4, model="H100"),
+        make_node("pcie", gpus=4, model="NVIDIA-H100-PCIe"),
+    )
+    assert _passing(inventory, "H100", ["exact", "pcie"]) == ["exact"]
+
+    inventory.remove_node("exact")
+    # No node has the product "H100" any more: the hint is matched as a part of a name.
+    assert _passing(inventory, "H100", ["pcie"]) == ["pcie"]
+
+    inventory.upsert_node(node_spec(make_node("exact", gpus=4, model="H100")))
+    assert _passing(inventory, "H100", ["exact", "pcie"]) == ["exact"]
+
+
+def test_a_node_relabelled_to_another_model_no_longer_makes_its_old_model_exact() -> None:
+    inventory = inventory_with(
+        make_node("a", gpus=4, model="H100"), make_node("b", gpus=4, model="NVIDIA-H100-SXM")
+    )
+    assert _passing(inventory, "H100", ["a", "b"]) == ["a"]
+    inventory.upsert_node(node_spec(make_node("a", gpus=4, model="NVIDIA-H100-PCIe")))
+    assert _passing(inventory, "H100", ["a", "b"]) == ["a", "b"]
