@@ -212,9 +212,24 @@ class LeaderSettings(_Group):
     lease_duration_s: float = Field(default=15.0, gt=0)
     renew_deadline_s: float = Field(default=5.0, gt=0)
     retry_period_s: float = Field(default=2.0, gt=0)
+    # This replica's own pod, which carries the label schedext.io/role=leader while it leads
+    # (the Service selects that label; see app.kube.role). Default: POD_NAME and
+    # POD_NAMESPACE from the downward API; without a pod name no pod is labelled.
+    pod_name: str = ""
+    pod_namespace: str = ""
+    # How often the pod is read again to put a label edited by hand right.
+    label_resync_s: float = Field(default=30.0, gt=0)
 
     def lease_namespace(self) -> str:
         return self.namespace or os.environ.get("POD_NAMESPACE", "") or "default"
+
+    def own_pod(self) -> tuple[str, str] | None:
+        """(namespace, name) of the pod this replica runs in, when known."""
+        name = self.pod_name or os.environ.get("POD_NAME", "")
+        if not name:
+            return None
+        namespace = self.pod_namespace or os.environ.get("POD_NAMESPACE", "")
+        return namespace or self.lease_namespace(), name
 
     def holder_identity(self) -> str:
         return self.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"

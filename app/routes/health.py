@@ -37,12 +37,42 @@ async def healthz() -> Response:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> Response:
+    """Whether this replica answers the verbs: synced and, with leader election, leading.
+    ``?verbose`` lists each check, as kube-apiserver's /readyz does."""
     readiness = _service(request).readiness
+    status = 200 if readiness.ready else 503
+    if "verbose" in request.query_params:
+        lines = [
+            f"[-]{name} failed: {why}" if why else f"[+]{name} ok"
+            for name, why in readiness.checks().items()
+        ]
+        lines.append("readyz check passed" if readiness.ready else "readyz check failed")
+        return Response("\n".join(lines).encode(), status_code=status, media_type="text/plain")
     if readiness.ready:
         return Response(b"ok", media_type="text/plain")
     return Response(
-        f"not ready: {readiness.reason}".encode(), status_code=503, media_type="text/plain"
+        f"not ready: {readiness.reason}".encode(), status_code=status, media_type="text/plain"
     )
+
+
+@router.get("/readyz/{check}")
+async def readyz_check(request: Request, check: str) -> Response:
+    """One check of /readyz alone. ``/readyz/synced`` is the pod's readinessProbe with leader
+    election: every replica passes it once its inventory is synced, so a rolling update of
+    several replicas completes; the Service reaches the leader by its pod's label instead
+    (app.kube.role). ``/readyz/leader``: this replica holds the Lease."""
+    checks = _service(request).readiness.checks()
+    if check not in checks:
+        known = ", ".join(f"/readyz/{name}" for name in checks)
+        return Response(
+            f"no check {check!r}; the checks are {known}".encode(),
+            status_code=404,
+            media_type="text/plain",
+        )
+    why = checks[check]
+    if why:
+        return Response(f"not ready: {why}".encode(), status_code=503, media_type="text/plain")
+    return Response(b"ok", media_type="text/plain")
 
 
 @router.get("/metrics")
