@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -78,6 +78,14 @@ def _wait_ready(served: Served) -> None:
         time.sleep(0.1)
 
 
+def json_lines(logs: str) -> list[dict[str, Any]]:
+    """Every line the process logged, each of which must be one JSON object."""
+    lines = [json.loads(line) for line in logs.splitlines() if line.strip()]
+    assert lines, "nothing was logged"
+    assert all(isinstance(line, dict) for line in lines)
+    return lines
+
+
 def test_serve_without_a_cluster_answers_the_fixture_filter_from_the_demo_inventory() -> None:
     with schedext_serve() as served:
         answer = httpx.post(
@@ -86,8 +94,36 @@ def test_serve_without_a_cluster_answers_the_fixture_filter_from_the_demo_invent
         logs = served.stop()
     assert answer["NodeNames"] == ["gpu-node-a"]
     assert set(answer["FailedNodes"]) == {"gpu-node-b", "gpu-node-c"}
-    assert "embedded demo inventory" in logs
-    assert all(json.loads(line) for line in logs.splitlines() if line.startswith("{"))
+    assert any("embedded demo inventory" in line["message"] for line in json_lines(logs))
+
+
+def test_filter_and_bind_decisions_are_json_lines_with_the_pod_and_the_decision() -> None:
+    with schedext_serve("--log-level", "debug") as served:
+        httpx.post(f"{served.url}/filter", json=fixture("filter_request_nodecache_true.json"))
+        bound = httpx.post(f"{served.url}/bind", json=fixture("bind_request.json")).json()
+        refused = httpx.post(f"{served.url}/bind", json=fixture("bind_request.json")).json()
+        logs = json_lines(served.stop())
+    assert bound == {"Error": ""}
+    assert refused["Error"]  # already bound
+    decisions = [line for line in logs if "decision" in line]
+    filtered, bind_ok, bind_refused = decisions
+    assert filtered["message"] == "filtered"
+    assert filtered["level"] == "debug"  # a pod that fits somewhere: debug; nowhere: info
+    assert (filtered["pod"], filtered["decision"], filtered["feasible"]) == (
+        "ml/trainer-0",
+        "feasible",
+        1,
+    )
+    assert filtered["rejected"] == {"gpu_free": 1, "gpu_model": 1}  # counts by reason
+    assert bind_ok["logger"] == "schedext.verbs"
+    assert (bind_ok["pod"], bind_ok["node"], bind_ok["decision"]) == (
+        "ml/trainer-0",
+        "gpu-node-a",
+        "bound",
+    )
+    assert len(bind_ok["gpus"]) == 2
+    assert (bind_refused["pod"], bind_refused["decision"]) == ("ml/trainer-0", "refused")
+    assert bind_refused["reason"] == refused["Error"]
 
 
 def test_serve_loads_a_snapshot_file(tmp_path: Path) -> None:
