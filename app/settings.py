@@ -53,6 +53,9 @@ class ServerSettings(_Group):
     tls_client_ca_file: Path | None = None
     # bind moves pods, so the verbs must be reachable only over loopback or mTLS; this opts out.
     insecure_allow_remote: bool = False
+    # A second listener, plain HTTP on every address, serving only /metrics and /healthz (for
+    # Prometheus; see app.metrics_listener). Off by default.
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
 
     @field_validator("path_prefix")
     @classmethod
@@ -89,6 +92,15 @@ class ServerSettings(_Group):
                     raise ValueError(
                         f"cannot use server.tls_client_ca_file {self.tls_client_ca_file}: {error}"
                     ) from None
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_port_is_another_port(self) -> ServerSettings:
+        if self.metrics_port and self.metrics_port == self.port:
+            raise ValueError(
+                f"server.metrics_port ({self.metrics_port}) must differ from server.port: it is "
+                "a second listener"
+            )
         return self
 
     @model_validator(mode="after")

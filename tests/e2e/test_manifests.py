@@ -7,7 +7,7 @@
   manifests/scheduler-config.yaml, and agree with the Deployments around them;
 * mTLS mode's two replicas: the Service selects the leader's pod label, the readiness probe
   is one a standby passes (or rolling updates would never complete), the downward API and
-  RBAC let a replica label its own pod;
+  RBAC let a replica label its own pod; the Prometheus annotations name the metrics port;
 * sidecar mode as shipped: kube-scheduler with the ConfigMap of deploy-sidecar.yaml, schedext
   beside it, both with nothing but the pod's ServiceAccount token and the RBAC of rbac.yaml,
   place every example (GPU pod, gang, sticky-address StatefulSet), and neither is refused
@@ -247,6 +247,20 @@ def test_the_mtls_service_selects_the_leaders_pod_and_both_replicas_can_be_ready
         if "pods" in rule["resources"]
     ]
     assert all("patch" not in rule["verbs"] for rule in cluster_wide)
+
+
+@pytest.mark.parametrize("manifest", [SIDECAR, MTLS], ids=lambda p: p.name)
+def test_prometheus_annotations_point_at_the_metrics_only_port(manifest: Path) -> None:
+    deployment = deployment_of(manifest, "schedext")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    schedext = container_of(deployment["spec"]["template"]["spec"], "schedext")
+    port = flags(schedext["args"])["--metrics-port"]
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": port,
+        "prometheus.io/path": "/metrics",
+    }
+    assert {"name": "metrics", "containerPort": int(port), "protocol": "TCP"} in schedext["ports"]
 
 
 # --- sidecar mode, with its RBAC only, places the examples ---------------------------------
