@@ -112,6 +112,7 @@ def create_app(
         app.include_router(verbs.router, prefix=settings.server.path_prefix)
     if settings.server.bench_endpoints:
         app.include_router(health.bench_router)
+    app.add_middleware(health.CloseWhenNotReady)
     app.add_exception_handler(RequestValidationError, _bad_request)
     app.add_exception_handler(Exception, _internal_error)
     return app

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import Any
+
 import orjson
 from fastapi import APIRouter, Request, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__
 from app.metrics import CONTENT_TYPE
 from app.service import Service
 
-__all__ = ["bench_router", "router"]
+__all__ = ["CloseWhenNotReady", "bench_router", "router"]
 
 router = APIRouter()
 bench_router = APIRouter()
@@ -99,3 +103,27 @@ async def constant(request: Request) -> Response:
     """The latency floor for benchmarks: same server, same body read, no decision."""
     await _service(request).read_body(request)
     return Response(_CONSTANT_FILTER_ANSWER, media_type="application/json")
+
+
+class CloseWhenNotReady:
+    """A replica that may not answer the verbs (a standby, one that lost the Lease, one still
+    syncing) closes each connection after its answer. kube-scheduler keeps its connections
+    alive, and a Service picks an endpoint only when a connection opens: without this, a
+    leader that stepped down while alive would go on being asked, and refusing, over the
+    connections opened before. A ready replica pays one attribute lookup per request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["app"].state.service.readiness.ready:
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", ()), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, closing)

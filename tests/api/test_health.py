@@ -3,6 +3,8 @@ readinessProbe can ask "synced" (both replicas pass) while the verbs need "leade
 
 from __future__ import annotations
 
+import socket
+
 import orjson
 
 from app.service import Service
@@ -66,3 +68,30 @@ def test_every_verb_of_a_standby_answers_that_it_is_not_the_leader(serve: Serve)
             assert (answer.status_code, answer.json()) == (503, {"Error": NOT_LEADER})
         bound = client.post("/bind", content=orjson.dumps(fixture("bind_request.json")))
         assert (bound.status_code, bound.json()) == (200, {"Error": NOT_LEADER})
+
+
+def _exchange(sock: socket.socket, path: str) -> bytes:
+    """One keep-alive HTTP/1.1 request over a raw socket; the answer's head (body read)."""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: schedext\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    fields = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:])
+    while len(body) < int(fields[b"content-length"]):
+        body += sock.recv(65536)
+    return head.lower()
+
+
+def test_a_standby_closes_each_connection_so_that_callers_reconnect_to_the_leader(
+    serve: Serve,
+) -> None:
+    """A Service picks the endpoint when a connection opens; kube-scheduler keeps its
+    connections alive. A replica that cannot answer the verbs closes them."""
+    standby, leader = serve(source=StandbySource()), serve()
+    with socket.create_connection(("127.0.0.1", standby.port), timeout=5) as sock:
+        assert b"connection: close" in _exchange(sock, "/readyz")
+        assert sock.recv(1) == b""  # closed by the server
+    with socket.create_connection(("127.0.0.1", leader.port), timeout=5) as sock:
+        assert b"connection: close" not in _exchange(sock, "/readyz")
+        assert _exchange(sock, "/readyz").startswith(b"http/1.1 200")  # the same connection
