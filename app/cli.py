@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         help="require client certificates signed by this CA (mTLS); the handshake fails otherwise",
     )
     serve.add_argument(
+        "--metrics-port",
+        type=int,
+        help="also serve /metrics and /healthz (nothing else) over plain HTTP on every address, "
+        "on this port, for Prometheus (off by default)",
+    )
+    serve.add_argument(
         "--insecure-allow-remote",
         action="store_true",
         help="allow a non-loopback --host without client certificates (anyone who can reach "
@@ -84,7 +92,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("pod", help="NAMESPACE/NAME")
     explain.add_argument(
-        "--url", default="http://127.0.0.1:8888", help="schedext's address (default %(default)s)"
+        "--url",
+        default="http://127.0.0.1:8888",
+        help="schedext's address, http:// or https:// (default %(default)s)",
+    )
+    explain.add_argument(
+        "--cacert", type=Path, help="https: verify schedext's certificate with this CA (PEM)"
+    )
+    explain.add_argument(
+        "--cert", type=Path, help="https: present this client certificate (PEM; mTLS mode)"
+    )
+    explain.add_argument(
+        "--key", type=Path, help="the private key of --cert (default: read from --cert)"
+    )
+    explain.add_argument(
+        "--server-name",
+        help="https: check schedext's certificate for this name instead of the URL's host, e.g. "
+        "schedext.schedext-system.svc through kubectl port-forward (as kube-scheduler's "
+        "tlsConfig.serverName)",
     )
     explain.add_argument("--json", action="store_true", help="print the raw JSON answer")
     explain.set_defaults(handler=_explain)
@@ -110,6 +135,7 @@ def _serve(args: argparse.Namespace) -> int:
             ("tls_key_file", args.tls_key_file),
             ("tls_client_ca_file", args.tls_client_ca_file),
             ("insecure_allow_remote", args.insecure_allow_remote or None),
+            ("metrics_port", args.metrics_port),
         )
         if value is not None
     }
@@ -157,20 +183,44 @@ def _run(settings: Settings) -> int:
             "inventory": service.description,
         },
     )
-    uvicorn.run(
-        app,
-        host=settings.server.host,
-        port=settings.server.port,
-        log_config=None,
-        access_log=settings.server.access_log,
-        workers=1,  # the inventory lives in this process; HA comes from leader election
-        http="httptools",
-        loop="uvloop",
-        server_header=False,
-        # HTTPS, and with a client CA, mTLS: see ServerSettings.
-        **settings.server.uvicorn_tls(),
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=settings.server.host,
+            port=settings.server.port,
+            log_config=None,
+            access_log=settings.server.access_log,
+            workers=1,  # the inventory lives in this process; HA comes from leader election
+            http="httptools",
+            loop="uvloop",
+            server_header=False,
+            # HTTPS, and with a client CA, mTLS: see ServerSettings.
+            **settings.server.uvicorn_tls(),
+        )
     )
-    return 0
+    if settings.server.metrics_port is None:
+        server.run()
+        return 0
+    import uvloop  # noqa: PLC0415
+
+    from app.metrics_listener import MetricsListener  # noqa: PLC0415
+
+    listener = MetricsListener(service.metrics.render, port=settings.server.metrics_port)
+
+    async def serve() -> int:
+        try:
+            await listener.start()
+        except OSError as error:
+            print(f"schedext: cannot serve --metrics-port: {error}", file=sys.stderr)
+            return 2
+        try:
+            await server.serve()
+        finally:
+            await listener.stop()
+        return 0
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(serve())
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -181,7 +231,17 @@ def _explain(args: argparse.Namespace) -> int:
         print("schedext explain: give the pod as NAMESPACE/NAME", file=sys.stderr)
         return 2
     try:
-        response = httpx.get(f"{args.url.rstrip('/')}/explain/{namespace}/{name}", timeout=30)
+        verify = _explain_tls(args)
+    except ValueError as error:
+        print(f"schedext explain: {error}", file=sys.stderr)
+        return 2
+    # The name sent in the TLS handshake and checked against the certificate.
+    extensions = {"sni_hostname": args.server_name} if args.server_name else None
+    try:
+        with httpx.Client(verify=verify, timeout=30) as client:
+            response = client.get(
+                f"{args.url.rstrip('/')}/explain/{namespace}/{name}", extensions=extensions
+            )
     except httpx.HTTPError as error:
         print(f"schedext explain: cannot reach {args.url}: {error}", file=sys.stderr)
         return 2
@@ -194,6 +254,32 @@ def _explain(args: argparse.Namespace) -> int:
         return 0
     print(_explanation_text(answer))
     return 0
+
+
+def _explain_tls(args: argparse.Namespace) -> ssl.SSLContext | bool:
+    """The client side of schedext's TLS: the CA to verify it by (default: the system's) and,
+    in mTLS mode, the client certificate to present."""
+    https = args.url.startswith("https://")
+    given = [
+        flag.replace("_", "-")
+        for flag in ("cacert", "cert", "key", "server_name")
+        if getattr(args, flag) is not None
+    ]
+    if not https:
+        if given:
+            raise ValueError(f"--{given[0]} needs an https:// --url")
+        return True
+    if args.key is not None and args.cert is None:
+        raise ValueError("--key needs --cert")
+    try:
+        context = ssl.create_default_context(
+            cafile=str(args.cacert) if args.cacert is not None else None
+        )
+        if args.cert is not None:
+            context.load_cert_chain(args.cert, args.key)
+    except (OSError, ssl.SSLError) as error:
+        raise ValueError(f"cannot use the TLS files: {error}") from None
+    return context
 
 
 def _explanation_text(answer: dict[str, Any]) -> str:

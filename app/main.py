@@ -120,11 +120,15 @@ class _SchedextApp(FastAPI):
     def build_middleware_stack(self) -> Any:
         service: Service = self.state.service
         server = service.settings.server
-        return VerbEndpoints(
-            super().build_middleware_stack(),
-            service,
-            prefix=server.path_prefix,
-            bench=server.bench_endpoints,
+        # Outermost: a replica that may not answer the verbs closes every connection, so
+        # that kube-scheduler's kept-alive ones move to the ready replica.
+        return health.CloseWhenNotReady(
+            VerbEndpoints(
+                super().build_middleware_stack(),
+                service,
+                prefix=server.path_prefix,
+                bench=server.bench_endpoints,
+            )
         )
 
     def openapi(self) -> dict[str, Any]:

@@ -37,11 +37,18 @@ class Readiness:
 
     @property
     def reason(self) -> str:
-        if not self.synced:
-            return self.sync_reason
-        if not self.leading:
-            return f"not the leader (the leader is {self.leader or 'not elected yet'})"
-        return ""
+        return next((why for why in self.checks().values() if why), "")
+
+    def checks(self) -> dict[str, str]:
+        """Each check of ``ready`` by name, with why it fails ("" when it passes): what
+        ``/readyz/<check>`` answers. A standby passes ``synced`` (its pod is Ready) and fails
+        ``leader`` (the Service does not select its pod, nor may it answer verbs)."""
+        return {
+            "synced": "" if self.synced else self.sync_reason,
+            "leader": ""
+            if self.leading
+            else f"not the leader (the leader is {self.leader or 'not elected yet'})",
+        }
 
     def set_ready(self) -> None:
         self.synced, self.sync_reason = True, ""

@@ -53,6 +53,9 @@ class ServerSettings(_Group):
     tls_client_ca_file: Path | None = None
     # bind moves pods, so the verbs must be reachable only over loopback or mTLS; this opts out.
     insecure_allow_remote: bool = False
+    # A second listener, plain HTTP on every address, serving only /metrics and /healthz (for
+    # Prometheus; see app.metrics_listener). Off by default.
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
 
     @field_validator("path_prefix")
     @classmethod
@@ -89,6 +92,15 @@ class ServerSettings(_Group):
                     raise ValueError(
                         f"cannot use server.tls_client_ca_file {self.tls_client_ca_file}: {error}"
                     ) from None
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_port_is_another_port(self) -> ServerSettings:
+        if self.metrics_port and self.metrics_port == self.port:
+            raise ValueError(
+                f"server.metrics_port ({self.metrics_port}) must differ from server.port: it is "
+                "a second listener"
+            )
         return self
 
     @model_validator(mode="after")
@@ -212,9 +224,24 @@ class LeaderSettings(_Group):
     lease_duration_s: float = Field(default=15.0, gt=0)
     renew_deadline_s: float = Field(default=5.0, gt=0)
     retry_period_s: float = Field(default=2.0, gt=0)
+    # This replica's own pod, which carries the label schedext.io/role=leader while it leads
+    # (the Service selects that label; see app.kube.role). Default: POD_NAME and
+    # POD_NAMESPACE from the downward API; without a pod name no pod is labelled.
+    pod_name: str = ""
+    pod_namespace: str = ""
+    # How often the pod is read again to put a label edited by hand right.
+    label_resync_s: float = Field(default=30.0, gt=0)
 
     def lease_namespace(self) -> str:
         return self.namespace or os.environ.get("POD_NAMESPACE", "") or "default"
+
+    def own_pod(self) -> tuple[str, str] | None:
+        """(namespace, name) of the pod this replica runs in, when known."""
+        name = self.pod_name or os.environ.get("POD_NAME", "")
+        if not name:
+            return None
+        namespace = self.pod_namespace or os.environ.get("POD_NAMESPACE", "")
+        return namespace or self.lease_namespace(), name
 
     def holder_identity(self) -> str:
         return self.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"

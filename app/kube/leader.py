@@ -1,7 +1,8 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go does it.
 
 Several schedext replicas keep their informers warm; only the leader answers the verbs
-(``/readyz`` is true only there, so a Service sends kube-scheduler to it). Expiry is judged on
+(``/readyz`` is true only there) and its pod carries the label a Service selects, so that
+kube-scheduler reaches it (app.kube.role). Expiry is judged on
 this process's own monotonic clock, from when it last saw the lease record change, never by
 comparing timestamps written by other machines, so clock skew cannot make two leaders.
 

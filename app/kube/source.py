@@ -13,6 +13,7 @@ from typing import Any
 from app.kube.api import KubeApi
 from app.kube.claims import ClaimReleaser
 from app.kube.leader import LeaderElector
+from app.kube.role import LEADER, ROLE_LABEL, PodRoleLabel
 from app.kube.shapes import NODE_DECODERS, POD_DECODERS
 from app.kube.status import PODGROUPS_PATH, SCHEDEXT_PATH, StatusWriter
 from app.kube.watch import Relist, Resource, Sink, WatchHooks, watch_forever
@@ -127,6 +128,7 @@ class ClusterSource:
         self._api = api
         self._leader_settings = leader
         self._elector: LeaderElector | None = None
+        self._role: PodRoleLabel | None = None
         self._resources = tuple(resources)
         self._status_interval_s = status_interval_s
         self._claim_release_interval_s = claim_release_interval_s
@@ -176,8 +178,28 @@ class ClusterSource:
 
     def _start_election(self, service: Service, settings: LeaderSettings) -> None:
         """Standby replicas keep their informers warm; readiness (and so the verbs, the status
-        writer and the claim releaser) follows the lease."""
+        writer and the claim releaser) follows the lease, and so does the label of this
+        replica's pod, which the Service selects (app.kube.role)."""
         service.readiness.set_leading(False, "")
+        own_pod = settings.own_pod()
+        if own_pod is not None:
+            namespace, pod = own_pod
+            self._role = PodRoleLabel(
+                self._api, namespace=namespace, pod=pod, resync_s=settings.label_resync_s
+            )
+            self._tasks.append(asyncio.create_task(self._role.run_forever(), name="pod-role"))
+        else:
+            log.warning(
+                "leader election without POD_NAME: this replica's pod is not labelled "
+                f"{ROLE_LABEL}={LEADER}, so a Service selecting that label never reaches it"
+            )
+        role = self._role
+
+        def changed(leading: bool, holder: str) -> None:
+            service.readiness.set_leading(leading, holder)
+            if role is not None:
+                role.set_leading(leading)
+
         self._elector = LeaderElector(
             self._api,
             namespace=settings.lease_namespace(),
@@ -186,7 +208,7 @@ class ClusterSource:
             lease_duration_s=settings.lease_duration_s,
             renew_deadline_s=settings.renew_deadline_s,
             retry_period_s=settings.retry_period_s,
-            on_change=service.readiness.set_leading,
+            on_change=changed,
         )
         self.description += f" (leader election as {self._elector.identity})"
         self._tasks.append(asyncio.create_task(self._elector.run_forever(), name="leader"))
@@ -198,4 +220,8 @@ class ClusterSource:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self._role is not None:
+            # The lease first, then the label: the standby takes over at once, and a labelled
+            # replica that does not lead only refuses verbs.
+            await self._role.clear()
         await self._api.close()

@@ -29,6 +29,7 @@ from app.errors import RequestRejectedError
 from app.events import PodEvent
 from app.service import Service
 from extender.errors import BindRefusedError
+from extender.model import FilterVerdict
 
 __all__ = ["VERBS", "VerbEndpoints"]
 
@@ -66,7 +67,11 @@ async def _answer(service: Service, verb: _Verb, request: Request) -> tuple[int,
         payload, outcome = verb.error_payload(str(error)), "rejected"
         status = 200 if verb.error_in_body else error.status
     except Exception as error:  # noqa: BLE001 - kube-scheduler must get an answer, not a trace
-        log.error("%s failed: %s: %s", verb.name, type(error).__name__, error)
+        log.error(
+            "%s failed",
+            verb.name,
+            extra={"verb": verb.name, "error": f"{type(error).__name__}: {error}"},
+        )
         message = f"schedext internal error in {verb.name} ({type(error).__name__}); see its logs"
         payload, outcome = verb.error_payload(message), "error"
         status = 200 if verb.error_in_body else 500
@@ -84,7 +89,31 @@ async def _filter(service: Service, body: bytes) -> tuple[bytes, str]:
     service.metrics.filtered(fits=len(verdict.passed), busy=busy, unresolvable=unresolvable)
     for rejection in verdict.rejections:
         service.metrics.rejected(rejection.reason.name.lower(), len(rejection.nodes))
+    _log_filter(args, verdict)
     return wire.filter_result(verdict, args), "feasible" if verdict.passed else "infeasible"
+
+
+def _log_filter(args: wire.ExtenderArgs, verdict: FilterVerdict) -> None:
+    """One line per call, with counts only (filter is on the scheduling path): a pod that fits
+    nowhere at info, one that fits somewhere at debug."""
+    level = logging.DEBUG if verdict.passed else logging.INFO
+    if not log.isEnabledFor(level):
+        return
+    rejected: dict[str, int] = {}
+    for rejection in verdict.rejections:
+        reason = rejection.reason.name.lower()
+        rejected[reason] = rejected.get(reason, 0) + len(rejection.nodes)
+    meta = args.pod.get("metadata") or {}
+    log.log(
+        level,
+        "filtered",
+        extra={
+            "pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+            "decision": "feasible" if verdict.passed else "infeasible",
+            "feasible": len(verdict.passed),
+            "rejected": rejected,
+        },
+    )
 
 
 async def _prioritize(service: Service, body: bytes) -> tuple[bytes, str]:
@@ -114,18 +143,38 @@ async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
         )
     except BindRefusedError as error:
         service.gangs.dispatch(service.scheduler.take_gang_events())
-        log.info("bind refused: %s", error)
+        log.info(
+            "bind refused",
+            extra={
+                "pod": f"{args.namespace}/{args.name}",
+                "node": args.node,
+                "decision": "refused",
+                "reason": str(error),
+            },
+        )
         return wire.binding_result(str(error)), "refused"
     service.gangs.dispatch(service.scheduler.take_gang_events())
     try:
         if plan.group is not None:
             failure = await service.gangs.wait(plan, service.scheduler, service.clock)
             if failure is not None:  # the core already released the group's reservations
+                log.warning(
+                    "bind released with its gang",
+                    extra={
+                        "pod": plan.key,
+                        "node": plan.node,
+                        "decision": "gang_released",
+                        "reason": failure,
+                    },
+                )
                 return wire.binding_result(failure), "gang_released"
         await service.binder.bind(plan)
     except BindError as error:
         service.scheduler.abort_bind(plan)
-        log.warning("bind of %s to %s failed: %s", plan.key, plan.node, error)
+        log.warning(
+            "bind failed",
+            extra={"pod": plan.key, "node": plan.node, "decision": "failed", "reason": str(error)},
+        )
         return wire.binding_result(str(error)), "failed"
     except BaseException:
         service.scheduler.abort_bind(plan)  # cancelled or crashed: give the GPUs back
@@ -136,7 +185,16 @@ async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
             f"schedext: address {plan.ip} of pool {plan.ip_pool} claimed for {plan.claim.owner}"
         )
         service.events.record(PodEvent(plan.key, "IPClaimed", message, uid=plan.uid))
-    log.info("bound %s to %s gpus=%s", plan.key, plan.node, list(plan.gpu_ids))
+    log.info(
+        "bound",
+        extra={
+            "pod": plan.key,
+            "node": plan.node,
+            "decision": "bound",
+            "gpus": list(plan.gpu_ids),
+            "ip": plan.ip,
+        },
+    )
     return wire.binding_result(), "bound"
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -78,6 +78,14 @@ def _wait_ready(served: Served) -> None:
         time.sleep(0.1)
 
 
+def json_lines(logs: str) -> list[dict[str, Any]]:
+    """Every line the process logged, each of which must be one JSON object."""
+    lines = [json.loads(line) for line in logs.splitlines() if line.strip()]
+    assert lines, "nothing was logged"
+    assert all(isinstance(line, dict) for line in lines)
+    return lines
+
+
 def test_serve_without_a_cluster_answers_the_fixture_filter_from_the_demo_inventory() -> None:
     with schedext_serve() as served:
         answer = httpx.post(
@@ -86,8 +94,104 @@ def test_serve_without_a_cluster_answers_the_fixture_filter_from_the_demo_invent
         logs = served.stop()
     assert answer["NodeNames"] == ["gpu-node-a"]
     assert set(answer["FailedNodes"]) == {"gpu-node-b", "gpu-node-c"}
-    assert "embedded demo inventory" in logs
-    assert all(json.loads(line) for line in logs.splitlines() if line.startswith("{"))
+    assert any("embedded demo inventory" in line["message"] for line in json_lines(logs))
+
+
+def test_filter_and_bind_decisions_are_json_lines_with_the_pod_and_the_decision() -> None:
+    with schedext_serve("--log-level", "debug") as served:
+        httpx.post(f"{served.url}/filter", json=fixture("filter_request_nodecache_true.json"))
+        bound = httpx.post(f"{served.url}/bind", json=fixture("bind_request.json")).json()
+        refused = httpx.post(f"{served.url}/bind", json=fixture("bind_request.json")).json()
+        logs = json_lines(served.stop())
+    assert bound == {"Error": ""}
+    assert refused["Error"]  # already bound
+    decisions = [line for line in logs if "decision" in line]
+    filtered, bind_ok, bind_refused = decisions
+    assert filtered["message"] == "filtered"
+    assert filtered["level"] == "debug"  # a pod that fits somewhere: debug; nowhere: info
+    assert (filtered["pod"], filtered["decision"], filtered["feasible"]) == (
+        "ml/trainer-0",
+        "feasible",
+        1,
+    )
+    assert filtered["rejected"] == {"gpu_free": 1, "gpu_model": 1}  # counts by reason
+    assert bind_ok["logger"] == "schedext.verbs"
+    assert (bind_ok["pod"], bind_ok["node"], bind_ok["decision"]) == (
+        "ml/trainer-0",
+        "gpu-node-a",
+        "bound",
+    )
+    assert len(bind_ok["gpus"]) == 2
+    assert (bind_refused["pod"], bind_refused["decision"]) == ("ml/trainer-0", "refused")
+    assert bind_refused["reason"] == refused["Error"]
+
+
+def test_the_metrics_port_serves_metrics_and_healthz_and_nothing_else() -> None:
+    metrics_port = free_port()
+    with schedext_serve("--metrics-port", str(metrics_port)) as served:
+        httpx.post(f"{served.url}/filter", json=fixture("filter_request_nodecache_true.json"))
+        base = f"http://127.0.0.1:{metrics_port}"
+        metrics = httpx.get(f"{base}/metrics")
+        health = httpx.get(f"{base}/healthz")
+        missing = [httpx.get(f"{base}/{path}").status_code for path in ("readyz", "inventory")]
+        bind = httpx.post(f"{base}/bind", json=fixture("bind_request.json"))
+        filter_on_metrics = httpx.post(f"{base}/filter", json={})
+        logs = json_lines(served.stop())
+    assert metrics.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert 'schedext_request_duration_seconds_count{verb="filter"} 1.0' in metrics.text
+    assert (health.status_code, health.text) == (200, "ok")
+    assert missing == [404, 404]
+    assert (bind.status_code, filter_on_metrics.status_code) == (404, 404)
+    (listener,) = [line for line in logs if line["message"] == "metrics listener"]
+    assert listener["port"] == metrics_port
+    # Every address (a wildcard bind), not only loopback.
+    assert set(listener["addresses"]) <= {"0.0.0.0", "::"}
+    assert listener["addresses"]
+
+
+def test_the_metrics_port_refuses_a_post_and_cuts_off_a_silent_client() -> None:
+    metrics_port = free_port()
+    with schedext_serve("--metrics-port", str(metrics_port)) as served:
+        posted = httpx.post(f"http://127.0.0.1:{metrics_port}/metrics", content=b"x")
+        with socket.create_connection(("127.0.0.1", metrics_port), timeout=10) as raw:
+            raw.sendall(b"GET /metrics HTTP/1.1\r\n")  # and never the end of the headers
+            assert raw.recv(1024) == b""  # closed after the 5 s head timeout, no answer
+        assert httpx.get(f"{served.url}/readyz").status_code == 200  # the main port is fine
+    assert (posted.status_code, posted.headers["allow"]) == (405, "GET, HEAD")
+
+
+def test_explain_tls_options_need_an_https_url_and_a_certificate_for_a_key(
+    tmp_path: Path,
+) -> None:
+    def explain(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*SCHEDEXT, "explain", "ml/trainer-0", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    plain = explain("--url", "http://127.0.0.1:1", "--cacert", str(tmp_path / "ca.crt"))
+    assert (plain.returncode, plain.stderr.strip()) == (
+        2,
+        "schedext explain: --cacert needs an https:// --url",
+    )
+    named = explain("--url", "http://127.0.0.1:1", "--server-name", "schedext.example")
+    assert (named.returncode, named.stderr.strip()) == (
+        2,
+        "schedext explain: --server-name needs an https:// --url",
+    )
+    key_only = explain("--url", "https://127.0.0.1:1", "--key", str(tmp_path / "tls.key"))
+    assert (key_only.returncode, key_only.stderr.strip()) == (
+        2,
+        "schedext explain: --key needs --cert",
+    )
+    missing = explain("--url", "https://127.0.0.1:1", "--cacert", str(tmp_path / "nope.crt"))
+    assert missing.returncode == 2
+    assert "cannot use the TLS files" in missing.stderr
+    assert "Traceback" not in plain.stderr + named.stderr + key_only.stderr + missing.stderr
 
 
 def test_serve_loads_a_snapshot_file(tmp_path: Path) -> None:

@@ -1,21 +1,34 @@
-"""A loopback TCP proxy that forwards each new connection to the first backend whose
-``/readyz`` answers 200: what a Kubernetes Service with readiness gating does for
-kube-scheduler in front of several schedext replicas, where only the leader is ready."""
+"""A loopback TCP proxy that forwards each new connection to the first backend that is an
+endpoint: what a Kubernetes Service does for kube-scheduler in front of several schedext
+replicas. By default a backend is an endpoint when its ``/readyz`` answers 200; the caller
+can decide otherwise (for a Service with a selector: the backend's pod carries the selected
+label, and its readiness check passes)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 
 import httpx
 
 __all__ = ["ReadyProxy"]
 
+Backend = tuple[str, int]
+
+
+def _ready(backend: Backend) -> bool:
+    host, port = backend
+    return httpx.get(f"http://{host}:{port}/readyz", timeout=1).status_code == 200
+
 
 class ReadyProxy:
-    def __init__(self, backends: list[tuple[str, int]]) -> None:
+    def __init__(
+        self, backends: list[Backend], *, endpoint: Callable[[Backend], bool] = _ready
+    ) -> None:
         self.backends = backends
+        self._endpoint = endpoint
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._sockets: list[socket.socket] = []
@@ -36,11 +49,11 @@ class ReadyProxy:
                     sock.close()
         self._thread.join(timeout=5)
 
-    def _ready_backend(self) -> tuple[str, int] | None:
-        for host, port in self.backends:
+    def _ready_backend(self) -> Backend | None:
+        for backend in self.backends:
             try:
-                if httpx.get(f"http://{host}:{port}/readyz", timeout=1).status_code == 200:
-                    return host, port
+                if self._endpoint(backend):
+                    return backend
             except httpx.HTTPError:
                 continue
         return None

@@ -5,6 +5,9 @@
   (Pod Security "restricted" in schedext-system, deprecated APIs);
 * the KubeSchedulerConfigurations inside the ConfigMaps keep the extender settings of
   manifests/scheduler-config.yaml, and agree with the Deployments around them;
+* mTLS mode's two replicas: the Service selects the leader's pod label, the readiness probe
+  is one a standby passes (or rolling updates would never complete), the downward API and
+  RBAC let a replica label its own pod; the Prometheus annotations name the metrics port;
 * sidecar mode as shipped: kube-scheduler with the ConfigMap of deploy-sidecar.yaml, schedext
   beside it, both with nothing but the pod's ServiceAccount token and the RBAC of rbac.yaml,
   place every example (GPU pod, gang, sticky-address StatefulSet), and neither is refused
@@ -16,20 +19,18 @@ the other e2e tests run kube-scheduler with it, and it is compared with the Conf
 
 from __future__ import annotations
 
-import base64
 import ipaddress
-import json
-import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
+from app.kube.role import LEADER, ROLE_LABEL
 from tests.e2e.conftest import GROUP_LABEL, ROOT, SCHEDULER_CONFIG, Cluster, Schedext, eventually
 from tests.e2e.harness import ControlPlane
+from tests.e2e.kubeapply import SYSTEM_NAMESPACE, Kube, documents, service_account_kubeconfig
 from tests.e2e.test_mtls import embedded_scheduler_config, ensure_namespace, running_cluster
 from tests.e2e.test_scheduling import H100
 
@@ -37,19 +38,7 @@ MANIFESTS = ROOT / "manifests"
 SIDECAR = MANIFESTS / "deploy-sidecar.yaml"
 MTLS = MANIFESTS / "deploy-mtls.yaml"
 EXAMPLES = MANIFESTS / "examples"
-SYSTEM_NAMESPACE = "schedext-system"
-# Namespaced objects without a namespace (the examples) are applied here, as kubectl would.
-DEFAULT_NAMESPACE = "default"
-FIELD_MANAGER = "schedext-e2e"
 RACK = "topology.kubernetes.io/rack"
-
-
-def documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-
-
-# Known defects, by test id: strict xfails, so that the fix turns them into failures that ask
-# for the entry to be removed.
 
 
 def api_objects() -> list[Any]:
@@ -63,60 +52,6 @@ def api_objects() -> list[Any]:
             name = f"{relative}:{doc['kind']}/{doc['metadata']['name']}"
             params.append(pytest.param(path, index, id=name))
     return params
-
-
-class Kube:
-    """Server-side apply through the API server, with the warnings it answers."""
-
-    def __init__(self, control_plane: ControlPlane) -> None:
-        self._client = httpx.Client(
-            base_url=control_plane.server,
-            verify=ssl.create_default_context(cafile=str(control_plane.ca_cert)),
-            headers={"Authorization": f"Bearer {control_plane.token}"},
-            timeout=30,
-        )
-        self._resources: dict[str, list[dict[str, Any]]] = {}
-
-    def close(self) -> None:
-        self._client.close()
-
-    def path(self, obj: dict[str, Any], namespace: str) -> str:
-        """The object's URL, from API discovery (plural name, namespaced or not)."""
-        api_version = obj["apiVersion"]
-        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        if base not in self._resources:
-            answer = self._client.get(base)
-            assert answer.status_code == 200, f"{base} is not served: {answer.text}"
-            self._resources[base] = answer.json()["resources"]
-        resource = next(
-            (r for r in self._resources[base] if r["kind"] == obj["kind"] and "/" not in r["name"]),
-            None,
-        )
-        assert resource is not None, f"{api_version} has no kind {obj['kind']}"
-        name = obj["metadata"]["name"]
-        if not resource["namespaced"]:
-            assert "namespace" not in obj["metadata"], f"{obj['kind']} is cluster-scoped"
-            return f"{base}/{resource['name']}/{name}"
-        namespace = obj["metadata"].get("namespace", namespace)
-        return f"{base}/namespaces/{namespace}/{resource['name']}/{name}"
-
-    def apply(
-        self, obj: dict[str, Any], *, dry_run: bool, namespace: str = DEFAULT_NAMESPACE
-    ) -> tuple[dict[str, Any], list[str]]:
-        """Server-side apply (as `kubectl apply --server-side --force-conflicts`); the object
-        as stored (or as it would be) and the API server's warnings."""
-        params = {"fieldManager": FIELD_MANAGER, "force": "true", "fieldValidation": "Strict"}
-        if dry_run:
-            params["dryRun"] = "All"
-        answer = self._client.patch(
-            self.path(obj, namespace),
-            content=json.dumps(obj),  # JSON is YAML
-            headers={"Content-Type": "application/apply-patch+yaml"},
-            params=params,
-        )
-        assert answer.status_code in (200, 201), f"HTTP {answer.status_code}: {answer.text}"
-        result: dict[str, Any] = answer.json()
-        return result, answer.headers.get_list("warning")
 
 
 @pytest.fixture(scope="module")
@@ -143,15 +78,21 @@ def test_every_manifest_is_accepted_by_the_api_server(kube: Kube, path: Path, in
 # --- the KubeSchedulerConfigurations in the ConfigMaps --------------------------------------
 
 
-def deployment_spec(path: Path, container: str) -> dict[str, Any]:
-    """The pod spec of the Deployment in ``path`` that runs ``container``."""
+def deployment_of(path: Path, container: str) -> dict[str, Any]:
+    """The Deployment in ``path`` that runs ``container``."""
     for doc in documents(path):
         if doc["kind"] == "Deployment":
             spec: dict[str, Any] = doc["spec"]["template"]["spec"]
             names = [c["name"] for c in spec.get("containers", []) + spec.get("initContainers", [])]
             if container in names:
-                return spec
+                return doc
     raise AssertionError(f"no Deployment in {path.name} runs {container}")
+
+
+def deployment_spec(path: Path, container: str) -> dict[str, Any]:
+    """The pod spec of the Deployment in ``path`` that runs ``container``."""
+    spec: dict[str, Any] = deployment_of(path, container)["spec"]["template"]["spec"]
+    return spec
 
 
 def container_of(spec: dict[str, Any], name: str) -> dict[str, Any]:
@@ -161,16 +102,23 @@ def container_of(spec: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def flags(args: list[str]) -> dict[str, str]:
-    """``--flag=value`` and ``--flag value`` alike."""
-    parsed, pending = {}, None
+    """``--flag=value`` and ``--flag value`` alike; a switch (``--leader-elect``) maps to ""."""
+    parsed: dict[str, str] = {}
+    pending = None
     for arg in args:
-        if pending is not None:
+        if pending is not None and not arg.startswith("--"):
             parsed[pending], pending = arg, None
-        elif "=" in arg:
+            continue
+        if pending is not None:
+            parsed[pending] = ""  # a switch, followed by the next flag
+        pending = None
+        if "=" in arg:
             flag, _, value = arg.partition("=")
             parsed[flag] = value
         else:
             pending = arg
+    if pending is not None:
+        parsed[pending] = ""
     return parsed
 
 
@@ -251,32 +199,71 @@ def test_the_mtls_extender_url_is_the_service_and_its_certificates_are_mounted()
     assert volume["secret"]["secretName"] == "schedext-scheduler-client-tls"
 
 
+# --- mTLS mode: two replicas, the Service reaches the leader, rollouts complete ------------
+
+
+def test_the_mtls_service_selects_the_leaders_pod_and_both_replicas_can_be_ready() -> None:
+    """/readyz is true on the leader only, so it cannot be the readinessProbe of a Deployment
+    of two replicas: the standby would never be Ready and a rolling update (maxUnavailable 0)
+    would never complete. The pods' readiness asks /readyz/synced; the Service selects the
+    label that the leader sets on its own pod."""
+    deployment = deployment_of(MTLS, "schedext")
+    service = next(d for d in documents(MTLS) if d["kind"] == "Service")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == {**selector, ROLE_LABEL: LEADER}
+    assert ROLE_LABEL not in deployment["spec"]["template"]["metadata"]["labels"]
+    spec = deployment["spec"]["template"]["spec"]
+    schedext = container_of(spec, "schedext")
+    assert "--leader-elect" in flags(schedext["args"])
+    readiness = schedext["readinessProbe"]["exec"]["command"][2]
+    assert "/readyz/synced'" in readiness
+    for probe in ("startupProbe", "livenessProbe"):
+        assert "/healthz'" in schedext[probe]["exec"]["command"][2]
+    # The downward API names the pod to label, and the Lease's namespace.
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in schedext["env"]}
+    assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
+    # rbac.yaml lets the pod's ServiceAccount read and patch pods in its own namespace only.
+    rbac = documents(MANIFESTS / "rbac.yaml")
+    account = spec["serviceAccountName"]
+    roles = {d["metadata"]["name"]: d for d in rbac if d["kind"] == "Role"}
+    rules = [
+        rule
+        for binding in rbac
+        if binding["kind"] == "RoleBinding"
+        and binding["metadata"]["namespace"] == SYSTEM_NAMESPACE
+        and {"kind": "ServiceAccount", "name": account, "namespace": SYSTEM_NAMESPACE}
+        in binding["subjects"]
+        for rule in roles[binding["roleRef"]["name"]]["rules"]
+    ]
+    pod_rules = [r for r in rules if "pods" in r["resources"]]
+    assert [sorted(r["verbs"]) for r in pod_rules] == [["get", "patch"]]
+    cluster_wide = [
+        rule
+        for role in rbac
+        if role["kind"] == "ClusterRole"
+        for rule in role["rules"]
+        if "pods" in rule["resources"]
+    ]
+    assert all("patch" not in rule["verbs"] for rule in cluster_wide)
+
+
+@pytest.mark.parametrize("manifest", [SIDECAR, MTLS], ids=lambda p: p.name)
+def test_prometheus_annotations_point_at_the_metrics_only_port(manifest: Path) -> None:
+    deployment = deployment_of(manifest, "schedext")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    schedext = container_of(deployment["spec"]["template"]["spec"], "schedext")
+    port = flags(schedext["args"])["--metrics-port"]
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": port,
+        "prometheus.io/path": "/metrics",
+    }
+    assert {"name": "metrics", "containerPort": int(port), "protocol": "TCP"} in schedext["ports"]
+
+
 # --- sidecar mode, with its RBAC only, places the examples ---------------------------------
-
-
-def service_account_kubeconfig(control_plane: ControlPlane, name: str, path: Path) -> Path:
-    """A kubeconfig holding a fresh token of schedext-system/``name`` (TokenRequest), as the
-    pod would have it mounted."""
-    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-               "spec": {"expirationSeconds": 3600}}  # fmt: skip
-    token = control_plane.api.apply_raw(
-        "POST", f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/serviceaccounts/{name}/token", request
-    )["status"]["token"]
-    ca_data = base64.b64encode(control_plane.ca_cert.read_bytes()).decode()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "e2e", "cluster": {"server": control_plane.server,
-                                        "certificate-authority-data": ca_data}}
-        ],
-        "users": [{"name": name, "user": {"token": token}}],
-        "contexts": [{"name": name, "context": {"cluster": "e2e", "user": name}}],
-        "current-context": name,
-    }  # fmt: skip
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    return path
 
 
 def statefulset_pods(cluster: Cluster, sts: dict[str, Any]) -> list[str]:

@@ -1,8 +1,10 @@
 """mTLS mode against the real kube-scheduler: schedext serves HTTPS and requires a client
 certificate of its CA in the TLS handshake; kube-scheduler presents one (``tlsConfig`` of the
 extender) and its pods are bound. A caller without a certificate, or with one from another CA,
-never gets an HTTP request through. And schedext refuses to listen beyond loopback unless
-client certificates are required (or the operator opts out explicitly)."""
+never gets an HTTP request through. schedext as deploy-mtls.yaml runs it needs nothing but
+the `schedext` ServiceAccount of rbac.yaml, and `schedext explain` reaches it with a client
+certificate. And schedext refuses to listen beyond loopback unless client certificates are
+required (or the operator opts out explicitly)."""
 
 from __future__ import annotations
 
@@ -25,20 +27,32 @@ import httpx
 import pytest
 import yaml
 
+from app.kube.role import LEADER, ROLE_LABEL
 from tests.e2e.conftest import (
     GPU,
+    GROUP_LABEL,
     ROOT,
+    SCHEDEXT,
     Cluster,
     Schedext,
     _reset,
+    eventually,
     scheduler_config,
 )
 from tests.e2e.harness import KUBECONFIG_PLACEHOLDER as KUBECONFIG
+from tests.e2e.harness import ApiError as HarnessApiError
 from tests.e2e.harness import ControlPlane, free_port, pod_manifest, wait_for
+from tests.e2e.kubeapply import (
+    SYSTEM_NAMESPACE,
+    Kube,
+    documents,
+    pod_labels,
+    service_account_kubeconfig,
+    stand_in_pod,
+)
 from tests.e2e.test_scheduling import H100
 
 MTLS_MANIFEST = ROOT / "manifests" / "deploy-mtls.yaml"
-SYSTEM_NAMESPACE = "schedext-system"
 SERVICE_NAME = "schedext.schedext-system.svc"  # the server name in deploy-mtls.yaml
 FIXTURES = ROOT / "tests" / "fixtures"
 BIND_COUNT = re.escape('schedext_request_duration_seconds_count{verb="bind"}')
@@ -84,9 +98,12 @@ class TlsSchedext(Schedext):
     container in deploy-mtls.yaml (every address, HTTPS, client certificates required), only
     the port and the mounted Secret's files replaced; reached over mTLS."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, pki: Pki) -> None:
-        super().__init__(kubeconfig, log_path)
-        self.extra_args = tuple(mtls_container_args(pki, self.port))
+    def __init__(
+        self, kubeconfig: Path, log_path: Path, pki: Pki, *, env: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(kubeconfig, log_path, env=env)
+        self.metrics_port = free_port()
+        self.extra_args = tuple(mtls_container_args(pki, self.port, self.metrics_port))
         self.url = f"https://127.0.0.1:{self.port}"
         self.context = pki.context(pki.client)
 
@@ -148,8 +165,8 @@ def mtls_schedext_container() -> dict[str, Any]:
     return container
 
 
-def mtls_container_args(pki: Pki, port: int) -> list[str]:
-    """The schedext container's args in deploy-mtls.yaml, with this port and these files."""
+def mtls_container_args(pki: Pki, port: int, metrics_port: int) -> list[str]:
+    """The schedext container's args in deploy-mtls.yaml, with these ports and files."""
     container = mtls_schedext_container()
     mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["tls"]
     files = {
@@ -163,7 +180,8 @@ def mtls_container_args(pki: Pki, port: int) -> list[str]:
         if not equals:
             args.append(flag)  # a switch such as --leader-elect
             continue
-        value = str(port) if flag == "--port" else str(files.pop(value, value))
+        ports = {"--port": port, "--metrics-port": metrics_port}
+        value = str(ports[flag]) if flag in ports else str(files.pop(value, value))
         args.append(f"{flag}={value}")
     assert not files, f"deploy-mtls.yaml's schedext does not use {sorted(files)}"
     assert "--host=0.0.0.0" in args
@@ -259,6 +277,130 @@ def test_kube_scheduler_binds_gpu_pods_through_schedext_over_mtls(
         assert len(ids) == 2
         assert any(set(ids) <= set(group) for group in NVLINK)  # within one NVLink group
         assert schedext.bind_count() == 1  # schedext bound it, over the mTLS connection
+
+
+# --- the schedext ServiceAccount is all schedext needs ------------------------------------
+
+RBAC = ROOT / "manifests" / "rbac.yaml"
+OWN_POD = "schedext-6f7d9c8b5-k2x9p"  # as a Deployment names its pods
+SYSTEM_LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NAMESPACE}/leases/schedext"
+RACK = "topology.kubernetes.io/rack"
+
+
+def explain(schedext: TlsSchedext, pod: str, *tls: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "explain", pod, "--url", schedext.url, *tls],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_schedext_needs_nothing_but_its_service_account_in_mtls_mode(
+    control_plane: ControlPlane, pki: Pki, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """schedext as deploy-mtls.yaml runs it (its args, POD_NAME/POD_NAMESPACE of a real pod
+    in schedext-system) with a token of the `schedext` ServiceAccount and the RBAC of
+    rbac.yaml only: it syncs, takes the Lease, labels its pod, binds GPU, gang and
+    sticky-address pods, writes statuses, claims and Events, and is refused nothing."""
+    api = control_plane.api
+    ensure_namespace(control_plane, SYSTEM_NAMESPACE)
+    kube = Kube(control_plane)
+    try:
+        for obj in documents(RBAC):
+            kube.apply(obj, dry_run=False)
+    finally:
+        kube.close()
+    identity = service_account_kubeconfig(control_plane, "schedext", tmp_path / "sa.kubeconfig")
+    with contextlib.suppress(HarnessApiError):
+        api.apply_raw("DELETE", SYSTEM_LEASE)  # left by an earlier run, its holder long gone
+    api.delete_pod(SYSTEM_NAMESPACE, OWN_POD)
+    api.create_pod(SYSTEM_NAMESPACE, stand_in_pod(OWN_POD))
+    env = {
+        "POD_NAMESPACE": SYSTEM_NAMESPACE,
+        "POD_NAME": OWN_POD,
+        "SCHEDEXT_LEADER__IDENTITY": "schedext-e2e",
+    }
+    schedext = TlsSchedext(identity, tmp_path / "schedext.log", pki, env=env)
+    try:
+        with running_cluster(
+            control_plane, request, schedext, shipped_config_over_mtls(pki)
+        ) as cluster:
+            # Ready: synced, with the Lease of its namespace, and its pod labelled.
+            assert api.apply_raw("GET", SYSTEM_LEASE)["spec"]["holderIdentity"] == "schedext-e2e"
+            eventually(
+                lambda: pod_labels(api, SYSTEM_NAMESPACE, OWN_POD).get(ROLE_LABEL) == LEADER,
+                message="schedext did not label its pod",
+            )
+            cluster.node("h100-1", gpus=8, model=H100, memory_mib=81559, groups=NVLINK,
+                         labels={RACK: "a"})  # fmt: skip
+            cluster.pod("trainer", gpus=2)
+            cluster.pod_group("solo", min_member=1)
+            cluster.pod("solo-0", gpus=1, labels={GROUP_LABEL: "solo"})
+            cluster.ip_pool("rack-a", cidr="10.20.1.0/24", rack="a")
+            uid = cluster.statefulset("kv", replicas=1)
+            cluster.ip_pod("kv-0", pool="rack-a", policy="sticky", statefulset=("kv", uid))
+            for name in ("trainer", "solo-0", "kv-0"):
+                assert cluster.wait_bound(name, timeout=60) == "h100-1"
+            assert len(cluster.gpu_ids("trainer")) == 2
+            address, pool_name = cluster.address("kv-0")
+            assert (address.rsplit(".", 1)[0], pool_name) == ("10.20.1", "rack-a")
+            assert f"sts/{cluster.namespace}/kv/0" in cluster.ip_claims()
+
+            def claimed_event() -> bool:
+                return any(
+                    e["reason"] == "IPClaimed" and e.get("reportingComponent") == "schedext"
+                    for e in cluster.events("kv-0")
+                )
+
+            eventually(claimed_event, message="no IPClaimed event for kv-0")
+            eventually(
+                lambda: cluster.get_pod_group("solo").get("status", {}).get("phase") == "Scheduled",
+                message="PodGroup status not written",
+            )
+            pool = f"{SCHEDEXT}/ippools/rack-a"
+            eventually(
+                lambda: api.apply_raw("GET", pool).get("status", {}).get("allocated") == 1,
+                message="IPPool status not written",
+            )
+
+            # `schedext explain` reaches it over mTLS with a client certificate, and only so.
+            ca, cert, key = str(pki.ca_cert), str(pki.client[0]), str(pki.client[1])
+            explained = explain(schedext, f"{cluster.namespace}/trainer", "--cacert", ca,
+                                "--cert", cert, "--key", key)  # fmt: skip
+            assert explained.returncode == 0, explained.stderr
+            first_line = explained.stdout.splitlines()[0]
+            assert first_line == f"pod {cluster.namespace}/trainer (bound on h100-1)"
+            refused = explain(schedext, f"{cluster.namespace}/trainer", "--cacert", ca)
+            assert refused.returncode == 2
+            assert "cannot reach" in refused.stderr
+            # Through a port-forward the URL's host is 127.0.0.1; the certificate is checked
+            # for the Service's name, as kube-scheduler's tlsConfig.serverName does.
+            tls = ("--cacert", ca, "--cert", cert, "--key", key)
+            named = explain(schedext, f"{cluster.namespace}/trainer", *tls,
+                            "--server-name", SERVICE_NAME)  # fmt: skip
+            assert named.returncode == 0, named.stderr
+            misnamed = explain(schedext, f"{cluster.namespace}/trainer", *tls,
+                               "--server-name", "schedext.elsewhere.svc")  # fmt: skip
+            assert misnamed.returncode == 2
+            assert "CERTIFICATE_VERIFY_FAILED" in misnamed.stderr
+
+            # Prometheus' port: plain HTTP, no certificate, metrics only.
+            metrics = httpx.get(f"http://127.0.0.1:{schedext.metrics_port}/metrics", timeout=10)
+            binds = re.search(rf"^{BIND_COUNT} (\S+)$", metrics.text, re.M)
+            assert binds is not None
+            assert float(binds.group(1)) == schedext.bind_count() >= 3
+            inventory = httpx.get(f"http://127.0.0.1:{schedext.metrics_port}/inventory")
+            assert inventory.status_code == 404
+
+            log = schedext.tail(100_000)
+            assert "forbidden" not in log.lower(), log
+        # Stopped (SIGTERM): the lease released, the label removed, with the same rights.
+        assert not pod_labels(api, SYSTEM_NAMESPACE, OWN_POD).get(ROLE_LABEL)
+        assert not api.apply_raw("GET", SYSTEM_LEASE)["spec"].get("holderIdentity")
+    finally:
+        api.delete_pod(SYSTEM_NAMESPACE, OWN_POD)
 
 
 # --- what a caller without the right certificate gets -------------------------------------

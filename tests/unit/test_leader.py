@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import orjson
 
 from app.kube.leader import LeaderElector
+from app.kube.role import ROLE_LABEL, PodRoleLabel
 from tests.unit.kube_fakes import FakeApiServer
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/ops/leases/schedext"
@@ -171,3 +173,120 @@ def test_a_standby_reports_who_leads() -> None:
     with contextlib.suppress(asyncio.CancelledError):
         asyncio.run(candidate.run_forever())
     assert changes == [(False, "other")]  # reported once, for readiness; never leading
+
+
+# --- the leader's pod label (app.kube.role) ------------------------------------------------
+
+POD = "/api/v1/namespaces/ops/pods/schedext-7d9f-abcde"
+
+
+def pod(*, leader: bool) -> httpx.Response:
+    labels = {"app.kubernetes.io/name": "schedext"}
+    if leader:
+        labels[ROLE_LABEL] = "leader"
+    return httpx.Response(200, json={"metadata": {"name": "schedext-7d9f-abcde", "labels": labels}})
+
+
+def labeller(
+    answers: dict[tuple[str, str], list[httpx.Response]],
+    idle: Callable[[float], Awaitable[None]] | None = None,
+) -> tuple[PodRoleLabel, FakeApiServer]:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return answers[(request.method, request.url.path)].pop(0)
+
+    server = FakeApiServer(other=handle)
+    role = PodRoleLabel(
+        server.api(), namespace="ops", pod="schedext-7d9f-abcde", resync_s=30, backoff_s=0.5,
+        max_backoff_s=2, idle=idle,
+    )  # fmt: skip
+    return role, server
+
+
+def patches(server: FakeApiServer) -> list[Any]:
+    sent = [r for r in server.requests if r.method == "PATCH"]
+    assert all(r.headers["content-type"] == "application/merge-patch+json" for r in sent)
+    return [orjson.loads(r.content)["metadata"]["labels"][ROLE_LABEL] for r in sent]
+
+
+def test_the_label_is_set_on_gaining_the_lease_and_removed_on_losing_it() -> None:
+    role, server = labeller(
+        {
+            ("GET", POD): [pod(leader=False)],
+            ("PATCH", POD): [pod(leader=True), pod(leader=False)],
+        }
+    )
+
+    async def scenario() -> None:
+        await role.reconcile()  # a standby, unlabelled: reads its pod, writes nothing
+        assert role.actual is False
+        role.set_leading(True)
+        await role.reconcile()
+        assert role.actual is True
+        await role.reconcile()  # nothing changed: no request at all
+        role.set_leading(False)
+        await role.reconcile()
+        assert role.actual is False
+
+    asyncio.run(scenario())
+    assert [r.method for r in server.requests] == ["GET", "PATCH", "PATCH"]
+    assert patches(server) == ["leader", None]  # null removes the label
+
+
+def test_a_standby_clears_a_stale_label_left_by_an_earlier_container_of_its_pod() -> None:
+    role, server = labeller({("GET", POD): [pod(leader=True)], ("PATCH", POD): [pod(leader=False)]})
+    asyncio.run(role.reconcile())  # not leading (the default) but labelled: remove it
+    assert patches(server) == [None]
+    assert role.actual is False
+
+
+def test_a_failed_patch_is_retried_with_a_capped_backoff() -> None:
+    waits: list[float] = []
+
+    async def idle(seconds: float) -> None:
+        waits.append(seconds)
+        if seconds == 30:  # reconciled: the loop now only waits for the next resync
+            raise asyncio.CancelledError
+
+    error = httpx.Response(500, json={"message": "etcd down"})
+    role, server = labeller(
+        {("GET", POD): [pod(leader=False)], ("PATCH", POD): [error] * 4 + [pod(leader=True)]},
+        idle,
+    )
+    role.set_leading(True)
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(role.run_forever())
+    assert waits == [0.5, 1, 2, 2, 30]
+    assert patches(server) == ["leader"] * 5
+    assert role.actual is True
+
+
+def test_a_label_removed_by_hand_is_put_back_at_the_next_resync() -> None:
+    waits: list[float] = []
+
+    async def idle(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:
+            raise asyncio.CancelledError
+
+    role, server = labeller(
+        {
+            ("GET", POD): [pod(leader=False), pod(leader=False)],  # someone removed it
+            ("PATCH", POD): [pod(leader=True), pod(leader=True)],
+        },
+        idle,
+    )
+    role.set_leading(True)
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(role.run_forever())
+    assert [r.method for r in server.requests] == ["GET", "PATCH", "GET", "PATCH"]
+    assert waits == [30, 30]
+
+
+def test_clear_at_shutdown_unlabels_once_and_only_when_needed() -> None:
+    role, server = labeller({("PATCH", POD): [httpx.Response(500, json={})]})
+    role.actual = True
+    asyncio.run(role.clear())  # a failure is logged, never retried: the pod is going away
+    assert patches(server) == [None]
+    role.actual = False
+    asyncio.run(role.clear())
+    assert len(server.requests) == 1
