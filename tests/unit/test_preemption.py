@@ -35,25 +35,37 @@ def held(
     )
 
 
-def preempt(
+def scheduler_for(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
-    preemptor: dict[str, Any],
-    proposed: dict[str, list[str]],
     *,
     gang_victims: GangVictims = GangVictims.PROTECT,
     groups: list[dict[str, Any]] = (),  # type: ignore[assignment]
     pools: list[dict[str, Any]] = (),  # type: ignore[assignment]
-) -> dict[str, list[str]]:
+    claims: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> Scheduler:
     scheduler = Scheduler(gang_victims=gang_victims)
     for group in groups:
         scheduler.upsert_pod_group(group)
     for pool in pools:
         scheduler.upsert_ip_pool(pool)
+    for claim in claims:
+        scheduler.upsert_ip_claim(claim)
     for node in nodes:
         scheduler.upsert_node(node)
     for pod in pods:
         scheduler.upsert_pod(pod)
+    return scheduler
+
+
+def preempt(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    preemptor: dict[str, Any],
+    proposed: dict[str, list[str]],
+    **kwargs: Any,
+) -> dict[str, list[str]]:
+    scheduler = scheduler_for(nodes, pods, **kwargs)
     chosen = scheduler.preempt(
         preemptor, {n: [Victim(u) for u in uids] for n, uids in proposed.items()}
     )
@@ -176,6 +188,87 @@ CASES = [
         make_pod("p", gpus=1, priority=HIGH),
         {"g": ["filler"]},
         {"g": ["filler"]},
+    ),
+    # kube-scheduler's list when schedext's own needs are already met (the pod fits without
+    # evicting anything schedext tracks): it stands for kube-scheduler's own reasons, so it is
+    # kept whole when every pod in it may be a victim, and the node is dropped otherwise.
+    Case(
+        "an already-fitting pod keeps kube-scheduler's list, highest priority first",
+        [make_node("g", gpus=4)],
+        [
+            make_pod("low", uid="low", node="g", priority=1),
+            make_pod("mid", uid="mid", node="g", priority=50),
+        ],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["low", "mid"]},
+        {"g": ["mid", "low"]},
+    ),
+    Case(
+        "an already-fitting pod never gets a protected gang member",
+        [make_node("g", gpus=4)],
+        [gang_pod("m0", "team", gpus=1, uid="m0", node="g", gpu_ids=[0], priority=LOW)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["m0"]},
+        {},
+    ),
+    Case(
+        "an already-fitting pod never gets a proposed pod of higher priority",
+        [make_node("g", gpus=4)],
+        [
+            make_pod("filler", uid="filler", node="g", priority=LOW),
+            make_pod("boss", uid="boss", node="g", priority=HIGH + 1),
+        ],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["filler", "boss"]},
+        {},
+    ),
+    Case(
+        "an already-fitting pod never gets a proposed pod of equal priority",
+        [make_node("g", gpus=4)],
+        [make_pod("peer", uid="peer", node="g", priority=HIGH)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["peer"]},
+        {},
+    ),
+    Case(
+        "an already-fitting pod never gets a pod schedext cannot check",
+        [make_node("g", gpus=4)],
+        [make_pod("filler", uid="filler", node="g", priority=LOW)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["filler", "ghost"]},
+        {},
+    ),
+    Case(
+        "an already-fitting pod with preemptionPolicy Never preempts nothing",
+        [make_node("g", gpus=4)],
+        [make_pod("filler", uid="filler", node="g", priority=LOW)],
+        make_pod("p", gpus=1, priority=HIGH, preemption_policy="Never"),
+        {"g": ["filler"]},
+        {},
+    ),
+    Case(
+        "whole-group: an already-fitting pod takes the proposed member's gang whole",
+        [make_node("g", gpus=4)],
+        [
+            gang_pod("m0", "team", gpus=1, uid="m0", node="g", gpu_ids=[0], priority=1),
+            gang_pod("m1", "team", gpus=1, uid="m1", node="g", gpu_ids=[1], priority=2),
+        ],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["m0"]},
+        {"g": ["m1", "m0"]},
+        {"gang_victims": GangVictims.WHOLE_GROUP},
+    ),
+    Case(
+        "whole-group: a gang with a member of higher priority on the node is never split",
+        [make_node("g", gpus=2)],
+        [
+            gang_pod("m0", "team", gpus=1, uid="m0", node="g", gpu_ids=[0], priority=LOW),
+            gang_pod("m1", "team", gpus=1, uid="m1", node="g", gpu_ids=[1], priority=HIGH),
+        ],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["m0"]},
+        {},
+        {"gang_victims": GangVictims.WHOLE_GROUP},
     ),
     Case(
         "a node with an empty proposal is never returned",
