@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from extender import fields
 from extender.fields import JSONObject
@@ -260,6 +260,14 @@ class AddressBook:
     def claim_for(self, owner: str) -> IPClaimSpec | None:
         return self._claims_by_owner.get(owner)
 
+    def kept_from(self, address: Address, identity: str | None) -> IPClaimSpec | None:
+        """The claim keeping ``address`` from a pod of ``identity`` (None: a pod without
+        one): any claim on it but that identity's own. Evicting the pod that uses such an
+        address frees nothing: the claim outlives the pod, and the identity's next pod takes
+        the address back."""
+        claim = self._claims_by_address.get(address)
+        return claim if claim is not None and claim.owner != identity else None
+
     def claims(self) -> list[IPClaimSpec]:
         return list(self._claims.values())
 
@@ -294,6 +302,8 @@ class AddressBook:
         current = self._pods.get(use.address)
         if current is not None and current.uid != use.uid:
             return False
+        if not use.pool and (pool := self.pool_of(use.address)) is not None:
+            use = replace(use, pool=pool.name)  # a pod annotated with the address only
         self.release(use.uid)
         self._pods[use.address] = use
         self._by_uid[use.uid] = use.address

@@ -5,7 +5,9 @@ GPU counts (``nvidia.com/gpu`` is visible in node allocatable), but not GPU mode
 indices or NVLink groups, addresses, or gangs. For each candidate node, schedext:
 
 1. drops the node when even evicting every lower-priority pod there would not give the pod
-   what it needs: GPUs of its model and memory, CPU and memory, and its address;
+   what it needs: GPUs of its model and memory, CPU and memory, and its address. Evicting a
+   pod frees its address only when no IPClaim keeps it (a sticky or never-release claim
+   outlives its pod), so a claimed address never makes a node a candidate;
 2. otherwise returns the smallest set of lower-priority pods on that node that does. Pods may
    be added to kube-scheduler's list (by UID, from the same node), and pods may be left out of
    it when they free nothing the pod needs. When the requested GPUs can end up inside one
@@ -20,7 +22,7 @@ How the set is chosen: the fewest pods. Among sets of that size, the one with:
 * the lowest top priority (as kube-scheduler ranks candidates);
 * then the lowest sum of priorities;
 * then the fewest GPUs freed for nothing;
-* then the fewest pods holding an address (a sticky address is worth keeping);
+* then the fewest pods holding an address (an address is worth keeping);
 * then the most of kube-scheduler's own picks.
 
 The search is exhaustive while that is cheap (a GPU node holds few pods). Beyond that it is a
@@ -47,6 +49,7 @@ fit (checked by the caller).
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -238,6 +241,11 @@ class _Need:
     ) -> None:
         self.request, self.view, self.context = request, view, context
         self._book = inventory.addresses
+        # Only the pools that select this node can give the pod an address here.
+        node_id = int(inventory.ids([view.spec.name])[0])
+        self._pools = tuple(
+            p for p in (context.pools if context else ()) if inventory.pool_mask(p)[node_id]
+        )
         groups = view.spec.gpu_groups
         self._group_of = {i: g for g, members in enumerate(groups) for i in members}
         # Require one NVLink/NUMA group only where it is reachable by evicting pods at all.
@@ -276,14 +284,33 @@ class _Need:
         return max(per_group.values()) >= self.request.gpus
 
     def _address_met(self, victims: list[Holding]) -> bool:
+        """Whether the pod gets its address here once ``victims`` are gone. Evicting a pod
+        frees its address only when no claim keeps it (see :mod:`extender.addressing`)."""
         context = self.context
         if context is None:
             return True
-        if context.holder is not None and context.holder.uid:
-            return any(h.uid == context.holder.uid for h in victims)
-        if context.target is not None or context.sticky_busy is not None:
-            return context.sticky_busy is None
-        if any(self._book.free_count(p) > 0 for p in context.pools):
+        if context.sticky_busy is not None:
+            return False
+        holder = context.holder
+        if holder is not None:
+            return (
+                bool(holder.uid)
+                and not context.kept_by
+                and any(h.uid == holder.uid for h in victims)
+            )
+        if context.target is not None:
             return True
-        pools = {p.name for p in context.pools}
-        return any(h.ip_pool in pools for h in victims)
+        if any(p.name not in context.exhausted for p in self._pools):
+            return True
+        return any(self._frees_address(h) for h in victims)
+
+    def _frees_address(self, victim: Holding) -> bool:
+        """Whether evicting ``victim`` frees an address of a pool selecting this node."""
+        if victim.ip is None:
+            return False
+        address = int(ipaddress.ip_address(victim.ip))
+        context = self.context
+        identity = context.identity if context else None
+        return any(p.contains(address) for p in self._pools) and (
+            self._book.kept_from(address, identity) is None
+        )

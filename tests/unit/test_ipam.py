@@ -282,6 +282,31 @@ def test_any_of_several_pools_prefers_the_one_with_more_free_addresses() -> None
     assert scores["b1"] > scores["a2"]
 
 
+def test_with_several_pools_only_the_pools_selecting_a_node_count_there() -> None:
+    scheduler = scheduler_with(
+        [
+            bound_ip_pod(f"h{i}", node="b1", ip=f"10.20.2.{i + 1}", pool="rack-b", priority=5)
+            for i in range(6)
+        ]
+    )
+    outcome = verdict_of(scheduler, ip_pod("p", pool="rack-a,rack-b", priority=50))
+    assert outcome["a1"] == outcome["a2"] == ("fits", False)
+    # rack-a has free addresses but does not select b1; the reason names only rack-b
+    assert outcome["b1"] == ("schedext: IP pool rack-b exhausted", False)
+
+
+def test_an_address_held_without_a_pool_annotation_counts_against_its_pool() -> None:
+    book = AddressBook()
+    pool = ip_pool_spec(make_ip_pool("p", cidr="10.0.0.0/29"))
+    assert pool is not None
+    book.upsert_pool(pool)
+    book.hold(IPUse(address=addr("10.0.0.3"), pool="", uid="u1", pod="ns/a", node="n"))
+    assert book.free_count(pool) == 5
+    assert [u.pod for u in book.uses_in(pool)] == ["ns/a"]
+    book.release("u1")
+    assert book.free_count(pool) == 6
+
+
 def test_a_sticky_pod_gets_a_claim_and_its_successor_the_same_address() -> None:
     scheduler = scheduler_with()
     first = ip_pod("web-1", pool="rack-a", policy="sticky", statefulset="web", uid="web-1-v1")
