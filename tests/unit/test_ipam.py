@@ -11,6 +11,7 @@ import pytest
 from extender.errors import BindRefusedError
 from extender.ipam import AddressBook, IPClaimSpec, IPUse, claim_name, ip_claim_spec, ip_pool_spec
 from extender.model import ClaimPolicy, Reason
+from extender.policy import PolicyConfig
 from extender.requests import PodRequestError, pod_request, statefulset_identity
 from extender.scheduler import Scheduler
 from tests.builders import bound_ip_pod, ip_pod, make_ip_pool, make_node, name_of, uid_of
@@ -293,6 +294,34 @@ def test_with_several_pools_only_the_pools_selecting_a_node_count_there() -> Non
     assert outcome["a1"] == outcome["a2"] == ("fits", False)
     # rack-a has free addresses but does not select b1; the reason names only rack-b
     assert outcome["b1"] == ("schedext: IP pool rack-b exhausted", False)
+
+
+@pytest.mark.parametrize(
+    ("ip_weight", "expected"),
+    [
+        (0, {"a1": 10, "b1": 10, "c1": 10}),  # addresses play no part
+        (3, {"a1": 9, "b1": 10, "c1": 8}),  # the default
+        (10, {"a1": 8, "b1": 10, "c1": 5}),
+        (30, {"a1": 6, "b1": 10, "c1": 2}),
+    ],
+)
+def test_ip_weight_is_the_share_of_the_score_given_to_the_pools_free_share(
+    ip_weight: int, expected: dict[str, int]
+) -> None:
+    """A pod without GPUs scores a GPU-less node allocation_weight + topology_weight (10);
+    ip_weight adds ip_weight x (free share of the best pool selecting the node), and the sum
+    is scaled to 0..10: round(10 x (10 + ip_weight x share) / (10 + ip_weight)).
+    a1: rack-a half free (share 0.5); b1: rack-b all free (1); c1: no pool (0)."""
+    scheduler = Scheduler(PolicyConfig(ip_weight=ip_weight))
+    for pool in (POOL_A, POOL_B):
+        scheduler.upsert_ip_pool(pool)
+    for name, rack in (("a1", "a"), ("b1", "b"), ("c1", "c")):
+        scheduler.upsert_node(make_node(name, labels={"topology.kubernetes.io/rack": rack}))
+    for i in range(3):
+        scheduler.upsert_pod(bound_ip_pod(f"h{i}", node="a1", ip=f"10.20.1.{i + 1}", pool="rack-a"))
+    pod = ip_pod("p", pool="rack-a,rack-b")
+    scores = scheduler.prioritize(pod, ["a1", "b1", "c1"]).tolist()
+    assert dict(zip(["a1", "b1", "c1"], scores, strict=True)) == expected
 
 
 def test_an_address_held_without_a_pool_annotation_counts_against_its_pool() -> None:
