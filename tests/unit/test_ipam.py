@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +121,59 @@ def test_lowest_free_skips_addresses_held_by_pods_and_claims() -> None:
     book.release("u1")
     assert book.lowest_free(pool) == addr("10.0.0.1")
     assert book.free_count(pool) == 5
+
+
+def test_a_relist_without_a_claim_gives_its_address_back() -> None:
+    book = AddressBook()
+    pool = ip_pool_spec(make_ip_pool("p", cidr="10.0.0.0/29"))
+    assert pool is not None
+    book.upsert_pool(pool)
+    book.upsert_claim(IPClaimSpec(name="c", pool="p", address="10.0.0.1", owner="sts/ns/web/0"))
+    assert book.free_count(pool) == 5
+    book.replace_claims([])
+    assert book.free_count(pool) == 6
+    assert book.lowest_free(pool) == addr("10.0.0.1")
+
+
+def test_free_counts_follow_every_change_of_pods_claims_and_pools() -> None:
+    """The incremental free counts equal a recount from scratch after each of many random
+    changes: holds and releases, claims added, removed and relisted, pools reshaped."""
+    rng = random.Random(11)
+    book = AddressBook()
+    shapes = ["10.0.0.0/28", "10.0.0.0/29", "10.0.0.8/29"]
+    owners = [f"sts/ns/web/{i}" for i in range(4)]
+
+    def pool_named(name: str, cidr: str) -> Any:
+        spec = ip_pool_spec(make_ip_pool(name, cidr=cidr))
+        assert spec is not None
+        return spec
+
+    def claim(i: int) -> IPClaimSpec:
+        address = f"10.0.0.{rng.randrange(1, 15)}"
+        return IPClaimSpec(name=f"c{i}", pool=rng.choice(["p", "q"]), address=address,
+                           owner=owners[i])  # fmt: skip
+
+    for step in range(2000):
+        action = rng.randrange(7)
+        if action == 0:
+            book.upsert_pool(pool_named(rng.choice(["p", "q"]), rng.choice(shapes)))
+        elif action == 1:
+            book.remove_pool(rng.choice(["p", "q"]))
+        elif action == 2:
+            address = addr(f"10.0.0.{rng.randrange(1, 15)}")
+            pool = rng.choice(["p", "q", ""])
+            book.hold(IPUse(address=address, pool=pool, uid=f"u{rng.randrange(8)}", pod="ns/x"))
+        elif action == 3:
+            book.release(f"u{rng.randrange(8)}")
+        elif action == 4:
+            book.upsert_claim(claim(rng.randrange(4)))
+        elif action == 5:
+            book.remove_claim(f"c{rng.randrange(4)}")
+        else:
+            book.replace_claims([claim(i) for i in range(4) if rng.random() < 0.5])
+        for pool in book.pools():
+            recount = pool.size - book._count_taken(pool)
+            assert book.free_count(pool) == recount, step
 
 
 def test_claims_are_named_after_their_address_so_the_api_server_keeps_them_unique() -> None:
