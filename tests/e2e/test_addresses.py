@@ -3,7 +3,13 @@ StatefulSet identities, exhaustion, GPUs and an address in one decision, restart
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
+import pytest
+
 from tests.e2e.conftest import Cluster, eventually
+from tests.e2e.harness import ApiError, ControlPlane
 from tests.e2e.test_scheduling import H100
 
 RACK = "topology.kubernetes.io/rack"
@@ -140,3 +146,84 @@ def test_a_pod_needing_gpus_and_a_rack_address_goes_only_where_both_fit(cluster:
     annotations = cluster.get_pod("trainer")["metadata"]["annotations"]
     assert annotations["schedext.io/ip-pool"] == "rack-a"
     assert annotations["schedext.io/gpu-ids"] == "0,1"
+
+
+# ------------------------------------------------------------------ validation
+
+POOLS_PATH = "/apis/schedext.io/v1alpha1/ippools"
+CLAIMS_PATH = "/apis/schedext.io/v1alpha1/ipclaims"
+
+
+def pool_object(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "schedext.io/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
+def claim_object(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "schedext.io/v1alpha1", "kind": "IPClaim",
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
+OWNER = "sts/db/web/0"
+ADDRESS = {"pool": "p", "address": "10.20.1.15"}
+INVALID = [
+    pytest.param(pool_object("p", cidr="10.20.1.0/33"), "spec.cidr must be a CIDR", id="bad-cidr"),
+    pytest.param(pool_object("p", cidr="10.0.0.0/8"),
+                 "spec.cidr may hold at most 1048576 addresses", id="cidr-too-large"),
+    pytest.param(pool_object("p", ranges=[{"start": "10.20.1.100", "end": "10.20.1.20"}]),
+                 "end must not come before start", id="range-end-before-start"),
+    pytest.param(pool_object("p", ranges=[{"start": "10.20.1.10", "end": "fd00::1"}]),
+                 "start and end must be IP addresses of one family", id="range-of-two-families"),
+    pytest.param(pool_object("p", nodeSelector={"rack": "a"}),
+                 "an IPPool needs spec.cidr or spec.ranges", id="no-addresses"),
+    pytest.param(pool_object("p", cidr="10.20.1.0/24", gateway="10.20.1"),
+                 "spec.gateway must be an IP address", id="bad-gateway"),
+    pytest.param(pool_object("p", cidr="10.20.1.0/24", exclude=["nope"]),
+                 "each exclude must be an address or a CIDR", id="bad-exclude"),
+    pytest.param(claim_object("p.10-20-1-15", **ADDRESS, owner=OWNER, releasePolicy="forever"),
+                 'spec.releasePolicy: Unsupported value: "forever"', id="unknown-release-policy"),
+    pytest.param(claim_object("p.10-20-1-300", pool="p", address="10.20.1.300", owner=OWNER),
+                 "spec.address must be an IP address", id="bad-address"),
+    pytest.param(claim_object("p.fd00--1", pool="p", address="FD00:0::1", owner=OWNER),
+                 "spec.address must be in canonical form", id="address-not-canonical"),
+    pytest.param(claim_object("p.10-20-1-15", **ADDRESS, owner="deploy/db/web"),
+                 "spec.owner: Invalid value", id="owner-not-a-statefulset-identity"),
+    pytest.param(claim_object("p.10-20-1-15", **ADDRESS),
+                 "spec.owner: Required value", id="no-owner"),
+    pytest.param(claim_object("another-name", **ADDRESS, owner=OWNER),
+                 "an IPClaim is named <pool>.<address with dashes>", id="name-not-the-address"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("obj", "message"), INVALID)
+def test_the_api_server_refuses_an_invalid_pool_or_claim(
+    control_plane: ControlPlane, obj: dict[str, Any], message: str
+) -> None:
+    path = POOLS_PATH if obj["kind"] == "IPPool" else CLAIMS_PATH
+    with pytest.raises(ApiError) as refused:  # (one accepted by mistake goes at the next reset)
+        control_plane.api.apply_raw("POST", path, obj)
+    assert refused.value.status == 422, refused.value
+    assert message in refused.value.json()["message"]
+
+
+def test_the_api_server_accepts_valid_pools_and_claims(control_plane: ControlPlane) -> None:
+    objects = [
+        (POOLS_PATH, pool_object("ok-v4", cidr="10.64.0.0/12", gateway="10.64.0.1",
+                                 exclude=["10.64.0.2", "10.64.0.8/29"],
+                                 ranges=[{"start": "10.70.0.9", "end": "10.70.1.0"}])),
+        (POOLS_PATH, pool_object("ok-v6", cidr="fd00::/108",
+                                 ranges=[{"start": "fd01::1", "end": "fd01::9"}])),
+        (CLAIMS_PATH, claim_object("ok-v4.10-64-0-15", pool="ok-v4", address="10.64.0.15",
+                                   owner=OWNER, releasePolicy="never-release")),
+        (CLAIMS_PATH, claim_object("ok-v6.fd00--f", pool="ok-v6", address="fd00::f",
+                                   owner=OWNER)),
+    ]  # fmt: skip
+    try:
+        for path, obj in objects:
+            control_plane.api.apply_raw("POST", path, obj)
+        claim = control_plane.api.apply_raw("GET", f"{CLAIMS_PATH}/ok-v6.fd00--f")
+        assert claim["spec"]["releasePolicy"] == "sticky"  # the default
+    finally:
+        for path, obj in objects:
+            with contextlib.suppress(ApiError):
+                control_plane.api.apply_raw("DELETE", f"{path}/{obj['metadata']['name']}")
