@@ -4,12 +4,14 @@ StatefulSet identities, exhaustion, GPUs and an address in one decision, restart
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import Cluster, eventually
-from tests.e2e.harness import ApiError, ControlPlane
+from tests.e2e.harness import ApiError, ControlPlane, pod_manifest
 from tests.e2e.test_scheduling import H100
 
 RACK = "topology.kubernetes.io/rack"
@@ -121,13 +123,19 @@ def test_a_pool_of_five_binds_five_pods_and_the_rest_wait_for_an_address(cluster
     bound = eventually(five_bound, timeout=90, message="five pods were not bound")
     assert len({cluster.address(name)[0] for name in bound}) == 5
     pending = sorted({f"p{i}" for i in range(8)} - set(bound))
+    assert len(pending) == 3
 
-    def exhausted_event() -> bool:
-        return any(
-            "IP pool small exhausted" in e.get("message", "") for e in cluster.events(pending[0])
-        )
+    def told_exhausted() -> list[str]:
+        """The pending pods whose FailedScheduling event says the pool is exhausted."""
+        return [
+            name
+            for name in pending
+            if any("IP pool small exhausted" in e.get("message", "") for e in cluster.events(name))
+        ]
 
-    eventually(exhausted_event, timeout=60, message="no 'pool exhausted' event")
+    eventually(
+        lambda: told_exhausted() == pending, timeout=60, message="not every pending pod was told"
+    )
     freed = cluster.address(next(iter(bound)))[0]
     cluster.api.delete_pod(cluster.namespace, next(iter(bound)))
 
@@ -137,6 +145,71 @@ def test_a_pool_of_five_binds_five_pods_and_the_rest_wait_for_an_address(cluster
 
     taker = eventually(a_waiting_pod_took_it, timeout=90, message="no waiting pod took it")
     assert cluster.address(taker)[0] == freed
+
+
+BINDS, ADDRESSES = 300, 250
+
+
+def test_hundreds_of_concurrent_binds_through_the_api_server_never_give_an_address_twice(
+    cluster: Cluster,
+) -> None:
+    """/bind over real HTTP, the real API binder writing Bindings for pods that exist in the
+    API server. The pods name another scheduler, so kube-scheduler leaves them to the test."""
+    racks(cluster)
+    cluster.ip_pool("tight", ranges=[("10.50.0.1", "10.50.0.250")])  # no selector: every node
+    for i in range(BINDS):
+        manifest = pod_manifest(
+            f"b{i:03d}",
+            requests={"cpu": "10m", "schedext.io/ip": "1"},
+            limits={"schedext.io/ip": "1"},
+            annotations={"schedext.io/ip-pool": "tight"},
+            scheduler_name="test-binds",
+        )
+        cluster.api.create_pod(cluster.namespace, manifest)
+    eventually(
+        lambda: cluster.metric("schedext_pending_pods") == BINDS,
+        message="schedext did not see every pod pending",
+    )
+    uids = {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in cluster.api.list_pods(cluster.namespace)
+    }
+    nodes = ["a1", "a2", "b1"]
+
+    def bind_some(names: list[str]) -> list[str]:
+        errors = []
+        with httpx.Client(base_url=cluster.schedext.url, timeout=30) as client:
+            for name in names:
+                body = {"PodName": name, "PodNamespace": cluster.namespace, "PodUID": uids[name],
+                        "Node": nodes[int(name[1:]) % 3]}  # fmt: skip
+                errors.append(client.post("/bind", json=body).json()["Error"])
+        return errors
+
+    names = sorted(uids)
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        errors = [
+            e for batch in pool.map(bind_some, [names[i::50] for i in range(50)]) for e in batch
+        ]
+    refused = [e for e in errors if e]
+    assert len(refused) == BINDS - ADDRESSES
+    assert all(e.endswith("schedext: IP pool tight exhausted") for e in refused), refused[:3]
+    pods = cluster.api.list_pods(cluster.namespace)
+    bound = [p for p in pods if p["spec"].get("nodeName")]
+    assert len(bound) == ADDRESSES
+    written = [p["metadata"]["annotations"]["schedext.io/ip"] for p in bound]
+    expected = {f"10.50.0.{i}" for i in range(1, ADDRESSES + 1)}
+    assert len(set(written)) == len(written)  # distinct
+    assert set(written) == expected
+    assert {p["metadata"]["annotations"]["schedext.io/ip-pool"] for p in bound} == {"tight"}
+
+    def pool_status() -> dict[str, Any]:
+        return cluster.api.apply_raw("GET", f"{POOLS_PATH}/tight").get("status") or {}
+
+    eventually(
+        lambda: pool_status() == {"allocated": ADDRESSES, "free": 0},
+        message="the pool's status does not count the bound pods",
+    )
+    assert cluster.metric("schedext_ip_pool_free", pool="tight") == 0
 
 
 def test_a_pod_needing_gpus_and_a_rack_address_goes_only_where_both_fit(cluster: Cluster) -> None:
