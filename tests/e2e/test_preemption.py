@@ -21,6 +21,20 @@ def pods(cluster: Cluster) -> set[str]:
     return {p["metadata"]["name"] for p in cluster.api.list_pods(cluster.namespace)}
 
 
+def seen_bound(cluster: Cluster, *names: str) -> None:
+    """Wait until schedext's inventory holds these pre-bound pods. kube-scheduler may see them
+    first: a preempt call before schedext does would judge their node as if they were not
+    there (a node whose pods schedext cannot check is dropped, or looks free)."""
+
+    def seen() -> bool:
+        return all(
+            cluster.schedext.get(f"/explain/{cluster.namespace}/{name}").get("state") == "bound"
+            for name in names
+        )
+
+    eventually(seen, message=f"schedext does not hold all of {names}")
+
+
 def test_a_high_priority_pod_evicts_exactly_the_pods_that_free_four_gpus_on_one_node(
     cluster: Cluster,
 ) -> None:
@@ -36,6 +50,7 @@ def test_a_high_priority_pod_evicts_exactly_the_pods_that_free_four_gpus_on_one_
             node="n2",
             annotations=gpu_ids([2 * i, 2 * i + 1]),
         )
+    seen_bound(cluster, *(f"small-{i}" for i in range(4)), "pair-0", "pair-1")
     cluster.pod("urgent", gpus=4, priority_class="high")
     assert cluster.wait_bound("urgent", timeout=120) == "n2"
     assert cluster.gpu_ids("urgent") == [0, 1, 2, 3]
@@ -58,6 +73,7 @@ def test_a_node_whose_low_priority_pods_use_cpu_but_no_gpu_is_never_chosen(
     )
     for i in range(3):
         cluster.pod(f"batch-{i}", cpu="2", priority_class="low", node="cpu-rich")
+    seen_bound(cluster, *(f"trainee-{i}" for i in range(4)), "vip", "batch-0", "batch-1", "batch-2")
     cluster.pod("urgent", gpus=4, priority_class="high")
     assert cluster.wait_bound("urgent", timeout=120) == "gpu-busy"
     remaining = pods(cluster)
@@ -89,6 +105,7 @@ def test_with_gang_protection_a_gang_survives_while_another_victim_exists(cluste
             node="solo-node",
             annotations=gpu_ids([2 * i, 2 * i + 1]),
         )
+    seen_bound(cluster, "team-0", "team-1", "solo-0", "solo-1")
     cluster.pod("urgent", gpus=4, priority_class="high")
     assert cluster.wait_bound("urgent", timeout=120) == "solo-node"
     remaining = pods(cluster)
@@ -133,7 +150,7 @@ def test_an_address_holder_is_evicted_only_for_a_higher_priority_pod_needing_tha
     address_rack(cluster)
     cluster.ip_pod("holder", ip="10.20.1.15", cpu="1500m", priority_class="low", node="a1")
     cluster.pod("filler", cpu="1500m", priority_class="lowest", node="a1")
-    eventually(lambda: cluster.address("holder")[0] == "10.20.1.15", message="holder not annotated")
+    seen_bound(cluster, "holder", "filler")
     # The holder's address at the holder's priority: kube-scheduler would evict the filler for
     # the CPU, but schedext refuses the node (the address stays held), so nothing is evicted.
     before = preempts_refused(cluster)
@@ -175,6 +192,7 @@ def test_a_sticky_address_holder_is_never_evicted_for_its_address(cluster: Clust
     eventually(lambda: f"sts/{cluster.namespace}/web/0" in cluster.ip_claims(), message="no claim")
     sticky_uid = cluster.get_pod("web-0")["metadata"]["uid"]
     cluster.pod("filler", cpu="1500m", priority_class="lowest", node="a1")
+    seen_bound(cluster, "web-0", "filler")
     # Its address at a higher priority: no node is worth preempting on, nothing is evicted.
     before = preempts_refused(cluster)
     cluster.ip_pod("wants-it", ip="10.20.1.15", cpu="1500m", priority_class="high")
