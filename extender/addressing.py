@@ -5,13 +5,18 @@ A pod asks for a specific address (``schedext.io/ip``), any address of some pool
 (``schedext.io/ip-policy``). A node can serve the pod when a pool that can give that address
 selects the node.
 
-When preemption can help. kube-scheduler evicts victims only on the candidate node, so:
+Only the pools that select a node count on that node: with several pools, a pool with free
+addresses elsewhere does not make a node whose own pools are exhausted fit.
 
-* an address held by another pod is resolvable only on the node where that pod runs, and
-  only if it has lower priority than the pod being placed. Everywhere else it is
-  unresolvable;
-* an exhausted pool is resolvable on the nodes where lower-priority pods hold addresses of
-  that pool;
+When preemption can help. kube-scheduler evicts victims only on the candidate node, and
+evicting a pod frees its address only when no ``IPClaim`` keeps it: a claim (sticky or
+never-release) outlives its pod, and the identity's next pod takes the address back. So:
+
+* an address held by another pod is resolvable only on the node where that pod runs, only if
+  it has lower priority than the pod being placed, and only if no claim keeps it (the claim
+  of the pod's own identity aside). Everywhere else it is unresolvable;
+* an exhausted pool is resolvable on the nodes it selects where lower-priority pods hold
+  addresses of it that no claim keeps;
 * a claim whose pod is gone, a missing pool, an address in no pool, and a node no pool selects
   are all unresolvable.
 """
@@ -44,6 +49,10 @@ class IPContext:
     sticky_busy: IPUse | None = None  # the identity's previous pod still holds the address
     missing_pools: tuple[str, ...] = ()
     unpooled: bool = False  # the asked-for address is in no pool
+    identity: str | None = None  # the pod's StatefulSet identity, when it asks to keep one
+    # The identity whose claim keeps the target: evicting its holder would not free it.
+    kept_by: str = ""
+    exhausted: tuple[str, ...] = ()  # pools without a free address (pool requests)
 
     def target_text(self) -> str:
         return str(ipaddress.ip_address(self.target)) if self.target is not None else ""
@@ -70,10 +79,19 @@ def ip_context(inventory: Inventory, request: PodRequest) -> IPContext | None:
                 sticky_busy = user  # a same-name pod with another UID: the old one, not gone yet
             elif user.uid or user.owner != ip.identity:
                 holder = user  # another pod, or another identity's claim
-        return IPContext(pools=(pool,), target=target, holder=holder, sticky_busy=sticky_busy)
+        kept = book.kept_from(target, ip.identity) if holder is not None else None
+        return IPContext(
+            pools=(pool,),
+            target=target,
+            holder=holder,
+            sticky_busy=sticky_busy,
+            identity=ip.identity,
+            kept_by=kept.owner if kept is not None else "",
+        )
     pools = tuple(p for name in ip.pools if (p := book.pool(name)) is not None and not p.problem)
     missing = tuple(name for name in ip.pools if book.pool(name) is None)
-    return IPContext(pools=pools, missing_pools=missing)
+    exhausted = tuple(p.name for p in pools if book.free_count(p) == 0)
+    return IPContext(pools=pools, missing_pools=missing, identity=ip.identity, exhausted=exhausted)
 
 
 def ip_conditions(
@@ -93,6 +111,8 @@ def ip_conditions(
         conditions.append((everywhere, Reason.IP_STICKY_BUSY))
     elif context.holder is not None:
         here = _on_node(inventory, ids, context.holder, request)
+        if context.kept_by:
+            here = np.zeros(len(ids), dtype=np.bool_)  # evicting the holder frees nothing
         conditions += [(~here, Reason.IP_TAKEN), (here, Reason.IP_TAKEN_HERE)]
     elif context.target is None:
         book = inventory.addresses
@@ -100,10 +120,11 @@ def ip_conditions(
         evictable = np.zeros(len(ids), dtype=np.bool_)
         for pool in context.pools:
             mask = inventory.pool_mask(pool)[ids]
-            if book.free_count(pool) > 0:
+            if pool.name not in context.exhausted:
                 served |= mask
-            else:
-                for use in book.uses_in(pool):
+                continue
+            for use in book.uses_in(pool):
+                if book.kept_from(use.address, context.identity) is None:
                     evictable |= mask & _on_node(inventory, ids, use, request)
         exhausted = in_pool & ~served
         conditions += [
@@ -125,8 +146,11 @@ def _on_node(inventory: Inventory, ids: IdArray, use: IPUse, request: PodRequest
 def ip_messages(context: IPContext) -> dict[Reason, str]:
     holder = context.holder
     held_by = (holder.pod or f"the claim of {holder.owner}") if holder else ""
+    if holder is not None and holder.pod and context.kept_by:
+        held_by += f", kept by the claim of {context.kept_by}: preemption cannot free it"
     busy = context.sticky_busy.pod if context.sticky_busy else ""
     address, pools = context.target_text(), context.pool_names()
+    exhausted = ",".join(context.exhausted) or pools
     return {
         Reason.IP_UNKNOWN_POOL: f"schedext: IP pool {pools} not found",
         Reason.IP_NO_POOL: f"schedext: address {address} is in no IP pool",
@@ -134,8 +158,9 @@ def ip_messages(context: IPContext) -> dict[Reason, str]:
         Reason.IP_STICKY_BUSY: f"schedext: address {address} still held by previous pod {busy}",
         Reason.IP_TAKEN: f"schedext: address {address} of pool {pools} held by {held_by}",
         Reason.IP_TAKEN_HERE: f"schedext: address {address} of pool {pools} held by {held_by}",
-        Reason.IP_EXHAUSTED: f"schedext: IP pool {pools} exhausted",
-        Reason.IP_EXHAUSTED_EVICTABLE: f"schedext: IP pool {pools} exhausted",
+        # Only pools without a free address: a node rejected as exhausted has no other.
+        Reason.IP_EXHAUSTED: f"schedext: IP pool {exhausted} exhausted",
+        Reason.IP_EXHAUSTED_EVICTABLE: f"schedext: IP pool {exhausted} exhausted",
     }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from extender import fields
 from extender.fields import JSONObject
@@ -222,8 +222,10 @@ class AddressBook:
         self._claims: dict[str, IPClaimSpec] = {}  # by claim name
         self._claims_by_owner: dict[str, IPClaimSpec] = {}
         self._claims_by_address: dict[Address, IPClaimSpec] = {}
-        # Per pool name, every address taken by a pod or a claim: free counts without scans.
+        # Per pool name, every address taken by a pod or a claim, and how many of them the pool
+        # contains: free counts without scans (filter asks for them on every call).
         self._taken: dict[str, set[Address]] = {}
+        self._taken_counts: dict[str, int] = {}
         self.version = 0
         self.pools_version = 0  # bumped only when pools change (node masks depend on them)
 
@@ -237,16 +239,38 @@ class AddressBook:
 
     def replace_pools(self, pools: Iterable[IPPoolSpec]) -> None:
         self._pools = {p.name: p for p in pools}
+        self._taken_counts = {name: self._count_taken(p) for name, p in self._pools.items()}
         self._pools_changed()
 
     def upsert_pool(self, pool: IPPoolSpec) -> None:
         if self._pools.get(pool.name) != pool:
             self._pools[pool.name] = pool
+            self._taken_counts[pool.name] = self._count_taken(pool)
             self._pools_changed()
 
     def remove_pool(self, name: str) -> None:
         if self._pools.pop(name, None) is not None:
+            self._taken_counts.pop(name, None)
             self._pools_changed()
+
+    def _count_taken(self, pool: IPPoolSpec) -> int:
+        return sum(1 for a in self._taken.get(pool.name, ()) if pool.contains(a))
+
+    def _take(self, pool_name: str, address: Address) -> None:
+        taken = self._taken.setdefault(pool_name, set())
+        if address not in taken:
+            taken.add(address)
+            pool = self._pools.get(pool_name)
+            if pool is not None and pool.contains(address):
+                self._taken_counts[pool_name] = self._taken_counts.get(pool_name, 0) + 1
+
+    def _untake(self, pool_name: str, address: Address) -> None:
+        taken = self._taken.get(pool_name)
+        if taken is not None and address in taken:
+            taken.discard(address)
+            pool = self._pools.get(pool_name)
+            if pool is not None and pool.contains(address):
+                self._taken_counts[pool_name] -= 1
 
     def _pools_changed(self) -> None:
         self.version += 1
@@ -260,13 +284,20 @@ class AddressBook:
     def claim_for(self, owner: str) -> IPClaimSpec | None:
         return self._claims_by_owner.get(owner)
 
+    def kept_from(self, address: Address, identity: str | None) -> IPClaimSpec | None:
+        """The claim keeping ``address`` from a pod of ``identity`` (None: a pod without
+        one): any claim on it but that identity's own. Evicting the pod that uses such an
+        address frees nothing: the claim outlives the pod, and the identity's next pod takes
+        the address back."""
+        claim = self._claims_by_address.get(address)
+        return claim if claim is not None and claim.owner != identity else None
+
     def claims(self) -> list[IPClaimSpec]:
         return list(self._claims.values())
 
     def replace_claims(self, claims: Iterable[IPClaimSpec]) -> None:
-        self._claims.clear()
-        self._claims_by_owner.clear()
-        self._claims_by_address.clear()
+        for name in list(self._claims):
+            self.remove_claim(name)  # gives back the addresses no pod holds
         for claim in claims:
             self.upsert_claim(claim)
 
@@ -275,7 +306,7 @@ class AddressBook:
         self._claims[claim.name] = claim
         self._claims_by_owner[claim.owner] = claim
         self._claims_by_address[claim.value] = claim
-        self._taken.setdefault(claim.pool, set()).add(claim.value)
+        self._take(claim.pool, claim.value)
         self.version += 1
 
     def remove_claim(self, name: str) -> None:
@@ -284,7 +315,7 @@ class AddressBook:
             self._claims_by_owner.pop(claim.owner, None)
             self._claims_by_address.pop(claim.value, None)
             if claim.value not in self._pods:
-                self._taken.get(claim.pool, set()).discard(claim.value)
+                self._untake(claim.pool, claim.value)
             self.version += 1
 
     # ------------------------------------------------------------------- uses
@@ -294,10 +325,12 @@ class AddressBook:
         current = self._pods.get(use.address)
         if current is not None and current.uid != use.uid:
             return False
+        if not use.pool and (pool := self.pool_of(use.address)) is not None:
+            use = replace(use, pool=pool.name)  # a pod annotated with the address only
         self.release(use.uid)
         self._pods[use.address] = use
         self._by_uid[use.uid] = use.address
-        self._taken.setdefault(use.pool, set()).add(use.address)
+        self._take(use.pool, use.address)
         self.version += 1
         return True
 
@@ -306,7 +339,7 @@ class AddressBook:
         if address is not None:
             use = self._pods.pop(address)
             if address not in self._claims_by_address:
-                self._taken.get(use.pool, set()).discard(address)
+                self._untake(use.pool, address)
             self.version += 1
 
     def address_of(self, uid: str) -> Address | None:
@@ -326,7 +359,9 @@ class AddressBook:
         return address not in self._pods and address not in self._claims_by_address
 
     def free_count(self, pool: IPPoolSpec) -> int:
-        return pool.size - sum(1 for a in self._taken.get(pool.name, ()) if pool.contains(a))
+        if self._pools.get(pool.name) is pool:
+            return pool.size - self._taken_counts.get(pool.name, 0)
+        return pool.size - self._count_taken(pool)  # a spec the book does not hold
 
     def lowest_free(self, pool: IPPoolSpec) -> Address | None:
         return next((a for a in pool.addresses() if self.is_free(a)), None)

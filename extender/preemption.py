@@ -5,37 +5,43 @@ GPU counts (``nvidia.com/gpu`` is visible in node allocatable), but not GPU mode
 indices or NVLink groups, addresses, or gangs. For each candidate node, schedext:
 
 1. drops the node when even evicting every lower-priority pod there would not give the pod
-   what it needs: GPUs of its model and memory, CPU and memory, and its address;
+   what it needs: GPUs of its model and memory, CPU and memory, and its address. Evicting a
+   pod frees its address only when no IPClaim keeps it (a sticky or never-release claim
+   outlives its pod), so a claimed address never makes a node a candidate;
 2. otherwise returns the smallest set of lower-priority pods on that node that does. Pods may
    be added to kube-scheduler's list (by UID, from the same node), and pods may be left out of
    it when they free nothing the pod needs. When the requested GPUs can end up inside one
-   NVLink/NUMA group, the set must achieve that too.
+   NVLink/NUMA group, the set must achieve that too;
+3. when the pod already has all that without evicting anything, kube-scheduler's list stands
+   for needs only kube-scheduler sees. It is returned as it is (under whole-group with the
+   rest of each proposed gang on the node) when every pod in it may be a victim; otherwise the
+   node is dropped, since kube-scheduler's list holds only pods its own filters need gone.
 
 How the set is chosen: the fewest pods. Among sets of that size, the one with:
 
 * the lowest top priority (as kube-scheduler ranks candidates);
 * then the lowest sum of priorities;
 * then the fewest GPUs freed for nothing;
-* then the fewest pods holding an address (a sticky address is worth keeping);
+* then the fewest pods holding an address (an address is worth keeping);
 * then the most of kube-scheduler's own picks.
 
 The search is exhaustive while that is cheap (a GPU node holds few pods). Beyond that it is a
 greedy reprieve: evict every eligible pod, then spare them one at a time, most important
 first, while the rest still suffice.
 
-Victims are returned ordered by decreasing priority, and a node is never returned with an
-empty list.
-
-Only strictly lower-priority pods are ever victims, and a preemptor with
-``preemptionPolicy: Never`` preempts nothing.
+Every returned list, whichever way it was chosen, obeys the same rules: only bound pods of
+strictly lower priority, gang members as ``gang_victims`` says, ordered by decreasing priority,
+never empty (the node is dropped instead), and nothing at all for a preemptor with
+``preemptionPolicy: Never``.
 
 **Gang victims** (``gang_victims``):
 
 * ``protect``: a member of a gang is never chosen. A node where only gang members could free
   enough is dropped, so kube-scheduler picks a node without them.
-* ``whole-group``: gang members may be chosen, but a gang is evicted whole on that node. Its
-  members elsewhere are added to ``NumPDBViolations``, so that kube-scheduler's candidate
-  selection (fewest violations first) prefers nodes that break no gang.
+* ``whole-group``: gang members may be chosen, but a gang is evicted whole on that node (and
+  not at all when one of its members there may not be a victim). Its members elsewhere are
+  added to ``NumPDBViolations``, so that kube-scheduler's candidate selection (fewest
+  violations first) prefers nodes that break no gang.
 
 A preemptor that is itself a gang member preempts on a node only if its whole group can then
 fit (checked by the caller).
@@ -43,6 +49,7 @@ fit (checked by the caller).
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -124,22 +131,31 @@ def _victims_on(
     view = inventory.node(node)
     if view is None or (code is not Reason.FITS and not code.resolvable):
         return None
-    eligible = [
-        h
-        for h in view.holdings
-        if h.kind is HoldingKind.BOUND
-        and h.priority < request.priority
-        and not (gang_victims is GangVictims.PROTECT and h.group is not None)
-    ]
+    units = _units(view, request, gang_victims)
+    eligible = [h for unit in units for h in unit]
     need = _Need(request, view, context, inventory)
     if not need.met(eligible):
         return None
-    victims = _smallest(_units(eligible, gang_victims), need, {v.uid for v in proposed})
+    victims = _smallest(units, need, {v.uid for v in proposed})
     if not victims:
         # Nothing schedext tracks needs to go: kube-scheduler's list is for its own reasons.
-        by_uid = {h.uid: h for h in view.holdings}
-        return [by_uid[v.uid] for v in proposed if v.uid in by_uid] or None
+        return _proposed_units(units, proposed)
     return victims
+
+
+def _proposed_units(units: list[list[Holding]], proposed: Sequence[Victim]) -> list[Holding] | None:
+    """kube-scheduler's own list, when it may be evicted as it is: each proposed pod with the
+    rest of its unit (its gang on this node, under whole-group). kube-scheduler proposes the
+    pods its own filters need gone, so one that may not be a victim (protected, not of lower
+    priority, or not known here) drops the node rather than the pod."""
+    unit_of = {h.uid: unit for unit in units for h in unit}
+    chosen: dict[str, Holding] = {}
+    for victim in proposed:
+        unit = unit_of.get(victim.uid)
+        if unit is None:
+            return None
+        chosen.update((h.uid, h) for h in unit)
+    return list(chosen.values()) or None
 
 
 # Exhaustive search is used while it stays cheap; beyond, a greedy reprieve.
@@ -178,19 +194,23 @@ def _smallest(units: list[list[Holding]], need: _Need, proposed: set[str]) -> li
     return victims
 
 
-def _units(eligible: list[Holding], gang_victims: GangVictims) -> list[list[Holding]]:
-    """What is evicted or spared together: one pod, or under whole-group a gang's members on
-    this node."""
-    if gang_victims is not GangVictims.WHOLE_GROUP:
-        return [[h] for h in eligible]
-    gangs: dict[str, list[Holding]] = {}
+def _units(view: NodeView, request: PodRequest, gang_victims: GangVictims) -> list[list[Holding]]:
+    """What may be evicted, in the units that are evicted or spared together: one bound pod of
+    strictly lower priority; a gang member never under protect, and under whole-group only
+    with all its gang's members on this node, when every one of them may go."""
+
+    def evictable(holding: Holding) -> bool:
+        return holding.kind is HoldingKind.BOUND and holding.priority < request.priority
+
     units: list[list[Holding]] = []
-    for holding in eligible:
+    gangs: dict[str, list[Holding]] = {}
+    for holding in view.holdings:
         if holding.group is None:
-            units.append([holding])
-        else:
+            if evictable(holding):
+                units.append([holding])
+        elif gang_victims is GangVictims.WHOLE_GROUP:
             gangs.setdefault(holding.group, []).append(holding)
-    return units + list(gangs.values())
+    return units + [members for members in gangs.values() if all(map(evictable, members))]
 
 
 def _reprieve_order(unit: list[Holding], proposed: set[str]) -> tuple[int, int, bool, str]:
@@ -221,6 +241,11 @@ class _Need:
     ) -> None:
         self.request, self.view, self.context = request, view, context
         self._book = inventory.addresses
+        # Only the pools that select this node can give the pod an address here.
+        node_id = int(inventory.ids([view.spec.name])[0])
+        self._pools = tuple(
+            p for p in (context.pools if context else ()) if inventory.pool_mask(p)[node_id]
+        )
         groups = view.spec.gpu_groups
         self._group_of = {i: g for g, members in enumerate(groups) for i in members}
         # Require one NVLink/NUMA group only where it is reachable by evicting pods at all.
@@ -259,14 +284,33 @@ class _Need:
         return max(per_group.values()) >= self.request.gpus
 
     def _address_met(self, victims: list[Holding]) -> bool:
+        """Whether the pod gets its address here once ``victims`` are gone. Evicting a pod
+        frees its address only when no claim keeps it (see :mod:`extender.addressing`)."""
         context = self.context
         if context is None:
             return True
-        if context.holder is not None and context.holder.uid:
-            return any(h.uid == context.holder.uid for h in victims)
-        if context.target is not None or context.sticky_busy is not None:
-            return context.sticky_busy is None
-        if any(self._book.free_count(p) > 0 for p in context.pools):
+        if context.sticky_busy is not None:
+            return False
+        holder = context.holder
+        if holder is not None:
+            return (
+                bool(holder.uid)
+                and not context.kept_by
+                and any(h.uid == holder.uid for h in victims)
+            )
+        if context.target is not None:
             return True
-        pools = {p.name for p in context.pools}
-        return any(h.ip_pool in pools for h in victims)
+        if any(p.name not in context.exhausted for p in self._pools):
+            return True
+        return any(self._frees_address(h) for h in victims)
+
+    def _frees_address(self, victim: Holding) -> bool:
+        """Whether evicting ``victim`` frees an address of a pool selecting this node."""
+        if victim.ip is None:
+            return False
+        address = int(ipaddress.ip_address(victim.ip))
+        context = self.context
+        identity = context.identity if context else None
+        return any(p.contains(address) for p in self._pools) and (
+            self._book.kept_from(address, identity) is None
+        )

@@ -203,6 +203,29 @@ def make_ip_pool(
     }
 
 
+def make_ip_claim(
+    pool: str,
+    address: str,
+    owner: str,
+    *,
+    policy: str | None = None,
+    holder_uid: str | None = None,
+) -> dict[str, Any]:
+    """An IPClaim named after its address, as schedext creates them."""
+    spec: dict[str, Any] = {"pool": pool, "address": address, "owner": owner}
+    if policy:
+        spec["releasePolicy"] = policy
+    if holder_uid:
+        spec["holderUID"] = holder_uid
+    name = f"{pool}.{address.replace(':', '-').replace('.', '-')}"
+    return {
+        "apiVersion": "schedext.io/v1alpha1",
+        "kind": "IPClaim",
+        "metadata": {"name": name, "uid": f"claim-uid-{name}"},
+        "spec": spec,
+    }
+
+
 def ip_pod(
     name: str,
     *,

@@ -6,10 +6,20 @@ import subprocess
 import sys
 
 import orjson
+import pytest
 
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer
-from tests.builders import gang_pod, make_node, make_pod, make_pod_group
+from tests.builders import (
+    bound_ip_pod,
+    gang_pod,
+    ip_pod,
+    make_ip_claim,
+    make_ip_pool,
+    make_node,
+    make_pod,
+    make_pod_group,
+)
 
 
 def test_explain_gives_every_nodes_verdict_for_a_pending_pod(demo: RunningServer) -> None:
@@ -51,6 +61,58 @@ def test_explain_says_why_a_gang_member_is_held_back(serve: Serve) -> None:
     assert answer["groupReason"] == "schedext: waiting for 2 more members of group default/train"
     assert answer["fits"] == []
     assert answer["group"]["phase"] == "Pending"
+
+
+RACK = "topology.kubernetes.io/rack"
+HELD_15 = "schedext: address 10.20.1.15 of pool rack-a held by default/holder"
+KEPT_16 = (
+    "schedext: address 10.20.1.16 of pool rack-a held by default/web-0, "
+    "kept by the claim of sts/default/web/0: preemption cannot free it"
+)
+EXHAUSTED = "schedext: IP pool rack-a exhausted"
+NOT_IN_POOL = "schedext: node not in IP pool rack-a"
+
+
+@pytest.mark.parametrize(
+    ("pod", "asked", "expected"),
+    [
+        # the address a lower-priority pod without a claim holds on a1: evicting it helps there
+        ("db", ("10.20.1.15", []), {"a1": (HELD_15, True), "a2": (HELD_15, False)}),
+        # the address a sticky pod holds on a2 under its identity's claim: nothing helps
+        ("kv", ("10.20.1.16", []), {"a1": (KEPT_16, False), "a2": (KEPT_16, False)}),
+        # any address of rack-a: only the holder without a claim may make room
+        ("any", (None, ["rack-a"]), {"a1": (EXHAUSTED, True), "a2": (EXHAUSTED, False)}),
+    ],
+)
+def test_explain_of_an_ip_pod_names_the_pool_the_address_and_its_holder(
+    serve: Serve,
+    pod: str,
+    asked: tuple[str | None, list[str]],
+    expected: dict[str, tuple[str, bool]],
+) -> None:
+    low, high = {"priority": 10}, {"priority": 100}
+    sticky = {"uid": "web-0", "policy": "sticky", "statefulset": "web", "node": "a2"}
+    pool = make_ip_pool("rack-a", ranges=[("10.20.1.15", "10.20.1.16")], rack="a")
+    server = serve(
+        nodes=[make_node(n, labels={RACK: n[0]}) for n in ("a1", "a2", "b1")],
+        pods=[
+            bound_ip_pod("holder", node="a1", ip="10.20.1.15", pool="rack-a", **low),
+            ip_pod("web-0", ip="10.20.1.16", pool="rack-a", **sticky, **low),
+            ip_pod("db", ip="10.20.1.15", **high),
+            ip_pod("kv", ip="10.20.1.16", **high),
+            ip_pod("any", pool="rack-a", **high),
+        ],
+        groups=[
+            {"kind": "IPPool", **pool},
+            make_ip_claim("rack-a", "10.20.1.16", "sts/default/web/0", holder_uid="web-0"),
+        ],
+    )
+    with server.client() as client:
+        answer = client.get(f"/explain/default/{pod}").json()
+    assert (answer["state"], answer["fits"]) == ("pending", [])
+    assert (answer["request"]["ip"]["address"], answer["request"]["ip"]["pools"]) == asked
+    by_node = {n["node"]: (n["reason"], n["resolvable"]) for n in answer["nodes"]}
+    assert by_node == {**expected, "b1": (NOT_IN_POOL, False)}
 
 
 def test_explain_of_an_unknown_pod_is_a_clear_404(demo: RunningServer) -> None:

@@ -3,7 +3,15 @@ StatefulSet identities, exhaustion, GPUs and an address in one decision, restart
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
 from tests.e2e.conftest import Cluster, eventually
+from tests.e2e.harness import ApiError, ControlPlane, pod_manifest
 from tests.e2e.test_scheduling import H100
 
 RACK = "topology.kubernetes.io/rack"
@@ -115,13 +123,19 @@ def test_a_pool_of_five_binds_five_pods_and_the_rest_wait_for_an_address(cluster
     bound = eventually(five_bound, timeout=90, message="five pods were not bound")
     assert len({cluster.address(name)[0] for name in bound}) == 5
     pending = sorted({f"p{i}" for i in range(8)} - set(bound))
+    assert len(pending) == 3
 
-    def exhausted_event() -> bool:
-        return any(
-            "IP pool small exhausted" in e.get("message", "") for e in cluster.events(pending[0])
-        )
+    def told_exhausted() -> list[str]:
+        """The pending pods whose FailedScheduling event says the pool is exhausted."""
+        return [
+            name
+            for name in pending
+            if any("IP pool small exhausted" in e.get("message", "") for e in cluster.events(name))
+        ]
 
-    eventually(exhausted_event, timeout=60, message="no 'pool exhausted' event")
+    eventually(
+        lambda: told_exhausted() == pending, timeout=60, message="not every pending pod was told"
+    )
     freed = cluster.address(next(iter(bound)))[0]
     cluster.api.delete_pod(cluster.namespace, next(iter(bound)))
 
@@ -133,6 +147,71 @@ def test_a_pool_of_five_binds_five_pods_and_the_rest_wait_for_an_address(cluster
     assert cluster.address(taker)[0] == freed
 
 
+BINDS, ADDRESSES = 300, 250
+
+
+def test_hundreds_of_concurrent_binds_through_the_api_server_never_give_an_address_twice(
+    cluster: Cluster,
+) -> None:
+    """/bind over real HTTP, the real API binder writing Bindings for pods that exist in the
+    API server. The pods name another scheduler, so kube-scheduler leaves them to the test."""
+    racks(cluster)
+    cluster.ip_pool("tight", ranges=[("10.50.0.1", "10.50.0.250")])  # no selector: every node
+    for i in range(BINDS):
+        manifest = pod_manifest(
+            f"b{i:03d}",
+            requests={"cpu": "10m", "schedext.io/ip": "1"},
+            limits={"schedext.io/ip": "1"},
+            annotations={"schedext.io/ip-pool": "tight"},
+            scheduler_name="test-binds",
+        )
+        cluster.api.create_pod(cluster.namespace, manifest)
+    eventually(
+        lambda: cluster.metric("schedext_pending_pods") == BINDS,
+        message="schedext did not see every pod pending",
+    )
+    uids = {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in cluster.api.list_pods(cluster.namespace)
+    }
+    nodes = ["a1", "a2", "b1"]
+
+    def bind_some(names: list[str]) -> list[str]:
+        errors = []
+        with httpx.Client(base_url=cluster.schedext.url, timeout=30) as client:
+            for name in names:
+                body = {"PodName": name, "PodNamespace": cluster.namespace, "PodUID": uids[name],
+                        "Node": nodes[int(name[1:]) % 3]}  # fmt: skip
+                errors.append(client.post("/bind", json=body).json()["Error"])
+        return errors
+
+    names = sorted(uids)
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        errors = [
+            e for batch in pool.map(bind_some, [names[i::50] for i in range(50)]) for e in batch
+        ]
+    refused = [e for e in errors if e]
+    assert len(refused) == BINDS - ADDRESSES
+    assert all(e.endswith("schedext: IP pool tight exhausted") for e in refused), refused[:3]
+    pods = cluster.api.list_pods(cluster.namespace)
+    bound = [p for p in pods if p["spec"].get("nodeName")]
+    assert len(bound) == ADDRESSES
+    written = [p["metadata"]["annotations"]["schedext.io/ip"] for p in bound]
+    expected = {f"10.50.0.{i}" for i in range(1, ADDRESSES + 1)}
+    assert len(set(written)) == len(written)  # distinct
+    assert set(written) == expected
+    assert {p["metadata"]["annotations"]["schedext.io/ip-pool"] for p in bound} == {"tight"}
+
+    def pool_status() -> dict[str, Any]:
+        return cluster.api.apply_raw("GET", f"{POOLS_PATH}/tight").get("status") or {}
+
+    eventually(
+        lambda: pool_status() == {"allocated": ADDRESSES, "free": 0},
+        message="the pool's status does not count the bound pods",
+    )
+    assert cluster.metric("schedext_ip_pool_free", pool="tight") == 0
+
+
 def test_a_pod_needing_gpus_and_a_rack_address_goes_only_where_both_fit(cluster: Cluster) -> None:
     racks(cluster, gpus={"a2": 4, "b1": 4})  # a1 has the address but no GPU; b1 GPUs but no address
     cluster.ip_pod("trainer", pool="rack-a", gpus=2)
@@ -140,3 +219,84 @@ def test_a_pod_needing_gpus_and_a_rack_address_goes_only_where_both_fit(cluster:
     annotations = cluster.get_pod("trainer")["metadata"]["annotations"]
     assert annotations["schedext.io/ip-pool"] == "rack-a"
     assert annotations["schedext.io/gpu-ids"] == "0,1"
+
+
+# ------------------------------------------------------------------ validation
+
+POOLS_PATH = "/apis/schedext.io/v1alpha1/ippools"
+CLAIMS_PATH = "/apis/schedext.io/v1alpha1/ipclaims"
+
+
+def pool_object(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "schedext.io/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
+def claim_object(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "schedext.io/v1alpha1", "kind": "IPClaim",
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
+OWNER = "sts/db/web/0"
+ADDRESS = {"pool": "p", "address": "10.20.1.15"}
+INVALID = [
+    pytest.param(pool_object("p", cidr="10.20.1.0/33"), "spec.cidr must be a CIDR", id="bad-cidr"),
+    pytest.param(pool_object("p", cidr="10.0.0.0/8"),
+                 "spec.cidr may hold at most 1048576 addresses", id="cidr-too-large"),
+    pytest.param(pool_object("p", ranges=[{"start": "10.20.1.100", "end": "10.20.1.20"}]),
+                 "end must not come before start", id="range-end-before-start"),
+    pytest.param(pool_object("p", ranges=[{"start": "10.20.1.10", "end": "fd00::1"}]),
+                 "start and end must be IP addresses of one family", id="range-of-two-families"),
+    pytest.param(pool_object("p", nodeSelector={"rack": "a"}),
+                 "an IPPool needs spec.cidr or spec.ranges", id="no-addresses"),
+    pytest.param(pool_object("p", cidr="10.20.1.0/24", gateway="10.20.1"),
+                 "spec.gateway must be an IP address", id="bad-gateway"),
+    pytest.param(pool_object("p", cidr="10.20.1.0/24", exclude=["nope"]),
+                 "each exclude must be an address or a CIDR", id="bad-exclude"),
+    pytest.param(claim_object("p.10-20-1-15", **ADDRESS, owner=OWNER, releasePolicy="forever"),
+                 'spec.releasePolicy: Unsupported value: "forever"', id="unknown-release-policy"),
+    pytest.param(claim_object("p.10-20-1-300", pool="p", address="10.20.1.300", owner=OWNER),
+                 "spec.address must be an IP address", id="bad-address"),
+    pytest.param(claim_object("p.fd00--1", pool="p", address="FD00:0::1", owner=OWNER),
+                 "spec.address must be in canonical form", id="address-not-canonical"),
+    pytest.param(claim_object("p.10-20-1-15", **ADDRESS, owner="deploy/db/web"),
+                 "spec.owner: Invalid value", id="owner-not-a-statefulset-identity"),
+    pytest.param(claim_object("p.10-20-1-15", **ADDRESS),
+                 "spec.owner: Required value", id="no-owner"),
+    pytest.param(claim_object("another-name", **ADDRESS, owner=OWNER),
+                 "an IPClaim is named <pool>.<address with dashes>", id="name-not-the-address"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("obj", "message"), INVALID)
+def test_the_api_server_refuses_an_invalid_pool_or_claim(
+    control_plane: ControlPlane, obj: dict[str, Any], message: str
+) -> None:
+    path = POOLS_PATH if obj["kind"] == "IPPool" else CLAIMS_PATH
+    with pytest.raises(ApiError) as refused:  # (one accepted by mistake goes at the next reset)
+        control_plane.api.apply_raw("POST", path, obj)
+    assert refused.value.status == 422, refused.value
+    assert message in refused.value.json()["message"]
+
+
+def test_the_api_server_accepts_valid_pools_and_claims(control_plane: ControlPlane) -> None:
+    objects = [
+        (POOLS_PATH, pool_object("ok-v4", cidr="10.64.0.0/12", gateway="10.64.0.1",
+                                 exclude=["10.64.0.2", "10.64.0.8/29"],
+                                 ranges=[{"start": "10.70.0.9", "end": "10.70.1.0"}])),
+        (POOLS_PATH, pool_object("ok-v6", cidr="fd00::/108",
+                                 ranges=[{"start": "fd01::1", "end": "fd01::9"}])),
+        (CLAIMS_PATH, claim_object("ok-v4.10-64-0-15", pool="ok-v4", address="10.64.0.15",
+                                   owner=OWNER, releasePolicy="never-release")),
+        (CLAIMS_PATH, claim_object("ok-v6.fd00--f", pool="ok-v6", address="fd00::f",
+                                   owner=OWNER)),
+    ]  # fmt: skip
+    try:
+        for path, obj in objects:
+            control_plane.api.apply_raw("POST", path, obj)
+        claim = control_plane.api.apply_raw("GET", f"{CLAIMS_PATH}/ok-v6.fd00--f")
+        assert claim["spec"]["releasePolicy"] == "sticky"  # the default
+    finally:
+        for path, obj in objects:
+            with contextlib.suppress(ApiError):
+                control_plane.api.apply_raw("DELETE", f"{path}/{obj['metadata']['name']}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from extender.errors import BindRefusedError
 from extender.ipam import AddressBook, IPClaimSpec, IPUse, claim_name, ip_claim_spec, ip_pool_spec
 from extender.model import ClaimPolicy, Reason
+from extender.policy import PolicyConfig
 from extender.requests import PodRequestError, pod_request, statefulset_identity
 from extender.scheduler import Scheduler
 from tests.builders import bound_ip_pod, ip_pod, make_ip_pool, make_node, name_of, uid_of
@@ -119,6 +121,59 @@ def test_lowest_free_skips_addresses_held_by_pods_and_claims() -> None:
     book.release("u1")
     assert book.lowest_free(pool) == addr("10.0.0.1")
     assert book.free_count(pool) == 5
+
+
+def test_a_relist_without_a_claim_gives_its_address_back() -> None:
+    book = AddressBook()
+    pool = ip_pool_spec(make_ip_pool("p", cidr="10.0.0.0/29"))
+    assert pool is not None
+    book.upsert_pool(pool)
+    book.upsert_claim(IPClaimSpec(name="c", pool="p", address="10.0.0.1", owner="sts/ns/web/0"))
+    assert book.free_count(pool) == 5
+    book.replace_claims([])
+    assert book.free_count(pool) == 6
+    assert book.lowest_free(pool) == addr("10.0.0.1")
+
+
+def test_free_counts_follow_every_change_of_pods_claims_and_pools() -> None:
+    """The incremental free counts equal a recount from scratch after each of many random
+    changes: holds and releases, claims added, removed and relisted, pools reshaped."""
+    rng = random.Random(11)
+    book = AddressBook()
+    shapes = ["10.0.0.0/28", "10.0.0.0/29", "10.0.0.8/29"]
+    owners = [f"sts/ns/web/{i}" for i in range(4)]
+
+    def pool_named(name: str, cidr: str) -> Any:
+        spec = ip_pool_spec(make_ip_pool(name, cidr=cidr))
+        assert spec is not None
+        return spec
+
+    def claim(i: int) -> IPClaimSpec:
+        address = f"10.0.0.{rng.randrange(1, 15)}"
+        return IPClaimSpec(name=f"c{i}", pool=rng.choice(["p", "q"]), address=address,
+                           owner=owners[i])  # fmt: skip
+
+    for step in range(2000):
+        action = rng.randrange(7)
+        if action == 0:
+            book.upsert_pool(pool_named(rng.choice(["p", "q"]), rng.choice(shapes)))
+        elif action == 1:
+            book.remove_pool(rng.choice(["p", "q"]))
+        elif action == 2:
+            address = addr(f"10.0.0.{rng.randrange(1, 15)}")
+            pool = rng.choice(["p", "q", ""])
+            book.hold(IPUse(address=address, pool=pool, uid=f"u{rng.randrange(8)}", pod="ns/x"))
+        elif action == 3:
+            book.release(f"u{rng.randrange(8)}")
+        elif action == 4:
+            book.upsert_claim(claim(rng.randrange(4)))
+        elif action == 5:
+            book.remove_claim(f"c{rng.randrange(4)}")
+        else:
+            book.replace_claims([claim(i) for i in range(4) if rng.random() < 0.5])
+        for pool in book.pools():
+            recount = pool.size - book._count_taken(pool)
+            assert book.free_count(pool) == recount, step
 
 
 def test_claims_are_named_after_their_address_so_the_api_server_keeps_them_unique() -> None:
@@ -280,6 +335,59 @@ def test_any_of_several_pools_prefers_the_one_with_more_free_addresses() -> None
     assert all(v == ("fits", False) for v in verdict_of(scheduler, pod).values())
     scores = dict(zip(["a2", "b1"], scheduler.prioritize(pod, ["a2", "b1"]).tolist(), strict=True))
     assert scores["b1"] > scores["a2"]
+
+
+def test_with_several_pools_only_the_pools_selecting_a_node_count_there() -> None:
+    scheduler = scheduler_with(
+        [
+            bound_ip_pod(f"h{i}", node="b1", ip=f"10.20.2.{i + 1}", pool="rack-b", priority=5)
+            for i in range(6)
+        ]
+    )
+    outcome = verdict_of(scheduler, ip_pod("p", pool="rack-a,rack-b", priority=50))
+    assert outcome["a1"] == outcome["a2"] == ("fits", False)
+    # rack-a has free addresses but does not select b1; the reason names only rack-b
+    assert outcome["b1"] == ("schedext: IP pool rack-b exhausted", False)
+
+
+@pytest.mark.parametrize(
+    ("ip_weight", "expected"),
+    [
+        (0, {"a1": 10, "b1": 10, "c1": 10}),  # addresses play no part
+        (3, {"a1": 9, "b1": 10, "c1": 8}),  # the default
+        (10, {"a1": 8, "b1": 10, "c1": 5}),
+        (30, {"a1": 6, "b1": 10, "c1": 2}),
+    ],
+)
+def test_ip_weight_is_the_share_of_the_score_given_to_the_pools_free_share(
+    ip_weight: int, expected: dict[str, int]
+) -> None:
+    """A pod without GPUs scores a GPU-less node allocation_weight + topology_weight (10);
+    ip_weight adds ip_weight x (free share of the best pool selecting the node), and the sum
+    is scaled to 0..10: round(10 x (10 + ip_weight x share) / (10 + ip_weight)).
+    a1: rack-a half free (share 0.5); b1: rack-b all free (1); c1: no pool (0)."""
+    scheduler = Scheduler(PolicyConfig(ip_weight=ip_weight))
+    for pool in (POOL_A, POOL_B):
+        scheduler.upsert_ip_pool(pool)
+    for name, rack in (("a1", "a"), ("b1", "b"), ("c1", "c")):
+        scheduler.upsert_node(make_node(name, labels={"topology.kubernetes.io/rack": rack}))
+    for i in range(3):
+        scheduler.upsert_pod(bound_ip_pod(f"h{i}", node="a1", ip=f"10.20.1.{i + 1}", pool="rack-a"))
+    pod = ip_pod("p", pool="rack-a,rack-b")
+    scores = scheduler.prioritize(pod, ["a1", "b1", "c1"]).tolist()
+    assert dict(zip(["a1", "b1", "c1"], scores, strict=True)) == expected
+
+
+def test_an_address_held_without_a_pool_annotation_counts_against_its_pool() -> None:
+    book = AddressBook()
+    pool = ip_pool_spec(make_ip_pool("p", cidr="10.0.0.0/29"))
+    assert pool is not None
+    book.upsert_pool(pool)
+    book.hold(IPUse(address=addr("10.0.0.3"), pool="", uid="u1", pod="ns/a", node="n"))
+    assert book.free_count(pool) == 5
+    assert [u.pod for u in book.uses_in(pool)] == ["ns/a"]
+    book.release("u1")
+    assert book.free_count(pool) == 6
 
 
 def test_a_sticky_pod_gets_a_claim_and_its_successor_the_same_address() -> None:

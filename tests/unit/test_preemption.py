@@ -16,6 +16,7 @@ from tests.builders import (
     bound_ip_pod,
     gang_pod,
     ip_pod,
+    make_ip_claim,
     make_ip_pool,
     make_node,
     make_pod,
@@ -35,25 +36,37 @@ def held(
     )
 
 
-def preempt(
+def scheduler_for(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
-    preemptor: dict[str, Any],
-    proposed: dict[str, list[str]],
     *,
     gang_victims: GangVictims = GangVictims.PROTECT,
     groups: list[dict[str, Any]] = (),  # type: ignore[assignment]
     pools: list[dict[str, Any]] = (),  # type: ignore[assignment]
-) -> dict[str, list[str]]:
+    claims: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> Scheduler:
     scheduler = Scheduler(gang_victims=gang_victims)
     for group in groups:
         scheduler.upsert_pod_group(group)
     for pool in pools:
         scheduler.upsert_ip_pool(pool)
+    for claim in claims:
+        scheduler.upsert_ip_claim(claim)
     for node in nodes:
         scheduler.upsert_node(node)
     for pod in pods:
         scheduler.upsert_pod(pod)
+    return scheduler
+
+
+def preempt(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    preemptor: dict[str, Any],
+    proposed: dict[str, list[str]],
+    **kwargs: Any,
+) -> dict[str, list[str]]:
+    scheduler = scheduler_for(nodes, pods, **kwargs)
     chosen = scheduler.preempt(
         preemptor, {n: [Victim(u) for u in uids] for n, uids in proposed.items()}
     )
@@ -177,6 +190,87 @@ CASES = [
         {"g": ["filler"]},
         {"g": ["filler"]},
     ),
+    # kube-scheduler's list when schedext's own needs are already met (the pod fits without
+    # evicting anything schedext tracks): it stands for kube-scheduler's own reasons, so it is
+    # kept whole when every pod in it may be a victim, and the node is dropped otherwise.
+    Case(
+        "an already-fitting pod keeps kube-scheduler's list, highest priority first",
+        [make_node("g", gpus=4)],
+        [
+            make_pod("low", uid="low", node="g", priority=1),
+            make_pod("mid", uid="mid", node="g", priority=50),
+        ],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["low", "mid"]},
+        {"g": ["mid", "low"]},
+    ),
+    Case(
+        "an already-fitting pod never gets a protected gang member",
+        [make_node("g", gpus=4)],
+        [gang_pod("m0", "team", gpus=1, uid="m0", node="g", gpu_ids=[0], priority=LOW)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["m0"]},
+        {},
+    ),
+    Case(
+        "an already-fitting pod never gets a proposed pod of higher priority",
+        [make_node("g", gpus=4)],
+        [
+            make_pod("filler", uid="filler", node="g", priority=LOW),
+            make_pod("boss", uid="boss", node="g", priority=HIGH + 1),
+        ],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["filler", "boss"]},
+        {},
+    ),
+    Case(
+        "an already-fitting pod never gets a proposed pod of equal priority",
+        [make_node("g", gpus=4)],
+        [make_pod("peer", uid="peer", node="g", priority=HIGH)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["peer"]},
+        {},
+    ),
+    Case(
+        "an already-fitting pod never gets a pod schedext cannot check",
+        [make_node("g", gpus=4)],
+        [make_pod("filler", uid="filler", node="g", priority=LOW)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["filler", "ghost"]},
+        {},
+    ),
+    Case(
+        "an already-fitting pod with preemptionPolicy Never preempts nothing",
+        [make_node("g", gpus=4)],
+        [make_pod("filler", uid="filler", node="g", priority=LOW)],
+        make_pod("p", gpus=1, priority=HIGH, preemption_policy="Never"),
+        {"g": ["filler"]},
+        {},
+    ),
+    Case(
+        "whole-group: an already-fitting pod takes the proposed member's gang whole",
+        [make_node("g", gpus=4)],
+        [
+            gang_pod("m0", "team", gpus=1, uid="m0", node="g", gpu_ids=[0], priority=1),
+            gang_pod("m1", "team", gpus=1, uid="m1", node="g", gpu_ids=[1], priority=2),
+        ],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["m0"]},
+        {"g": ["m1", "m0"]},
+        {"gang_victims": GangVictims.WHOLE_GROUP},
+    ),
+    Case(
+        "whole-group: a gang with a member of higher priority on the node is never split",
+        [make_node("g", gpus=2)],
+        [
+            gang_pod("m0", "team", gpus=1, uid="m0", node="g", gpu_ids=[0], priority=LOW),
+            gang_pod("m1", "team", gpus=1, uid="m1", node="g", gpu_ids=[1], priority=HIGH),
+        ],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["m0"]},
+        {},
+        {"gang_victims": GangVictims.WHOLE_GROUP},
+    ),
     Case(
         "a node with an empty proposal is never returned",
         [make_node("g", gpus=1)],
@@ -217,6 +311,126 @@ def test_the_holder_of_an_address_is_evicted_only_when_the_preemptor_needs_that_
     }
     lower = ip_pod("r", ip="10.20.1.15", cpu="2", priority=LOW)
     assert preempt([RACK_A], [holder, filler], lower, {"a1": ["filler"]}, pools=[POOL]) == {}
+
+
+RACK_B = make_node("b1", cpu="4", labels={"topology.kubernetes.io/rack": "b"})
+POOL_B = make_ip_pool("rack-b", ranges=[("10.20.2.15", "10.20.2.15")], rack="b")
+
+
+def sticky(
+    ordinal: int, ip: str, *, node: str = "a1", pool: str = "rack-a"
+) -> list[dict[str, Any]]:
+    """A StatefulSet pod holding ``ip`` under the IPClaim of its identity (pod, claim)."""
+    uid = f"web-{ordinal}"
+    pod = ip_pod(uid, uid=uid, ip=ip, pool=pool, policy="sticky", statefulset="web", node=node,
+                 priority=LOW, cpu="1")  # fmt: skip
+    return [pod, make_ip_claim(pool, ip, f"sts/default/web/{ordinal}", holder_uid=uid)]
+
+
+def plain(name: str, ip: str, *, node: str = "a1", pool: str = "rack-a") -> list[dict[str, Any]]:
+    return [bound_ip_pod(name, uid=name, node=node, ip=ip, pool=pool, priority=LOW, cpu="1")]
+
+
+def filler(node: str = "a1") -> list[dict[str, Any]]:
+    return [make_pod("filler", uid="filler", node=node, cpu="2", priority=LOW)]
+
+
+@dataclass
+class AddressCase:
+    name: str
+    objects: list[dict[str, Any]]  # pods and IPClaims
+    preemptor: dict[str, Any]
+    proposed: dict[str, list[str]]
+    # The filter verdict on the proposed node: its reason, and whether it is unresolvable.
+    verdict: tuple[str, bool]
+    expected: dict[str, list[str]]
+
+
+KEPT = "schedext: address 10.20.1.15 of pool rack-a held by default/web-0, kept by the claim of "
+KEPT += "sts/default/web/0: preemption cannot free it"
+
+ADDRESS_CASES = [
+    AddressCase(
+        "exhausted pool whose addresses are all kept by claims: no victim frees one",
+        [*sticky(0, "10.20.1.15"), *sticky(1, "10.20.1.16")],
+        ip_pod("p", pool="rack-a", priority=HIGH),
+        {"a1": ["web-0"]},
+        ("schedext: IP pool rack-a exhausted", True),
+        {},
+    ),
+    AddressCase(
+        "exhausted pool: the holder without a claim is the victim, never the sticky one",
+        [*sticky(0, "10.20.1.15"), *plain("plain", "10.20.1.16")],
+        ip_pod("p", pool="rack-a", priority=HIGH),
+        {"a1": ["web-0"]},
+        ("schedext: IP pool rack-a exhausted", False),
+        {"a1": ["plain"]},
+    ),
+    AddressCase(
+        "an address kept by a claim: its holder is never evicted for it",
+        [*sticky(0, "10.20.1.15"), *filler()],
+        ip_pod("p", ip="10.20.1.15", cpu="2", priority=HIGH),
+        {"a1": ["filler"]},
+        (KEPT, True),
+        {},
+    ),
+    AddressCase(
+        "an address held without a claim: its lower-priority holder is the victim",
+        [*plain("plain", "10.20.1.15"), *filler()],
+        ip_pod("p", ip="10.20.1.15", cpu="2", priority=HIGH),
+        {"a1": ["filler"]},
+        ("schedext: address 10.20.1.15 of pool rack-a held by default/plain", False),
+        {"a1": ["plain"]},
+    ),
+    AddressCase(
+        "an address held without a claim, by a pod of equal priority: no victim",
+        [*plain("plain", "10.20.1.15"), *filler()],
+        ip_pod("p", ip="10.20.1.15", cpu="2", priority=LOW),
+        {"a1": ["filler"]},
+        ("schedext: address 10.20.1.15 of pool rack-a held by default/plain", True),
+        {},
+    ),
+    AddressCase(
+        "the claim of the pod's own identity does not keep its address from it",
+        [
+            *plain("squatter", "10.20.1.15"),
+            make_ip_claim("rack-a", "10.20.1.15", "sts/default/web/0"),
+        ],
+        ip_pod("web-0", policy="sticky", pool="rack-a", statefulset="web", priority=HIGH),
+        {"a1": ["squatter"]},
+        ("schedext: address 10.20.1.15 of pool rack-a held by default/squatter", False),
+        {"a1": ["squatter"]},
+    ),
+    AddressCase(
+        "several pools: only a pool selecting the node can give the address there",
+        [*plain("hb", "10.20.2.15", node="b1", pool="rack-b"), *filler("b1")],
+        ip_pod("p", pool="rack-a,rack-b", cpu="2", priority=HIGH),
+        {"b1": ["filler"]},
+        ("schedext: IP pool rack-b exhausted", False),
+        {"b1": ["hb"]},
+    ),
+    AddressCase(
+        "several pools: the node's only pool is exhausted and kept by a claim",
+        [*sticky(0, "10.20.2.15", node="b1", pool="rack-b"), *filler("b1")],
+        ip_pod("p", pool="rack-a,rack-b", cpu="2", priority=HIGH),
+        {"b1": ["filler"]},
+        ("schedext: IP pool rack-b exhausted", True),
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", ADDRESS_CASES, ids=[c.name for c in ADDRESS_CASES])
+def test_address_victims(case: AddressCase) -> None:
+    pods = [o for o in case.objects if o.get("kind") != "IPClaim"]
+    claims = [o for o in case.objects if o.get("kind") == "IPClaim"]
+    world = {"pools": [POOL, POOL_B], "claims": claims}
+    scheduler = scheduler_for([RACK_A, RACK_B], pods, **world)
+    (node,) = case.proposed
+    verdict = scheduler.filter(case.preemptor, [node])
+    assert (verdict.failed.get(node), node in verdict.unresolvable) == case.verdict
+    victims = preempt([RACK_A, RACK_B], pods, case.preemptor, case.proposed, **world)
+    assert victims == case.expected
 
 
 def test_an_exhausted_pool_needs_one_of_its_holders_on_the_node_evicted() -> None:
