@@ -24,7 +24,9 @@ returned as :class:`GangEvent` values (wake or fail the waiting binds).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -38,6 +40,7 @@ from extender.model import PodRequest, Reason
 from extender.policy import PolicyConfig
 
 __all__ = [
+    "FitCache",
     "GangBook",
     "GangEvent",
     "GangEventKind",
@@ -237,38 +240,244 @@ class GangBook:
         return [group for group, waiting in self._waiting.items() if waiting.deadline <= now]
 
 
+# The exact search gives up after this many search steps (a step: one member tried against
+# the distinct free capacities left). With the pruning and memoisation below, real groups
+# finish in a few dozen steps; the budget only bounds pathological inputs, at about 20 ms.
+SEARCH_BUDGET = 2_000
+# Groups with more members than this, or whose members fall into more than this many
+# eligibility classes (distinct sets of usable nodes), skip the exact search.
+EXACT_MAX_MEMBERS = 256
+EXACT_MAX_SHAPES = 60
+
+
+class FitCache:
+    """Answers of :func:`fits_all` and the per-request node masks they are built from, valid
+    for one inventory state: a filter runs the same whole-group check for every member of a
+    group, and preemption once per candidate node. Any change of the inventory (its version,
+    or its address book's) empties it."""
+
+    def __init__(self, max_answers: int = 4096) -> None:
+        self._max_answers = max_answers
+        self._stamp: tuple[object, ...] = ()
+        self.masks: dict[object, npt.NDArray[np.bool_]] = {}
+        self.answers: dict[object, bool] = {}
+
+    def sync(self, inventory: Inventory, config: PolicyConfig) -> None:
+        stamp = (id(inventory), inventory.version, inventory.addresses.version, config)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            self.masks.clear()
+            self.answers.clear()
+        elif len(self.answers) >= self._max_answers:
+            self.answers.clear()
+
+
 def fits_all(
     inventory: Inventory,
     requests: Iterable[PodRequest],
     config: PolicyConfig,
     *,
     free_delta: Mapping[int, int] | None = None,
+    cache: FitCache | None = None,
+    budget: int = SEARCH_BUDGET,
 ) -> bool:
     """Whether every request can get its GPUs at the same time, somewhere in the cluster.
 
-    Largest request first, each onto the node with the fewest free GPUs that still holds it
-    (best fit), honouring each request's model, memory and CPU-class constraints.
-    ``free_delta`` adds GPUs per node id (what releasing other reservations would free).
+    Each request needs ``gpus`` free GPUs on one node that satisfies its model, memory and
+    CPU-class (and address) constraints; ``free_delta`` adds GPUs per node id (what releasing
+    other reservations would free). Requests without GPUs need nothing here.
+
+    An exact search (see :func:`_exact_fit`) decides, within ``budget`` steps; a search that
+    runs out of steps falls back to best-fit decreasing, so the answer is never worse than
+    that greedy's. A True answer always comes with a placement that was found.
     """
+    wanted = [r for r in requests if r.gpus > 0]
+    if not wanted:
+        return True
+    if cache is not None:
+        cache.sync(inventory, config)
+        answer_key = (
+            frozenset(Counter((_shape(r), r.gpus) for r in wanted).items()),
+            frozenset((free_delta or {}).items()),
+            budget,
+        )
+        cached = cache.answers.get(answer_key)
+        if cached is not None:
+            return cached
     free = inventory.arrays.gpu_free.copy()
     for node_id, delta in (free_delta or {}).items():
         free[node_id] += delta
-    all_ids = np.arange(len(free), dtype=np.int32)
-    static_ok: dict[tuple[object, ...], npt.NDArray[np.bool_]] = {}
-    for request in sorted(requests, key=lambda r: -r.gpus):
-        if request.gpus == 0:
-            continue
-        shape = (request.gpus, request.gpu_model, request.gpu_memory_mib, request.workload)
-        if shape not in static_ok:
-            codes = policy.node_reasons(inventory, request, all_ids, config)
-            # Everything but "not free right now": free GPUs are simulated here instead.
-            static_ok[shape] = np.isin(codes, _DYNAMIC)
-        eligible = np.flatnonzero(static_ok[shape] & (free >= request.gpus))
+    free = np.minimum(free, inventory.arrays.gpu_total)
+    # One eligibility mask per distinct set of usable nodes ("class" of members).
+    masks: list[npt.NDArray[np.bool_]] = []
+    class_of_shape: dict[object, int] = {}
+    class_of_mask: dict[bytes, int] = {}
+    classes: list[int] = []
+    for request in wanted:
+        shape = _shape(request)
+        index = class_of_shape.get(shape)
+        if index is None:
+            mask = _eligible(inventory, request, config, cache)
+            index = class_of_shape[shape] = class_of_mask.setdefault(mask.tobytes(), len(masks))
+            if index == len(masks):
+                masks.append(mask)
+        classes.append(index)
+    order = sorted(range(len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))
+    sizes = [wanted[i].gpus for i in order]
+    kinds = [classes[i] for i in order]
+    verdict: bool | None = None
+    if len(sizes) <= EXACT_MAX_MEMBERS and len(masks) <= EXACT_MAX_SHAPES:
+        verdict = _exact_fit(free, masks, sizes, kinds, budget)
+    if verdict is None:
+        verdict = _greedy_fit(free, masks, sizes, kinds)
+    if cache is not None:
+        cache.answers[answer_key] = verdict
+    return verdict
+
+
+def _shape(request: PodRequest) -> object:
+    """What decides which nodes a request may use, apart from its GPU count (a node with
+    enough free GPUs has enough GPUs). Address requests depend on the pod itself (who holds
+    its address), so each is its own shape."""
+    if request.ip is not None:
+        return request
+    return (request.gpu_model, request.gpu_memory_mib, request.workload, request.cpu_milli)
+
+
+def _eligible(
+    inventory: Inventory, request: PodRequest, config: PolicyConfig, cache: FitCache | None
+) -> npt.NDArray[np.bool_]:
+    """Per node id, whether the request could use the node if it had the GPUs free: every
+    reason but "not free right now" (free GPUs are simulated instead)."""
+    key = _shape(request)
+    if cache is not None and (mask := cache.masks.get(key)) is not None:
+        return mask
+    all_ids = np.arange(len(inventory.arrays.alive), dtype=np.int32)
+    one_gpu = dataclasses.replace(request, gpus=1)  # the count is checked against free GPUs
+    mask = _DYNAMIC[policy.node_reasons(inventory, one_gpu, all_ids, config)]
+    mask.flags.writeable = False
+    if cache is not None:
+        cache.masks[key] = mask
+    return mask
+
+
+class _OutOfBudgetError(Exception):
+    pass
+
+
+# Per class of nodes, the distinct free capacities left and how many nodes have each:
+# ((capacity, count), ...) by ascending capacity.
+_Bins = tuple[tuple[int, int], ...]
+
+
+def _exact_fit(
+    free: npt.NDArray[np.int64],
+    masks: Sequence[npt.NDArray[np.bool_]],
+    sizes: Sequence[int],
+    kinds: Sequence[int],
+    budget: int,
+) -> bool | None:
+    """Bin packing with eligibility, decided exactly; None when ``budget`` steps ran out.
+
+    ``sizes`` (descending) and ``kinds`` give each member's GPUs and eligibility class. Nodes
+    that are eligible for the same classes are interchangeable but for their free GPUs, so the
+    state is, per such node class, the multiset of free capacities left, kept as (capacity,
+    count) pairs. Capacities are capped at the group's total demand, capacities smaller than
+    the smallest member are dropped, and counts are capped at the number of members left
+    (no more nodes than that can be used): many clusters reduce to a few dozen pairs. The
+    search places members largest first, trying each distinct (node class, capacity) once,
+    tightest first (so its first descent is best-fit decreasing), prunes states whose
+    capacity cannot cover the demand left (in total and per member class), and remembers
+    states that failed.
+    """
+    count = len(sizes)
+    total, smallest = sum(sizes), sizes[-1]
+    signature = np.zeros(len(free), dtype=np.int64)
+    for index, mask in enumerate(masks):
+        signature |= mask.astype(np.int64) << index
+    usable = (signature != 0) & (free >= smallest)
+    node_sigs, inverse = np.unique(signature[usable], return_inverse=True)
+    capacity = np.minimum(free[usable], total)
+    keys, counts = np.unique(inverse * (total + 1) + capacity, return_counts=True)
+    per_class: list[list[tuple[int, int]]] = [[] for _ in node_sigs]
+    for key, n in zip(keys.tolist(), counts.tolist(), strict=True):
+        per_class[key // (total + 1)].append((key % (total + 1), min(n, count)))
+    start: tuple[_Bins, ...] = tuple(tuple(bins) for bins in per_class)
+    sigs = [int(s) for s in node_sigs.tolist()]
+    # The node classes each member class may use, and the demand left per member class.
+    usable_by = [[c for c, sig in enumerate(sigs) if sig >> kind & 1] for kind in range(len(masks))]
+    demand_left = [[0] * len(masks) for _ in range(count + 1)]
+    for i in range(count - 1, -1, -1):
+        demand_left[i] = list(demand_left[i + 1])
+        demand_left[i][kinds[i]] += sizes[i]
+    failed: set[tuple[int, tuple[_Bins, ...]]] = set()
+    steps = 0
+
+    def search(i: int, state: tuple[_Bins, ...], room: tuple[int, ...]) -> bool:
+        """Place members i.. into ``state``; ``room`` is each node class's capacity."""
+        nonlocal steps
+        if i == count:
+            return True
+        if (i, state) in failed:
+            return False
+        steps += 1
+        if steps > budget:
+            raise _OutOfBudgetError
+        left = demand_left[i]
+        if sum(left) > sum(room) or any(
+            need > sum(room[c] for c in usable_by[kind]) for kind, need in enumerate(left) if need
+        ):
+            failed.add((i, state))
+            return False
+        size, members_after = sizes[i], count - i - 1
+        options = sorted(
+            (c, node_class) for node_class in usable_by[kinds[i]] for c, _ in state[node_class]
+            if c >= size
+        )  # fmt: skip
+        for c, node_class in options:
+            bins = _take(state[node_class], c, size, smallest, members_after)
+            after = (*state[:node_class], bins, *state[node_class + 1 :])
+            rooms = (*room[:node_class], sum(c * n for c, n in bins), *room[node_class + 1 :])
+            if search(i + 1, after, rooms):
+                return True
+        failed.add((i, state))
+        return False
+
+    try:
+        return search(0, start, tuple(sum(c * n for c, n in bins) for bins in start))
+    except _OutOfBudgetError:
+        return None
+
+
+def _take(bins: _Bins, capacity: int, size: int, smallest: int, members_after: int) -> _Bins:
+    """``bins`` after one node of ``capacity`` gave ``size`` GPUs, with counts capped at the
+    members left (only this class is re-capped: the others stay valid, merely less merged)."""
+    changed = dict(bins)
+    changed[capacity] -= 1
+    rest = capacity - size
+    if rest >= smallest:
+        changed[rest] = changed.get(rest, 0) + 1
+    return tuple(sorted((c, min(n, members_after)) for c, n in changed.items() if n))
+
+
+def _greedy_fit(
+    free: npt.NDArray[np.int64],
+    masks: Sequence[npt.NDArray[np.bool_]],
+    sizes: Sequence[int],
+    kinds: Sequence[int],
+) -> bool:
+    """Best-fit decreasing: largest member first, onto the eligible node with the fewest free
+    GPUs that still holds it. Fast, and may miss a fit the exact search finds."""
+    free = free.copy()
+    for size, kind in zip(sizes, kinds, strict=True):
+        eligible = np.flatnonzero(masks[kind] & (free >= size))
         if len(eligible) == 0:
             return False
         best = eligible[np.argmin(free[eligible])]
-        free[best] -= request.gpus
+        free[best] -= size
     return True
 
 
-_DYNAMIC = np.array([Reason.FITS, Reason.GPU_FREE, Reason.CPU_FREE], dtype=np.int8)
+# Indexed by Reason code: the reasons a node may have now and still be usable by the group.
+_DYNAMIC = np.zeros(max(Reason) + 1, dtype=np.bool_)
+_DYNAMIC[[Reason.FITS, Reason.GPU_FREE, Reason.CPU_FREE]] = True

@@ -20,6 +20,7 @@ from extender.addressing import choose_address, ip_context
 from extender.errors import BindRefusedError
 from extender.fields import JSONObject
 from extender.gang import (
+    FitCache,
     GangBook,
     GangEvent,
     GangEventKind,
@@ -80,6 +81,8 @@ class Scheduler:
             rack_label=self.config.rack_label, zone_label=self.config.zone_label
         )
         self._gangs = GangBook(default_timeout_s=gang_timeout_s, max_wait_s=gang_max_wait_s)
+        # Whole-group fit answers for the current inventory state (every member's filter asks).
+        self._fits = FitCache()
         # StatefulSet replicas, and the identity of every existing StatefulSet pod: what the
         # release of sticky address claims is decided on.
         self._statefulsets: dict[str, int] = {}
@@ -157,7 +160,7 @@ class Scheduler:
                 the preemptor takes its own."""
                 node_id = int(self._inventory.ids([node])[0])
                 delta = {node_id: freed - request.gpus}
-                return fits_all(self._inventory, others, self.config, free_delta=delta)
+                return self._fits_all(others, free_delta=delta)
 
         return select_victims(
             self._inventory,
@@ -470,7 +473,7 @@ class Scheduler:
             message = f"schedext: waiting for {missing} more members of group {group}"
             return policy.reject_all(node_names, message, Reason.GANG_QUORUM)
         needed = self._needed(spec, include=request)
-        if needed and not fits_all(self._inventory, needed, self.config):
+        if needed and not self._fits_all(needed):
             message = f"schedext: not enough free GPUs for all of group {group}"
             return policy.reject_all(node_names, message, Reason.GANG_CAPACITY)
         return None
@@ -484,7 +487,7 @@ class Scheduler:
             self._inventory.remove_holding(holding.uid)
             raise BindRefusedError(f"pod {request.key}: pod group {group} not found")
         placed = self._placed(group)
-        if placed >= spec.min_member or fits_all(self._inventory, self._needed(spec), self.config):
+        if placed >= spec.min_member or self._fits_all(self._needed(spec)):
             self._gangs.join(group, holding.uid, now=now, placed=placed)
             return
         blockers = [g for g in self._gangs.waiting_groups() if g != group]
@@ -492,7 +495,7 @@ class Scheduler:
         older_than_all = all(b is None or spec.age_key < b.age_key for b in specs)
         if blockers and older_than_all:
             freed = self._reserved_gpus(blockers)
-            if fits_all(self._inventory, self._needed(spec), self.config, free_delta=freed):
+            if self._fits_all(self._needed(spec), free_delta=freed):
                 for blocker in blockers:
                     self._release_group(
                         blocker,
@@ -505,6 +508,13 @@ class Scheduler:
         reason = f"schedext: group {group} cannot complete now: too few free GPUs for its members"
         self._release_group(group, GangEventKind.RELEASED, reason)
         raise BindRefusedError(f"pod {request.key}: {reason}; its reservations were released")
+
+    def _fits_all(
+        self, requests: Iterable[PodRequest], free_delta: Mapping[int, int] | None = None
+    ) -> bool:
+        return fits_all(
+            self._inventory, requests, self.config, free_delta=free_delta, cache=self._fits
+        )
 
     def _release_group(self, group: str, kind: GangEventKind, reason: str) -> None:
         for uid in self._gangs.release(group, kind, reason):

@@ -3,15 +3,27 @@ competing groups, with an injected clock."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from extender.errors import BindRefusedError
-from extender.gang import GangEventKind
-from extender.model import BindPlan
+from extender.gang import FitCache, GangEventKind, _exact_fit, fits_all
+from extender.model import BindPlan, PodRequest
+from extender.policy import PolicyConfig
 from extender.scheduler import Scheduler
-from tests.builders import gang_pod, make_node, make_pod, make_pod_group, name_of, uid_of
+from tests.builders import (
+    A100,
+    H100,
+    gang_pod,
+    make_node,
+    make_pod,
+    make_pod_group,
+    name_of,
+    uid_of,
+)
 
 OLD = "2026-01-01T00:00:00Z"
 NEW = "2026-01-02T00:00:00Z"
@@ -115,6 +127,136 @@ def test_members_beyond_min_member_do_not_block_the_group() -> None:
         make_node("a", gpus=8), groups=[make_pod_group("train", min_member=2)], pods=members
     )
     assert scheduler.filter(members[0], ["a"]).passed == ["a"]
+
+
+# ------------------------------------------------------------------ whole-group fit
+
+
+def need(gpus: int, model: str | None = None, memory_mib: int | None = None) -> PodRequest:
+    return PodRequest(
+        uid=f"r{gpus}", namespace="default", name="r", gpus=gpus, gpu_model=model,
+        gpu_memory_mib=memory_mib,
+    )  # fmt: skip
+
+
+def free_gpus(*nodes: tuple[int, str]) -> Scheduler:
+    """Nodes whose GPUs are all free: (count, model) each."""
+    return cluster(
+        *(make_node(f"n{i}", gpus=n, model=m) for i, (n, m) in enumerate(nodes)), groups=[]
+    )
+
+
+FIT_CASES = [
+    # (id, free GPUs per node with their model, requests, fits)
+    ("3+2 | 2+2 on 5 and 4 free", [(5, H100), (4, H100)], [need(3), need(2), need(2), need(2)],
+     True),
+    ("3+3+3 on 5 and 4 free", [(5, H100), (4, H100)], [need(3), need(3), need(3)], False),
+    ("one node holds everything", [(8, H100)], [need(4), need(2), need(2)], True),
+    ("more than exists", [(4, H100), (2, H100)], [need(2)] * 4, False),
+    ("nothing to place", [(1, H100)], [], True),
+    ("members without GPUs need none", [(1, H100)], [need(0), need(1), need(0)], True),
+    ("a model keeps members off other nodes", [(4, H100), (4, A100)], [need(4, "H100")] * 2, False),
+    ("the larger node must go to the model-free member", [(4, H100), (6, A100)],
+     [need(4), need(2, "H100")], True),
+    ("6+4 | 5+3 with models", [(10, H100), (8, A100)],
+     [need(6, "H100"), need(5), need(4, "H100"), need(3)], True),
+    ("GPU memory excludes small GPUs", [(8, A100), (2, H100)], [need(2, memory_mib=80_000)] * 2,
+     False),
+    ("GPU memory allows large GPUs", [(2, A100), (4, H100)], [need(2, memory_mib=80_000)] * 2,
+     True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("nodes", "requests", "fits"), [c[1:] for c in FIT_CASES], ids=[c[0] for c in FIT_CASES]
+)
+def test_whole_group_fit_is_exact(
+    nodes: list[tuple[int, str]], requests: list[PodRequest], fits: bool
+) -> None:
+    scheduler = free_gpus(*nodes)
+    assert fits_all(scheduler.inventory, requests, PolicyConfig()) is fits
+
+
+def test_freed_gpus_count_toward_the_fit() -> None:
+    scheduler = free_gpus((4, H100), (4, H100))
+    busy = make_pod("busy", uid="busy", gpus=3, node="n1", gpu_ids=[0, 1, 2])
+    scheduler.upsert_pod(busy)
+    requests = [need(3), need(2), need(2), need(1)]  # 8 GPUs: 5 free, 8 once n1's are freed
+    assert not fits_all(scheduler.inventory, requests, PolicyConfig())
+    slot = int(scheduler.inventory.ids(["n1"])[0])
+    assert fits_all(scheduler.inventory, requests, PolicyConfig(), free_delta={slot: 3})
+
+
+@pytest.mark.parametrize(
+    ("requests", "fits"),
+    [([need(3), need(2), need(2), need(2)], False), ([need(4), need(4), need(1)], True)],
+    ids=["greedy misses it: rejected", "greedy finds it: accepted"],
+)
+def test_an_exhausted_search_budget_falls_back_to_greedy(
+    requests: list[PodRequest], fits: bool
+) -> None:
+    scheduler = free_gpus((5, H100), (4, H100))
+    assert fits_all(scheduler.inventory, requests, PolicyConfig(), budget=0) is fits
+
+
+def test_the_exact_search_agrees_with_brute_force_on_small_clusters() -> None:
+    rng = random.Random(20261122)
+
+    def brute(free: list[int], masks: list[list[bool]], sizes: list[int], kinds: list[int]) -> bool:
+        def place(i: int) -> bool:
+            if i == len(sizes):
+                return True
+            for node, room in enumerate(free):
+                if masks[kinds[i]][node] and room >= sizes[i]:
+                    free[node] -= sizes[i]
+                    placed = place(i + 1)
+                    free[node] += sizes[i]
+                    if placed:
+                        return True
+            return False
+
+        return place(0)
+
+    for _ in range(500):
+        free = [rng.randint(0, 8) for _ in range(rng.randint(1, 6))]
+        masks = [[rng.random() < 0.7 for _ in free] for _ in range(rng.randint(1, 3))]
+        members = sorted(
+            ((rng.randint(1, 6), rng.randrange(len(masks))) for _ in range(rng.randint(1, 7))),
+            key=lambda m: (-m[0], m[1]),
+        )
+        sizes, kinds = [m[0] for m in members], [m[1] for m in members]
+        exact = _exact_fit(
+            np.array(free, dtype=np.int64), [np.array(m) for m in masks], sizes, kinds, 10**9
+        )
+        assert exact is brute(free, masks, sizes, kinds), (free, masks, members)
+
+
+def test_cached_answers_follow_the_inventory() -> None:
+    scheduler = free_gpus((4, H100))
+    cache = FitCache()
+    requests = [need(2), need(2)]
+    assert fits_all(scheduler.inventory, requests, PolicyConfig(), cache=cache)
+    scheduler.upsert_pod(make_pod("busy", uid="busy", gpus=1, node="n0", gpu_ids=[0]))
+    assert not fits_all(scheduler.inventory, requests, PolicyConfig(), cache=cache)
+    assert fits_all(scheduler.inventory, [need(3)], PolicyConfig(), cache=cache)
+
+
+def test_filter_passes_a_group_that_fits_only_when_packed_well() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=g) for i, g in enumerate([3, 2, 2, 2])]
+    scheduler = cluster(
+        make_node("a", gpus=5),
+        make_node("b", gpus=4),
+        groups=[make_pod_group("train", min_member=4)],
+        pods=members,
+    )
+    assert scheduler.filter(members[0], ["a", "b"]).passed == ["a", "b"]
+    # The bind barrier checks the same way: placing the 3 on a and a 2 on b keeps the group.
+    bind(scheduler, members[0], "a")
+    bind(scheduler, members[1], "b")
+    assert kinds(scheduler) == []
+    bind(scheduler, members[2], "b")
+    bind(scheduler, members[3], "a")
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
 
 
 # --------------------------------------------------------------------------- barrier
