@@ -242,8 +242,8 @@ class GangBook:
 
 # The exact search gives up after this many search steps (a step: one member tried against
 # the distinct free capacities left). With the pruning and memoisation below, real groups
-# finish in a few dozen steps; the budget only bounds pathological inputs, at about 20 ms.
-SEARCH_BUDGET = 2_000
+# finish in a few dozen steps; the budget only bounds pathological inputs, at 10-20 ms.
+SEARCH_BUDGET = 1_000
 # Groups with more members than this, or whose members fall into more than this many
 # eligibility classes (distinct sets of usable nodes), skip the exact search.
 EXACT_MAX_MEMBERS = 256
