@@ -271,15 +271,24 @@ class Scheduler:
     def expire(self, now: float) -> list[Holding]:
         """Drop stale reservations and end the waits of gangs past their timeout."""
         for group in self._gangs.overdue(now):
-            spec = self._gangs.spec(group)
-            timeout = self._gangs.timeout_for(spec) if spec else 0
-            minimum = spec.min_member if spec else "?"
-            self._release_group(
-                group,
-                GangEventKind.TIMED_OUT,
-                f"schedext: group {group} did not reach minMember {minimum} within {timeout:g}s",
-            )
+            self.time_out_group(group)
         return self._inventory.expire(now)
+
+    def time_out_group(self, group: str) -> None:
+        """End the group's wait at the bind barrier: its time is up. Every reservation of the
+        group is released and its waiting binds fail (a TIMED_OUT event). The shell calls this
+        when a waiting bind's own timer fires, even if ``now`` has not yet reached the
+        deadline by the core's clock; nothing happens for a group that is not waiting."""
+        if self._gangs.deadline(group) is None:
+            return
+        spec = self._gangs.spec(group)
+        timeout = self._gangs.timeout_for(spec) if spec else 0
+        minimum = spec.min_member if spec else "?"
+        self._release_group(
+            group,
+            GangEventKind.TIMED_OUT,
+            f"schedext: group {group} did not reach minMember {minimum} within {timeout:g}s",
+        )
 
     # ---------------------------------------------------------------- explain
 

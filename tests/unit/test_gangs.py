@@ -3,12 +3,16 @@ competing groups, with an injected clock."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
 import numpy as np
 import pytest
 
+from app.events import PodEvent
+from app.gangs import GangWaiters
+from app.metrics import Metrics
 from extender.errors import BindRefusedError
 from extender.gang import FitCache, GangEventKind, _exact_fit, fits_all
 from extender.model import BindPlan, PodRequest
@@ -327,6 +331,52 @@ def test_a_member_deleted_while_waiting_no_longer_counts() -> None:
     assert kinds(scheduler) == []  # still waiting: the deleted member no longer counts
     bind(scheduler, members[2], "a")
     assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.events: list[PodEvent] = []
+
+    def record(self, event: PodEvent) -> None:
+        self.events.append(event)
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+def test_a_waiting_bind_whose_timer_fires_first_still_releases_the_whole_group() -> None:
+    """The wait's timer runs on the event loop, the core's deadline on the injected clock: when
+    the timer fires before the core agrees the group is overdue, the group is released anyway
+    (not left holding GPUs until the reservation TTL)."""
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    scheduler = cluster(
+        make_node("a", gpus=8),
+        groups=[make_pod_group("train", min_member=3)],
+        pods=members,
+        gang_max_wait_s=0.05,
+    )
+    frozen = 100.0  # the injected clock never reaches the deadline (100.05)
+    plans = [bind(scheduler, pod, "a", now=frozen) for pod in members[:2]]
+    recorded = Recorded()
+    waiters = GangWaiters(Metrics(lambda: scheduler), recorded)
+
+    async def wait_both() -> list[str | None]:
+        return list(
+            await asyncio.gather(*(waiters.wait(plan, scheduler, lambda: frozen) for plan in plans))
+        )
+
+    failures = asyncio.run(wait_both())
+    assert all(f is not None and "did not reach minMember 3" in f for f in failures)
+    assert gpus_held(scheduler, "a") == 0
+    assert scheduler.reservation_count == 0
+    assert scheduler.waiting_groups() == []
+    assert sorted((e.pod, e.reason) for e in recorded.events) == [
+        ("default/m0", "GangTimedOut"),
+        ("default/m1", "GangTimedOut"),
+    ]
 
 
 # ------------------------------------------------------------------- competing groups
