@@ -333,6 +333,31 @@ def test_a_member_deleted_while_waiting_no_longer_counts() -> None:
     assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
 
 
+def test_a_member_whose_binding_fails_after_the_barrier_is_retried_alone() -> None:
+    """Bindings cannot be undone: the others stay bound, the failed member's GPUs are given
+    back, the status counts only what is bound, and the retried member needs no new quorum."""
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    scheduler = cluster(
+        make_node("a", gpus=8), groups=[make_pod_group("train", min_member=3)], pods=members
+    )
+    plans = [bind(scheduler, pod, "a") for pod in members]
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+    scheduler.confirm_bind(plans[0])
+    scheduler.abort_bind(plans[1])  # its Binding failed
+    scheduler.confirm_bind(plans[2])
+    assert gpus_held(scheduler, "a") == 4
+    status = scheduler.group_status("default/train")
+    assert status is not None
+    assert (status.phase, status.scheduled, status.waiting) == ("Scheduling", 2, 0)
+    assert scheduler.filter(members[1], ["a"]).passed == ["a"]
+    retried = bind(scheduler, members[1], "a", now=50.0)
+    assert scheduler.gang_deadline("default/train") is None  # no wait at the barrier
+    scheduler.confirm_bind(retried)
+    status = scheduler.group_status("default/train")
+    assert status is not None
+    assert (status.phase, status.scheduled) == ("Scheduled", 3)
+
+
 class Recorded:
     def __init__(self) -> None:
         self.events: list[PodEvent] = []
