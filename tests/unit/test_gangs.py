@@ -492,6 +492,67 @@ def test_members_prefer_the_rack_of_members_already_placed() -> None:
     assert scores["r1-b"] > scores["r2-a"]
 
 
+RACK, ZONE = "topology.kubernetes.io/rack", "topology.kubernetes.io/zone"
+MY_RACK, MY_ZONE = "example.com/rack", "example.com/zone"
+
+AFFINITY_CASES = [
+    # (id, config, labels per node, where the first member is, candidates best first)
+    (
+        "same rack, then same zone, then elsewhere",
+        PolicyConfig(),
+        {
+            "a": {RACK: "r1", ZONE: "z1"},
+            "b": {RACK: "r1", ZONE: "z1"},
+            "c": {RACK: "r2", ZONE: "z1"},
+            "d": {RACK: "r3", ZONE: "z2"},
+        },
+        "a",
+        ["b", "c", "d"],
+    ),
+    (
+        "a configured rack label, not the default one",
+        PolicyConfig(rack_label=MY_RACK),
+        {
+            "a": {MY_RACK: "r1", RACK: "x"},
+            "b": {MY_RACK: "r1", RACK: "y"},
+            "c": {MY_RACK: "r2", RACK: "x"},  # the default label would put c with a
+        },
+        "a",
+        ["b", "c"],
+    ),
+    (
+        "a configured zone label, not the default one",
+        PolicyConfig(zone_label=MY_ZONE),
+        {
+            "a": {MY_ZONE: "z1", ZONE: "q"},
+            "b": {MY_ZONE: "z1", ZONE: "w"},
+            "c": {MY_ZONE: "z2", ZONE: "q"},  # the default label would put c with a
+        },
+        "a",
+        ["b", "c"],
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "labels", "placed", "ranking"),
+    [c[1:] for c in AFFINITY_CASES],
+    ids=[c[0] for c in AFFINITY_CASES],
+)
+def test_members_prefer_the_rack_then_the_zone_of_the_group(
+    config: PolicyConfig, labels: dict[str, dict[str, str]], placed: str, ranking: list[str]
+) -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    nodes = [make_node(name, gpus=4, labels=node_labels) for name, node_labels in labels.items()]
+    scheduler = cluster(
+        *nodes, groups=[make_pod_group("train", min_member=3)], pods=members, config=config
+    )
+    bind(scheduler, members[0], placed)
+    scores = scheduler.prioritize(members[1], ranking).tolist()
+    assert scores == sorted(scores, reverse=True)
+    assert len(set(scores)) == len(scores), dict(zip(ranking, scores, strict=True))
+
+
 def test_the_first_member_prefers_a_rack_that_can_hold_the_whole_group() -> None:
     members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(4)]  # 8 GPUs
     busy = make_pod("other", uid="other", gpus=2, node="r1-a", gpu_ids=[0, 1])
