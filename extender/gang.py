@@ -36,8 +36,9 @@ import numpy.typing as npt
 from extender import fields, policy
 from extender.fields import JSONObject
 from extender.inventory import Inventory
-from extender.model import PodRequest, Reason
+from extender.model import Holding, PodRequest, Reason
 from extender.policy import PolicyConfig
+from extender.quantity import QuantityError, to_milli, to_units
 
 __all__ = [
     "FitCache",
@@ -46,6 +47,7 @@ __all__ = [
     "GangEventKind",
     "PodGroupSpec",
     "fits_all",
+    "min_resources_gap",
     "pod_group_spec",
 ]
 
@@ -58,6 +60,8 @@ class PodGroupSpec:
     timeout_s: float | None = None
     created: str = ""  # RFC 3339 creationTimestamp: the age that decides competitions
     uid: str = ""
+    # spec.minResources: (resource name, amount) with CPU in milli-units, the rest in units.
+    min_resources: tuple[tuple[str, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -85,7 +89,63 @@ def pod_group_spec(obj: JSONObject) -> PodGroupSpec | None:
         timeout_s=float(timeout) if isinstance(timeout, int) and timeout > 0 else None,
         created=fields.text(meta, "creationTimestamp"),
         uid=fields.text(meta, "uid"),
+        min_resources=_min_resources(fields.obj(spec, "minResources")),
     )
+
+
+def _min_resources(resources: JSONObject) -> tuple[tuple[str, int], ...]:
+    """spec.minResources, parsed; entries that are not positive quantities are ignored."""
+    parsed = []
+    for name, value in sorted(resources.items()):
+        if not isinstance(value, str | int | float):
+            continue
+        try:
+            amount = to_milli(value) if name == "cpu" else to_units(value)
+        except QuantityError:
+            continue
+        if amount > 0:
+            parsed.append((name, amount))
+    return tuple(parsed)
+
+
+def min_resources_gap(
+    inventory: Inventory,
+    spec: PodGroupSpec,
+    config: PolicyConfig,
+    own: Iterable[Holding] = (),
+) -> list[str]:
+    """What the cluster lacks to cover the group's minResources, as scheduler-plugins'
+    coscheduling checks it: the free GPUs (of the configured resource), CPU and memory summed
+    over all nodes, counting what the group's own members hold (``own``) as free. Other
+    resources are not tracked here and not checked. Empty when nothing is short."""
+    if not spec.min_resources:
+        return []
+    a = inventory.arrays
+    alive = a.alive
+    free = {
+        config.gpu_resource: int(np.maximum(a.gpu_free[alive], 0).sum()),
+        "cpu": int(np.maximum(a.cpu_free[alive], 0).sum()),
+        "memory": int(np.maximum(a.memory_free[alive], 0).sum()),
+    }
+    for holding in own:
+        if holding.node in inventory:
+            free[config.gpu_resource] += holding.gpus
+            free["cpu"] += holding.cpu_milli
+            free["memory"] += holding.memory_bytes
+    gaps = []
+    for name, wanted in spec.min_resources:
+        have = free.get(name)
+        if have is not None and wanted > have:
+            gaps.append(f"{name} {_amount(name, wanted)} wanted, {_amount(name, have)} free")
+    return gaps
+
+
+def _amount(name: str, value: int) -> str:
+    if name == "cpu":
+        return f"{round(value / 1000, 3):g}"
+    if name == "memory":
+        return f"{round(value / 2**30, 1):g}Gi"
+    return str(value)
 
 
 class GangEventKind(Enum):

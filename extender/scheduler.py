@@ -26,6 +26,7 @@ from extender.gang import (
     GangEventKind,
     PodGroupSpec,
     fits_all,
+    min_resources_gap,
     pod_group_spec,
 )
 from extender.inventory import IdArray, Inventory, InventoryConflictError
@@ -481,6 +482,13 @@ class Scheduler:
         if missing > 0:
             message = f"schedext: waiting for {missing} more members of group {group}"
             return policy.reject_all(node_names, message, Reason.GANG_QUORUM)
+        gaps = min_resources_gap(self._inventory, spec, self.config, self._holdings_of(group))
+        if gaps:
+            message = (
+                f"schedext: not enough free resources for minResources of group {group}: "
+                + "; ".join(gaps)
+            )
+            return policy.reject_all(node_names, message, Reason.GANG_CAPACITY)
         needed = self._needed(spec, include=request)
         if needed and not self._fits_all(needed):
             message = f"schedext: not enough free GPUs for all of group {group}"
@@ -530,6 +538,11 @@ class Scheduler:
             held = self._inventory.holding(uid)
             if held is not None and held.kind is HoldingKind.RESERVED:
                 self._inventory.remove_holding(uid)
+
+    def _holdings_of(self, group: str) -> list[Holding]:
+        """What the group's members hold, bound or reserved."""
+        held = (self._inventory.holding(uid) for uid in self._gangs.members(group))
+        return [h for h in held if h is not None]
 
     def _placed(self, group: str) -> int:
         return sum(1 for uid in self._gangs.members(group) if self._inventory.holding(uid))

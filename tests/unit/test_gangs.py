@@ -263,6 +263,58 @@ def test_filter_passes_a_group_that_fits_only_when_packed_well() -> None:
     assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
 
 
+GPU = "nvidia.com/gpu"
+
+MIN_RESOURCES_CASES = [
+    # (id, spec.minResources, the reason every node gets, or None when the member passes)
+    ("GPUs short", {GPU: 20}, f"{GPU} 20 wanted, 14 free"),
+    ("CPU short", {"cpu": "100"}, "cpu 100 wanted, 63.9 free"),
+    ("memory short", {"memory": "300Gi"}, "memory 300Gi wanted, 255.9Gi free"),
+    ("two short", {GPU: "15", "cpu": "64"}, f"cpu 64 wanted, 63.9 free; {GPU} 15 wanted, 14 free"),
+    ("all covered", {GPU: 4, "cpu": "500m", "memory": "1Gi"}, None),
+    ("resources schedext does not track are not checked", {"example.com/fpga": 4}, None),
+    ("the group's own reservations count as free", {GPU: 14}, None),  # 12 + 2 of m2
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("min_resources", "reason"),
+    [c[1:] for c in MIN_RESOURCES_CASES],
+    ids=[c[0] for c in MIN_RESOURCES_CASES],
+)
+def test_min_resources_of_the_group_must_be_free_in_the_cluster(
+    min_resources: dict[str, object], reason: str | None
+) -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    group = make_pod_group("train", min_member=2)
+    group["spec"]["minResources"] = min_resources
+    other = make_pod("other", uid="other", gpus=2, node="b", gpu_ids=[0, 1])
+    scheduler = cluster(
+        make_node("a", gpus=8, cpu="32", memory="128Gi"),
+        make_node("b", gpus=8, cpu="32", memory="128Gi"),
+        groups=[group],
+        pods=[*members, other],
+    )
+    bind(scheduler, members[2], "a")  # a member already reserved: its share counts as free
+    verdict = scheduler.filter(members[0], ["a", "b"])
+    if reason is None:
+        assert verdict.passed == ["a", "b"]
+        return
+    message = "schedext: not enough free resources for minResources of group default/train: "
+    assert verdict.failed == dict.fromkeys(["a", "b"], message + reason)
+    assert verdict.unresolvable == {}  # preemption may help
+
+
+def test_min_resources_are_checked_once_the_quorum_exists() -> None:
+    pod = gang_pod("m0", "train")
+    group = make_pod_group("train", min_member=2)
+    group["spec"]["minResources"] = {GPU: 100}
+    scheduler = cluster(make_node("a", gpus=8), groups=[group], pods=[pod])
+    assert scheduler.filter(pod, ["a"]).unresolvable == {
+        "a": "schedext: waiting for 1 more members of group default/train"
+    }
+
+
 # --------------------------------------------------------------------------- barrier
 
 
