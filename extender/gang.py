@@ -47,6 +47,7 @@ __all__ = [
     "GangEventKind",
     "PodGroupSpec",
     "fits_all",
+    "member_nodes",
     "min_resources_gap",
     "pod_group_spec",
 ]
@@ -311,16 +312,17 @@ EXACT_MAX_SHAPES = 60
 
 
 class FitCache:
-    """Answers of :func:`fits_all` and the per-request node masks they are built from, valid
-    for one inventory state: a filter runs the same whole-group check for every member of a
-    group, and preemption once per candidate node. Any change of the inventory (its version,
-    or its address book's) empties it."""
+    """Answers of :func:`fits_all` and :func:`member_nodes`, and the per-request node masks
+    they are built from, valid for one inventory state: a filter runs the same group check
+    for every member of a group, and preemption once per candidate node. Any change of the
+    inventory (its version, or its address book's) empties it."""
 
     def __init__(self, max_answers: int = 4096) -> None:
         self._max_answers = max_answers
         self._stamp: tuple[object, ...] = ()
         self.masks: dict[object, npt.NDArray[np.bool_]] = {}
         self.answers: dict[object, bool] = {}
+        self.nodes: dict[object, npt.NDArray[np.bool_] | None] = {}
 
     def sync(self, inventory: Inventory, config: PolicyConfig) -> None:
         stamp = (id(inventory), inventory.version, inventory.addresses.version, config)
@@ -328,8 +330,10 @@ class FitCache:
             self._stamp = stamp
             self.masks.clear()
             self.answers.clear()
-        elif len(self.answers) >= self._max_answers:
+            self.nodes.clear()
+        elif len(self.answers) + len(self.nodes) >= self._max_answers:
             self.answers.clear()
+            self.nodes.clear()
 
 
 def fits_all(
@@ -364,24 +368,8 @@ def fits_all(
         cached = cache.answers.get(answer_key)
         if cached is not None:
             return cached
-    free = inventory.arrays.gpu_free.copy()
-    for node_id, delta in (free_delta or {}).items():
-        free[node_id] += delta
-    free = np.minimum(free, inventory.arrays.gpu_total)
-    # One eligibility mask per distinct set of usable nodes ("class" of members).
-    masks: list[npt.NDArray[np.bool_]] = []
-    class_of_shape: dict[object, int] = {}
-    class_of_mask: dict[bytes, int] = {}
-    classes: list[int] = []
-    for request in wanted:
-        shape = _shape(request)
-        index = class_of_shape.get(shape)
-        if index is None:
-            mask = _eligible(inventory, request, config, cache)
-            index = class_of_shape[shape] = class_of_mask.setdefault(mask.tobytes(), len(masks))
-            if index == len(masks):
-                masks.append(mask)
-        classes.append(index)
+    free = _free_gpus(inventory, free_delta)
+    masks, classes = _classify(inventory, wanted, config, cache)
     order = sorted(range(len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))
     sizes = [wanted[i].gpus for i in order]
     kinds = [classes[i] for i in order]
@@ -393,6 +381,91 @@ def fits_all(
     if cache is not None:
         cache.answers[answer_key] = verdict
     return verdict
+
+
+def member_nodes(
+    inventory: Inventory,
+    request: PodRequest,
+    others: Iterable[PodRequest],
+    config: PolicyConfig,
+    *,
+    cache: FitCache | None = None,
+    budget: int = SEARCH_BUDGET,
+) -> npt.NDArray[np.bool_] | None:
+    """Per node id, whether placing ``request`` there leaves room for all of ``others``: the
+    node gives ``request`` its GPUs now, and the others still fit (as :func:`fits_all`
+    decides) once it has. No node at all when the group does not fit anywhere.
+
+    This is what keeps kube-scheduler from choosing a node that makes its group impossible
+    (with 5 and 4 free GPUs, a member of 3 must take the 5 for 2+2+2 to follow). None when
+    the search ran out of budget, or for a member that needs no GPUs: judge the group as a
+    whole then."""
+    rest = [r for r in others if r.gpus > 0]
+    if request.gpus <= 0:
+        return None
+    key: object = None
+    if cache is not None:
+        cache.sync(inventory, config)
+        key = (
+            "nodes",
+            (_shape(request), request.gpus),
+            frozenset(Counter((_shape(r), r.gpus) for r in rest).items()),
+            budget,
+        )
+        if key in cache.nodes:
+            return cache.nodes[key]
+    wanted = [request, *rest]
+    masks, classes = _classify(inventory, wanted, config, cache)
+    order = [0, *sorted(range(1, len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))]
+    answer: npt.NDArray[np.bool_] | None = None
+    if len(wanted) <= EXACT_MAX_MEMBERS and len(masks) <= EXACT_MAX_SHAPES:
+        free = _free_gpus(inventory, None)
+        sizes = [wanted[i].gpus for i in order]
+        kinds = [classes[i] for i in order]
+        try:
+            packing = _Packing(free, masks, sizes, kinds, budget)
+            good = packing.first_choices()
+        except _OutOfBudgetError:
+            good = None
+        if good is not None:
+            answer = np.zeros(len(free), dtype=np.bool_)
+            for node_class, capacity in good:
+                answer |= (packing.node_class == node_class) & (packing.node_capacity == capacity)
+            answer.flags.writeable = False
+    if cache is not None:
+        cache.nodes[key] = answer
+    return answer
+
+
+def _free_gpus(inventory: Inventory, free_delta: Mapping[int, int] | None) -> npt.NDArray[np.int64]:
+    free = inventory.arrays.gpu_free.copy()
+    for node_id, delta in (free_delta or {}).items():
+        free[node_id] += delta
+    return np.minimum(free, inventory.arrays.gpu_total)
+
+
+def _classify(
+    inventory: Inventory,
+    requests: Sequence[PodRequest],
+    config: PolicyConfig,
+    cache: FitCache | None,
+) -> tuple[list[npt.NDArray[np.bool_]], list[int]]:
+    """One eligibility mask per distinct set of usable nodes (a class of members), and each
+    request's class."""
+    masks: list[npt.NDArray[np.bool_]] = []
+    class_of_shape: dict[object, int] = {}
+    class_of_mask: dict[bytes, int] = {}
+    classes: list[int] = []
+    for request in requests:
+        shape = _shape(request)
+        index = class_of_shape.get(shape)
+        if index is None:
+            mask = _eligible(inventory, request, config, cache)
+            index = class_of_shape[shape] = class_of_mask.setdefault(mask.tobytes(), len(masks))
+            if index == len(masks):
+                masks.append(mask)
+        classes.append(index)
+    return masks, classes
 
 
 def _shape(request: PodRequest) -> object:
@@ -437,76 +510,130 @@ def _exact_fit(
     kinds: Sequence[int],
     budget: int,
 ) -> bool | None:
-    """Bin packing with eligibility, decided exactly; None when ``budget`` steps ran out.
-
-    ``sizes`` (descending) and ``kinds`` give each member's GPUs and eligibility class. Nodes
-    that are eligible for the same classes are interchangeable but for their free GPUs, so the
-    state is, per such node class, the multiset of free capacities left, kept as (capacity,
-    count) pairs. Capacities are capped at the group's total demand, capacities smaller than
-    the smallest member are dropped, and counts are capped at the number of members left
-    (no more nodes than that can be used): many clusters reduce to a few dozen pairs. The
-    search places members largest first, trying each distinct (node class, capacity) once,
-    tightest first (so its first descent is best-fit decreasing), prunes states whose
-    capacity cannot cover the demand left (in total and per member class), and remembers
-    states that failed.
-    """
-    count = len(sizes)
-    total, smallest = sum(sizes), sizes[-1]
-    signature = np.zeros(len(free), dtype=np.int64)
-    for index, mask in enumerate(masks):
-        signature |= mask.astype(np.int64) << index
-    usable = (signature != 0) & (free >= smallest)
-    node_sigs, inverse = np.unique(signature[usable], return_inverse=True)
-    capacity = np.minimum(free[usable], total)
-    keys, counts = np.unique(inverse * (total + 1) + capacity, return_counts=True)
-    per_class: list[list[tuple[int, int]]] = [[] for _ in node_sigs]
-    for key, n in zip(keys.tolist(), counts.tolist(), strict=True):
-        per_class[key // (total + 1)].append((key % (total + 1), min(n, count)))
-    start: tuple[_Bins, ...] = tuple(tuple(bins) for bins in per_class)
-    sigs = [int(s) for s in node_sigs.tolist()]
-    # The node classes each member class may use, and the demand left per member class.
-    usable_by = [[c for c, sig in enumerate(sigs) if sig >> kind & 1] for kind in range(len(masks))]
-    demand_left = [[0] * len(masks) for _ in range(count + 1)]
-    for i in range(count - 1, -1, -1):
-        demand_left[i] = list(demand_left[i + 1])
-        demand_left[i][kinds[i]] += sizes[i]
-    failed: set[tuple[int, tuple[_Bins, ...]]] = set()
-    steps = 0
-
-    def search(i: int, state: tuple[_Bins, ...], room: tuple[int, ...]) -> bool:
-        """Place members i.. into ``state``; ``room`` is each node class's capacity."""
-        nonlocal steps
-        if i == count:
-            return True
-        if (i, state) in failed:
-            return False
-        steps += 1
-        if steps > budget:
-            raise _OutOfBudgetError
-        left = demand_left[i]
-        if sum(left) > sum(room) or any(
-            need > sum(room[c] for c in usable_by[kind]) for kind, need in enumerate(left) if need
-        ):
-            failed.add((i, state))
-            return False
-        size, members_after = sizes[i], count - i - 1
-        options = sorted(
-            (c, node_class) for node_class in usable_by[kinds[i]] for c, _ in state[node_class]
-            if c >= size
-        )  # fmt: skip
-        for c, node_class in options:
-            bins = _take(state[node_class], c, size, smallest, members_after)
-            after = (*state[:node_class], bins, *state[node_class + 1 :])
-            rooms = (*room[:node_class], sum(c * n for c, n in bins), *room[node_class + 1 :])
-            if search(i + 1, after, rooms):
-                return True
-        failed.add((i, state))
-        return False
-
+    """Whether the members fit, decided exactly; None when ``budget`` steps ran out."""
     try:
-        return search(0, start, tuple(sum(c * n for c, n in bins) for bins in start))
+        return _Packing(free, masks, sizes, kinds, budget).fits()
     except _OutOfBudgetError:
         return None
+
+
+class _Packing:
+    """Bin packing with eligibility, searched exactly within a step budget.
+
+    ``sizes`` and ``kinds`` give each member's GPUs and eligibility class, in the order they
+    are placed (largest first, except that :meth:`first_choices` places member 0 first).
+    Nodes that are eligible for the same member classes are interchangeable but for their
+    free GPUs, so the state is, per such node class, the multiset of free capacities left,
+    kept as (capacity, count) pairs. Capacities are capped at the group's total demand,
+    capacities smaller than the smallest member are dropped, and counts are capped at the
+    number of members left (no more nodes than that can be used): many clusters reduce to a
+    few dozen pairs. The search tries each distinct (node class, capacity) once per member,
+    tightest first (so its first descent is best-fit decreasing), prunes states whose
+    capacity cannot cover the demand left (in total and per member class), and remembers
+    states that failed. Raises :class:`_OutOfBudgetError` past ``budget`` steps.
+    """
+
+    def __init__(
+        self,
+        free: npt.NDArray[np.int64],
+        masks: Sequence[npt.NDArray[np.bool_]],
+        sizes: Sequence[int],
+        kinds: Sequence[int],
+        budget: int,
+    ) -> None:
+        self._sizes, self._kinds, self._budget = sizes, kinds, budget
+        count = len(sizes)
+        total = sum(sizes)
+        self._smallest = min(sizes)
+        signature = np.zeros(len(free), dtype=np.int64)
+        for index, mask in enumerate(masks):
+            signature |= mask.astype(np.int64) << index
+        usable = (signature != 0) & (free >= self._smallest)
+        node_sigs, inverse = np.unique(signature[usable], return_inverse=True)
+        capacity = np.minimum(free[usable], total)
+        # Per node id: its class and capped capacity (class -1: of no use to the group).
+        self.node_class = np.full(len(free), -1, dtype=np.int64)
+        self.node_class[usable] = inverse
+        self.node_capacity = np.minimum(free, total)
+        keys, counts = np.unique(inverse * (total + 1) + capacity, return_counts=True)
+        per_class: list[list[tuple[int, int]]] = [[] for _ in node_sigs]
+        for key, n in zip(keys.tolist(), counts.tolist(), strict=True):
+            per_class[key // (total + 1)].append((key % (total + 1), min(n, count)))
+        self._start: tuple[_Bins, ...] = tuple(tuple(bins) for bins in per_class)
+        sigs = [int(s) for s in node_sigs.tolist()]
+        # The node classes each member class may use, and the demand left per member class.
+        self._usable_by = [
+            [c for c, sig in enumerate(sigs) if sig >> kind & 1] for kind in range(len(masks))
+        ]
+        self._demand_left = [[0] * len(masks) for _ in range(count + 1)]
+        for i in range(count - 1, -1, -1):
+            self._demand_left[i] = list(self._demand_left[i + 1])
+            self._demand_left[i][kinds[i]] += sizes[i]
+        self._failed: set[tuple[int, tuple[_Bins, ...]]] = set()
+        self._steps = 0
+
+    def fits(self) -> bool:
+        return self._search(0, self._start, self._rooms(self._start))
+
+    def first_choices(self) -> set[tuple[int, int]]:
+        """The (node class, capacity) choices for member 0 after which the rest still fit."""
+        good = set()
+        for capacity, node_class in self._options(0, self._start):
+            after, rooms = self._place(
+                0, self._start, self._rooms(self._start), node_class, capacity
+            )
+            if self._search(1, after, rooms):
+                good.add((node_class, capacity))
+        return good
+
+    @staticmethod
+    def _rooms(state: tuple[_Bins, ...]) -> tuple[int, ...]:
+        return tuple(sum(c * n for c, n in bins) for bins in state)
+
+    def _options(self, i: int, state: tuple[_Bins, ...]) -> list[tuple[int, int]]:
+        size = self._sizes[i]
+        return sorted(
+            (c, node_class) for node_class in self._usable_by[self._kinds[i]]
+            for c, _ in state[node_class] if c >= size
+        )  # fmt: skip
+
+    def _place(
+        self,
+        i: int,
+        state: tuple[_Bins, ...],
+        rooms: tuple[int, ...],
+        node_class: int,
+        capacity: int,
+    ) -> tuple[tuple[_Bins, ...], tuple[int, ...]]:
+        members_after = len(self._sizes) - i - 1
+        bins = _take(state[node_class], capacity, self._sizes[i], self._smallest, members_after)
+        after = (*state[:node_class], bins, *state[node_class + 1 :])
+        room = sum(c * n for c, n in bins)
+        return after, (*rooms[:node_class], room, *rooms[node_class + 1 :])
+
+    def _search(self, i: int, state: tuple[_Bins, ...], rooms: tuple[int, ...]) -> bool:
+        """Place members i.. into ``state``; ``rooms`` is each node class's capacity."""
+        if i == len(self._sizes):
+            return True
+        if (i, state) in self._failed:
+            return False
+        self._steps += 1
+        if self._steps > self._budget:
+            raise _OutOfBudgetError
+        left = self._demand_left[i]
+        if sum(left) > sum(rooms) or any(
+            need > sum(rooms[c] for c in self._usable_by[kind])
+            for kind, need in enumerate(left)
+            if need
+        ):
+            self._failed.add((i, state))
+            return False
+        for capacity, node_class in self._options(i, state):
+            after, after_rooms = self._place(i, state, rooms, node_class, capacity)
+            if self._search(i + 1, after, after_rooms):
+                return True
+        self._failed.add((i, state))
+        return False
 
 
 def _take(bins: _Bins, capacity: int, size: int, smallest: int, members_after: int) -> _Bins:

@@ -26,10 +26,11 @@ from extender.gang import (
     GangEventKind,
     PodGroupSpec,
     fits_all,
+    member_nodes,
     min_resources_gap,
     pod_group_spec,
 )
-from extender.inventory import IdArray, Inventory, InventoryConflictError
+from extender.inventory import BoolArray, IdArray, Inventory, InventoryConflictError
 from extender.ipam import IPClaimSpec, IPPoolSpec, claim_name, ip_claim_spec, ip_pool_spec
 from extender.model import (
     BindPlan,
@@ -44,6 +45,7 @@ from extender.model import (
     NodeSpec,
     PodRequest,
     Reason,
+    Rejection,
     Victim,
 )
 from extender.nodes import node_spec
@@ -118,15 +120,14 @@ class Scheduler:
                 node_names, f"schedext: invalid pod: {error}", Reason.INVALID_POD
             )
         self._pending.remember(request)
+        allowed = None
         if request.group is not None:
             self._gangs.track(request.uid, request.group, request)
-            rejected = self._gang_filter(request, node_names)
+            rejected, allowed = self._gang_filter(request, node_names)
             if rejected is not None:
                 return rejected
         ids = self._inventory.ids(node_names)
-        verdict, passed_ids = policy.filter_ids(
-            self._inventory, request, node_names, ids, self.config
-        )
+        verdict, passed_ids = self._filter_ids(request, node_names, ids, allowed)
         self._last_passed = (verdict.passed, passed_ids, self._inventory.layout)
         return verdict
 
@@ -316,8 +317,10 @@ class Scheduler:
             )
         assert request is not None
         names = sorted(self._inventory.node_names())
-        gang = self._gang_filter(request, names) if request.group is not None else None
-        verdict = gang or policy.filter_nodes(self._inventory, request, names, self.config)
+        gang, allowed = (
+            self._gang_filter(request, names) if request.group is not None else (None, None)
+        )
+        verdict = gang or self._filter_ids(request, names, self._inventory.ids(names), allowed)[0]
         failed, unresolvable = verdict.failed, verdict.unresolvable
         nodes = tuple(
             NodeExplanation(
@@ -471,29 +474,67 @@ class Scheduler:
     def pod_group_relist(self) -> SpecRelist[PodGroupSpec]:
         return SpecRelist(pod_group_spec, self._gangs.replace_groups)
 
-    def _gang_filter(self, request: PodRequest, node_names: Sequence[str]) -> FilterVerdict | None:
+    def _gang_filter(
+        self, request: PodRequest, node_names: Sequence[str]
+    ) -> tuple[FilterVerdict | None, BoolArray | None]:
+        """A verdict that rejects a gang member on every node, or None and the node ids the
+        member may take (None: any) so that the rest of its group still fits."""
         group = request.group
         assert group is not None
         spec = self._gangs.spec(group)
         if spec is None:
             message = f"schedext: pod group {group} not found"
-            return policy.reject_all(node_names, message, Reason.GANG_NOT_FOUND)
+            return policy.reject_all(node_names, message, Reason.GANG_NOT_FOUND), None
         missing = spec.min_member - self._gangs.member_count(group)
         if missing > 0:
             message = f"schedext: waiting for {missing} more members of group {group}"
-            return policy.reject_all(node_names, message, Reason.GANG_QUORUM)
+            return policy.reject_all(node_names, message, Reason.GANG_QUORUM), None
         gaps = min_resources_gap(self._inventory, spec, self.config, self._holdings_of(group))
         if gaps:
             message = (
                 f"schedext: not enough free resources for minResources of group {group}: "
                 + "; ".join(gaps)
             )
-            return policy.reject_all(node_names, message, Reason.GANG_CAPACITY)
+            return policy.reject_all(node_names, message, Reason.GANG_CAPACITY), None
         needed = self._needed(spec, include=request)
-        if needed and not self._fits_all(needed):
+        if not needed:
+            return None, None
+        allowed = None
+        if needed[0].uid == request.uid:
+            allowed = member_nodes(
+                self._inventory, request, needed[1:], self.config, cache=self._fits
+            )
+        if not (allowed.any() if allowed is not None else self._fits_all(needed)):
             message = f"schedext: not enough free GPUs for all of group {group}"
-            return policy.reject_all(node_names, message, Reason.GANG_CAPACITY)
-        return None
+            return policy.reject_all(node_names, message, Reason.GANG_CAPACITY), None
+        return None, allowed
+
+    def _filter_ids(
+        self,
+        request: PodRequest,
+        node_names: Sequence[str],
+        ids: IdArray,
+        allowed: BoolArray | None,
+    ) -> tuple[FilterVerdict, IdArray]:
+        """policy.filter_ids, then, for a gang member, the nodes that would strand the rest of
+        its group rejected too (evicting pods there may help)."""
+        verdict, passed_ids = policy.filter_ids(
+            self._inventory, request, node_names, ids, self.config
+        )
+        if allowed is None or not len(passed_ids):
+            return verdict, passed_ids
+        keep = allowed[passed_ids]
+        if keep.all():
+            return verdict, passed_ids
+        flags = keep.tolist()
+        stranded = Rejection(
+            f"schedext: the rest of group {request.group} would not fit with this member here",
+            resolvable=Reason.GANG_CAPACITY.resolvable,
+            nodes=[n for n, k in zip(verdict.passed, flags, strict=True) if not k],
+            reason=Reason.GANG_CAPACITY,
+        )
+        passed = [n for n, k in zip(verdict.passed, flags, strict=True) if k]
+        return FilterVerdict(passed, (*verdict.rejections, stranded)), passed_ids[keep]
 
     def _admit_to_group(self, request: PodRequest, holding: Holding, now: float) -> None:
         """Join the barrier, or settle a competition between groups (see extender.gang)."""

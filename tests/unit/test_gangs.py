@@ -203,6 +203,47 @@ def test_an_exhausted_search_budget_falls_back_to_greedy(
     assert fits_all(scheduler.inventory, requests, PolicyConfig(), budget=0) is fits
 
 
+STRANDED = "schedext: the rest of group default/train would not fit with this member here"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "passed", "stranded"),
+    [(3, ["a"], ["b"]), (2, ["a", "b"], [])],
+    ids=["the 3 must take the 5", "a 2 may go either way"],
+)
+def test_filter_keeps_a_member_off_nodes_that_would_strand_the_rest_of_its_group(
+    gpus: int, passed: list[str], stranded: list[str]
+) -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=g) for i, g in enumerate([3, 2, 2, 2])]
+    scheduler = cluster(
+        make_node("a", gpus=5),
+        make_node("b", gpus=4),
+        groups=[make_pod_group("train", min_member=4)],
+        pods=members,
+    )
+    verdict = scheduler.filter(members[0 if gpus == 3 else 1], ["a", "b"])
+    assert verdict.passed == passed
+    assert verdict.failed == dict.fromkeys(stranded, STRANDED)
+    assert verdict.unresolvable == {}
+
+
+def test_members_placed_where_kube_scheduler_would_put_them_complete_the_group() -> None:
+    """kube-scheduler's loop, in creation order: filter, the best score wins, bind. Bin
+    packing prefers the fuller node b for the member of 3, which would strand the rest."""
+    members = [gang_pod(f"m{i}", "train", gpus=g) for i, g in enumerate([3, 2, 2, 2])]
+    scheduler = cluster(
+        make_node("a", gpus=5),
+        make_node("b", gpus=4),
+        groups=[make_pod_group("train", min_member=4)],
+        pods=members,
+    )
+    for pod in members:
+        passed = scheduler.filter(pod, ["a", "b"]).passed
+        scores = scheduler.prioritize(pod, passed).tolist()
+        bind(scheduler, pod, passed[scores.index(max(scores))])
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+
+
 def test_the_exact_search_agrees_with_brute_force_on_small_clusters() -> None:
     rng = random.Random(20261122)
 
@@ -253,7 +294,7 @@ def test_filter_passes_a_group_that_fits_only_when_packed_well() -> None:
         groups=[make_pod_group("train", min_member=4)],
         pods=members,
     )
-    assert scheduler.filter(members[0], ["a", "b"]).passed == ["a", "b"]
+    assert scheduler.filter(members[1], ["a", "b"]).passed == ["a", "b"]
     # The bind barrier checks the same way: placing the 3 on a and a 2 on b keeps the group.
     bind(scheduler, members[0], "a")
     bind(scheduler, members[1], "b")
