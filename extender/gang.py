@@ -3,12 +3,16 @@
 kube-scheduler's extender protocol has no Permit phase, so schedext makes bind the barrier:
 
 * **Filter** rejects a member (every node, unresolvable) while fewer than ``minMember`` pods
-  of its group exist, and rejects it (preemption may help) when the members not yet placed
-  cannot all find free GPUs in the cluster, a whole-group check over the inventory.
+  of its group exist; then (preemption may help) while the cluster's free resources cannot
+  cover the PodGroup's ``minResources`` (:func:`min_resources_gap`), or the members not yet
+  placed cannot all find free GPUs at once (:func:`fits_all`, an exact bin-packing search);
+  and on each node where the member would leave the rest no room (:func:`member_nodes`).
 * **Bind** reserves the member's node and GPUs (every later filter sees them) and makes the
   member wait until reserved + bound members reach ``minMember``; then all waiting members
-  are bound. A group that does not complete within its timeout releases every reservation it
-  holds, and its waiting binds fail, so kube-scheduler retries them.
+  are bound, each with its own Binding (a member whose Binding fails gives its reservation
+  back and is retried alone: the others stay bound). A group that does not complete within
+  its timeout releases every reservation it holds, and its waiting binds fail, so
+  kube-scheduler retries them.
 
 **Competing groups.** Two groups that each need most of the cluster could each reserve part of
 it and wait for each other. The rule: *the older group wins* (PodGroup creationTimestamp, then
