@@ -48,7 +48,13 @@ class GangWaiters:
     async def wait(
         self, plan: BindPlan, scheduler: Scheduler, clock: Callable[[], float]
     ) -> str | None:
-        """Wait until ``plan``'s group completes (None) or fails (the reason)."""
+        """Wait until ``plan``'s group completes (None) or fails (the reason).
+
+        Whatever ends the wait, a failure has released the group in the core first: the group
+        is released by the core (competition, expiry loop) and its event fails this wait, or
+        this wait's own timer fires and ends the group's wait in the core (even if the core's
+        clock has not quite reached the deadline yet). The caller drops ``plan``'s own
+        reservation on every failure as well."""
         group = plan.group
         deadline = scheduler.gang_deadline(group) if group is not None else None
         if group is None or deadline is None:
@@ -60,8 +66,10 @@ class GangWaiters:
             # shield: one member timing out must not cancel the group's shared future.
             return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - clock()))
         except TimeoutError:
-            scheduler.expire(clock())
+            scheduler.time_out_group(group)
             self.dispatch(scheduler.take_gang_events())
             if future.done():
                 return future.result()
+            # The group's wait had already ended some other way without this future hearing
+            # of it (a later round of the group waits on a new future).
             return f"schedext: group {group} did not complete in time"

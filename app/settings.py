@@ -27,7 +27,11 @@ from extender import names
 from extender.policy import GpuScoring, PolicyConfig
 from extender.quantity import QuantityError, to_milli
 
-__all__ = ["Settings", "load_settings"]
+__all__ = ["BIND_ANSWER_MARGIN_S", "Settings", "load_settings"]
+
+# What a bind needs beyond its barrier wait and API deadline: planning, the event loop's
+# timers firing late, encoding the answer and its trip back to kube-scheduler.
+BIND_ANSWER_MARGIN_S = 1.0
 
 
 class _Group(BaseModel):
@@ -182,12 +186,13 @@ class BindSettings(_Group):
     reservation_ttl_s: float = Field(default=60.0, gt=0)
     # Pending pods remembered between filter and bind.
     pending_capacity: int = Field(default=10_000, ge=1)
-    # The API binder's whole budget, retries included.
+    # The API binder's whole budget: the sticky address claim, the Binding, its retries and
+    # the reads that explain a conflict, each call capped at what is left of it.
     api_deadline_s: float = Field(default=8.0, gt=0)
     api_attempts: int = Field(default=4, ge=1)
     # kube-scheduler's extender httpTimeout (manifests/scheduler-config.yaml). A bind may wait
-    # at the gang barrier and then write to the API server: both must fit inside it, or
-    # kube-scheduler gives up on an answer that was still coming.
+    # at the gang barrier and then write to the API server: both, and a moment to answer,
+    # must fit inside it, or kube-scheduler gives up on a bind that still goes through.
     extender_http_timeout_s: float = Field(default=30.0, gt=0)
 
 
@@ -265,12 +270,17 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _bind_fits_in_the_extender_timeout(self) -> Settings:
-        budget = self.gang.max_wait_s + self.bind.api_deadline_s
-        if budget >= self.bind.extender_http_timeout_s:
+        """A bind waits at most gang.max_wait_s at the barrier, then spends at most
+        bind.api_deadline_s on the API server (everything it writes runs under that one
+        deadline), then answers."""
+        budget = self.gang.max_wait_s + self.bind.api_deadline_s + BIND_ANSWER_MARGIN_S
+        if budget > self.bind.extender_http_timeout_s:
             raise ValueError(
                 f"gang.max_wait_s ({self.gang.max_wait_s:g}) + bind.api_deadline_s "
-                f"({self.bind.api_deadline_s:g}) must stay below bind.extender_http_timeout_s "
-                f"({self.bind.extender_http_timeout_s:g}), kube-scheduler's httpTimeout"
+                f"({self.bind.api_deadline_s:g}) + {BIND_ANSWER_MARGIN_S:g}s to answer must "
+                f"not exceed bind.extender_http_timeout_s "
+                f"({self.bind.extender_http_timeout_s:g}), kube-scheduler's extender "
+                "httpTimeout: kube-scheduler would give up on binds that still go through"
             )
         return self
 

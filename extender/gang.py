@@ -3,12 +3,16 @@
 kube-scheduler's extender protocol has no Permit phase, so schedext makes bind the barrier:
 
 * **Filter** rejects a member (every node, unresolvable) while fewer than ``minMember`` pods
-  of its group exist, and rejects it (preemption may help) when the members not yet placed
-  cannot all find free GPUs in the cluster, a whole-group check over the inventory.
+  of its group exist; then (preemption may help) while the cluster's free resources cannot
+  cover the PodGroup's ``minResources`` (:func:`min_resources_gap`), or the members not yet
+  placed cannot all find free GPUs at once (:func:`fits_all`, an exact bin-packing search);
+  and on each node where the member would leave the rest no room (:func:`member_nodes`).
 * **Bind** reserves the member's node and GPUs (every later filter sees them) and makes the
   member wait until reserved + bound members reach ``minMember``; then all waiting members
-  are bound. A group that does not complete within its timeout releases every reservation it
-  holds, and its waiting binds fail, so kube-scheduler retries them.
+  are bound, each with its own Binding (a member whose Binding fails gives its reservation
+  back and is retried alone: the others stay bound). A group that does not complete within
+  its timeout releases every reservation it holds, and its waiting binds fail, so
+  kube-scheduler retries them.
 
 **Competing groups.** Two groups that each need most of the cluster could each reserve part of
 it and wait for each other. The rule: *the older group wins* (PodGroup creationTimestamp, then
@@ -24,7 +28,9 @@ returned as :class:`GangEvent` values (wake or fail the waiting binds).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -34,15 +40,19 @@ import numpy.typing as npt
 from extender import fields, policy
 from extender.fields import JSONObject
 from extender.inventory import Inventory
-from extender.model import PodRequest, Reason
+from extender.model import Holding, PodRequest, Reason
 from extender.policy import PolicyConfig
+from extender.quantity import QuantityError, to_milli, to_units
 
 __all__ = [
+    "FitCache",
     "GangBook",
     "GangEvent",
     "GangEventKind",
     "PodGroupSpec",
     "fits_all",
+    "member_nodes",
+    "min_resources_gap",
     "pod_group_spec",
 ]
 
@@ -55,6 +65,8 @@ class PodGroupSpec:
     timeout_s: float | None = None
     created: str = ""  # RFC 3339 creationTimestamp: the age that decides competitions
     uid: str = ""
+    # spec.minResources: (resource name, amount) with CPU in milli-units, the rest in units.
+    min_resources: tuple[tuple[str, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -82,7 +94,63 @@ def pod_group_spec(obj: JSONObject) -> PodGroupSpec | None:
         timeout_s=float(timeout) if isinstance(timeout, int) and timeout > 0 else None,
         created=fields.text(meta, "creationTimestamp"),
         uid=fields.text(meta, "uid"),
+        min_resources=_min_resources(fields.obj(spec, "minResources")),
     )
+
+
+def _min_resources(resources: JSONObject) -> tuple[tuple[str, int], ...]:
+    """spec.minResources, parsed; entries that are not positive quantities are ignored."""
+    parsed = []
+    for name, value in sorted(resources.items()):
+        if not isinstance(value, str | int | float):
+            continue
+        try:
+            amount = to_milli(value) if name == "cpu" else to_units(value)
+        except QuantityError:
+            continue
+        if amount > 0:
+            parsed.append((name, amount))
+    return tuple(parsed)
+
+
+def min_resources_gap(
+    inventory: Inventory,
+    spec: PodGroupSpec,
+    config: PolicyConfig,
+    own: Iterable[Holding] = (),
+) -> list[str]:
+    """What the cluster lacks to cover the group's minResources, as scheduler-plugins'
+    coscheduling checks it: the free GPUs (of the configured resource), CPU and memory summed
+    over all nodes, counting what the group's own members hold (``own``) as free. Other
+    resources are not tracked here and not checked. Empty when nothing is short."""
+    if not spec.min_resources:
+        return []
+    a = inventory.arrays
+    alive = a.alive
+    free = {
+        config.gpu_resource: int(np.maximum(a.gpu_free[alive], 0).sum()),
+        "cpu": int(np.maximum(a.cpu_free[alive], 0).sum()),
+        "memory": int(np.maximum(a.memory_free[alive], 0).sum()),
+    }
+    for holding in own:
+        if holding.node in inventory:
+            free[config.gpu_resource] += holding.gpus
+            free["cpu"] += holding.cpu_milli
+            free["memory"] += holding.memory_bytes
+    gaps = []
+    for name, wanted in spec.min_resources:
+        have = free.get(name)
+        if have is not None and wanted > have:
+            gaps.append(f"{name} {_amount(name, wanted)} wanted, {_amount(name, have)} free")
+    return gaps
+
+
+def _amount(name: str, value: int) -> str:
+    if name == "cpu":
+        return f"{round(value / 1000, 3):g}"
+    if name == "memory":
+        return f"{round(value / 2**30, 1):g}Gi"
+    return str(value)
 
 
 class GangEventKind(Enum):
@@ -237,38 +305,370 @@ class GangBook:
         return [group for group, waiting in self._waiting.items() if waiting.deadline <= now]
 
 
+# The exact search gives up after this many search steps (a step: one member tried against
+# the distinct free capacities left). With the pruning and memoisation below, real groups
+# finish in a few dozen steps; the budget only bounds pathological inputs, at 10-20 ms.
+SEARCH_BUDGET = 1_000
+# Groups with more members than this, or whose members fall into more than this many
+# eligibility classes (distinct sets of usable nodes), skip the exact search.
+EXACT_MAX_MEMBERS = 256
+EXACT_MAX_SHAPES = 60
+
+
+class FitCache:
+    """Answers of :func:`fits_all` and :func:`member_nodes`, and the per-request node masks
+    they are built from, valid for one inventory state: a filter runs the same group check
+    for every member of a group, and preemption once per candidate node. Any change of the
+    inventory (its version, or its address book's) empties it."""
+
+    def __init__(self, max_answers: int = 4096) -> None:
+        self._max_answers = max_answers
+        self._stamp: tuple[object, ...] = ()
+        self.masks: dict[object, npt.NDArray[np.bool_]] = {}
+        self.answers: dict[object, bool] = {}
+        self.nodes: dict[object, npt.NDArray[np.bool_] | None] = {}
+
+    def sync(self, inventory: Inventory, config: PolicyConfig) -> None:
+        stamp = (id(inventory), inventory.version, inventory.addresses.version, config)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            self.masks.clear()
+            self.answers.clear()
+            self.nodes.clear()
+        elif len(self.answers) + len(self.nodes) >= self._max_answers:
+            self.answers.clear()
+            self.nodes.clear()
+
+
 def fits_all(
     inventory: Inventory,
     requests: Iterable[PodRequest],
     config: PolicyConfig,
     *,
     free_delta: Mapping[int, int] | None = None,
+    cache: FitCache | None = None,
+    budget: int = SEARCH_BUDGET,
 ) -> bool:
     """Whether every request can get its GPUs at the same time, somewhere in the cluster.
 
-    Largest request first, each onto the node with the fewest free GPUs that still holds it
-    (best fit), honouring each request's model, memory and CPU-class constraints.
-    ``free_delta`` adds GPUs per node id (what releasing other reservations would free).
+    Each request needs ``gpus`` free GPUs on one node that satisfies its model, memory and
+    CPU-class (and address) constraints; ``free_delta`` adds GPUs per node id (what releasing
+    other reservations would free). Requests without GPUs need nothing here.
+
+    An exact search (see :func:`_exact_fit`) decides, within ``budget`` steps; a search that
+    runs out of steps falls back to best-fit decreasing, so the answer is never worse than
+    that greedy's. A True answer always comes with a placement that was found.
     """
+    wanted = [r for r in requests if r.gpus > 0]
+    if not wanted:
+        return True
+    if cache is not None:
+        cache.sync(inventory, config)
+        answer_key = (
+            frozenset(Counter((_shape(r), r.gpus) for r in wanted).items()),
+            frozenset((free_delta or {}).items()),
+            budget,
+        )
+        cached = cache.answers.get(answer_key)
+        if cached is not None:
+            return cached
+    free = _free_gpus(inventory, free_delta)
+    masks, classes = _classify(inventory, wanted, config, cache)
+    order = sorted(range(len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))
+    sizes = [wanted[i].gpus for i in order]
+    kinds = [classes[i] for i in order]
+    verdict: bool | None = None
+    if len(sizes) <= EXACT_MAX_MEMBERS and len(masks) <= EXACT_MAX_SHAPES:
+        verdict = _exact_fit(free, masks, sizes, kinds, budget)
+    if verdict is None:
+        verdict = _greedy_fit(free, masks, sizes, kinds)
+    if cache is not None:
+        cache.answers[answer_key] = verdict
+    return verdict
+
+
+def member_nodes(
+    inventory: Inventory,
+    request: PodRequest,
+    others: Iterable[PodRequest],
+    config: PolicyConfig,
+    *,
+    cache: FitCache | None = None,
+    budget: int = SEARCH_BUDGET,
+) -> npt.NDArray[np.bool_] | None:
+    """Per node id, whether placing ``request`` there leaves room for all of ``others``: the
+    node gives ``request`` its GPUs now, and the others still fit (as :func:`fits_all`
+    decides) once it has. No node at all when the group does not fit anywhere.
+
+    This is what keeps kube-scheduler from choosing a node that makes its group impossible
+    (with 5 and 4 free GPUs, a member of 3 must take the 5 for 2+2+2 to follow). None when
+    the search ran out of budget, or for a member that needs no GPUs: judge the group as a
+    whole then."""
+    rest = [r for r in others if r.gpus > 0]
+    if request.gpus <= 0:
+        return None
+    key: object = None
+    if cache is not None:
+        cache.sync(inventory, config)
+        key = (
+            "nodes",
+            (_shape(request), request.gpus),
+            frozenset(Counter((_shape(r), r.gpus) for r in rest).items()),
+            budget,
+        )
+        if key in cache.nodes:
+            return cache.nodes[key]
+    wanted = [request, *rest]
+    masks, classes = _classify(inventory, wanted, config, cache)
+    order = [0, *sorted(range(1, len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))]
+    answer: npt.NDArray[np.bool_] | None = None
+    if len(wanted) <= EXACT_MAX_MEMBERS and len(masks) <= EXACT_MAX_SHAPES:
+        free = _free_gpus(inventory, None)
+        sizes = [wanted[i].gpus for i in order]
+        kinds = [classes[i] for i in order]
+        try:
+            packing = _Packing(free, masks, sizes, kinds, budget)
+            good = packing.first_choices()
+        except _OutOfBudgetError:
+            good = None
+        if good is not None:
+            answer = np.zeros(len(free), dtype=np.bool_)
+            for node_class, capacity in good:
+                answer |= (packing.node_class == node_class) & (packing.node_capacity == capacity)
+            answer.flags.writeable = False
+    if cache is not None:
+        cache.nodes[key] = answer
+    return answer
+
+
+def _free_gpus(inventory: Inventory, free_delta: Mapping[int, int] | None) -> npt.NDArray[np.int64]:
     free = inventory.arrays.gpu_free.copy()
     for node_id, delta in (free_delta or {}).items():
         free[node_id] += delta
-    all_ids = np.arange(len(free), dtype=np.int32)
-    static_ok: dict[tuple[object, ...], npt.NDArray[np.bool_]] = {}
-    for request in sorted(requests, key=lambda r: -r.gpus):
-        if request.gpus == 0:
-            continue
-        shape = (request.gpus, request.gpu_model, request.gpu_memory_mib, request.workload)
-        if shape not in static_ok:
-            codes = policy.node_reasons(inventory, request, all_ids, config)
-            # Everything but "not free right now": free GPUs are simulated here instead.
-            static_ok[shape] = np.isin(codes, _DYNAMIC)
-        eligible = np.flatnonzero(static_ok[shape] & (free >= request.gpus))
+    return np.minimum(free, inventory.arrays.gpu_total)
+
+
+def _classify(
+    inventory: Inventory,
+    requests: Sequence[PodRequest],
+    config: PolicyConfig,
+    cache: FitCache | None,
+) -> tuple[list[npt.NDArray[np.bool_]], list[int]]:
+    """One eligibility mask per distinct set of usable nodes (a class of members), and each
+    request's class."""
+    masks: list[npt.NDArray[np.bool_]] = []
+    class_of_shape: dict[object, int] = {}
+    class_of_mask: dict[bytes, int] = {}
+    classes: list[int] = []
+    for request in requests:
+        shape = _shape(request)
+        index = class_of_shape.get(shape)
+        if index is None:
+            mask = _eligible(inventory, request, config, cache)
+            index = class_of_shape[shape] = class_of_mask.setdefault(mask.tobytes(), len(masks))
+            if index == len(masks):
+                masks.append(mask)
+        classes.append(index)
+    return masks, classes
+
+
+def _shape(request: PodRequest) -> object:
+    """What decides which nodes a request may use, apart from its GPU count (a node with
+    enough free GPUs has enough GPUs). Address requests depend on the pod itself (who holds
+    its address), so each is its own shape."""
+    if request.ip is not None:
+        return request
+    return (request.gpu_model, request.gpu_memory_mib, request.workload, request.cpu_milli)
+
+
+def _eligible(
+    inventory: Inventory, request: PodRequest, config: PolicyConfig, cache: FitCache | None
+) -> npt.NDArray[np.bool_]:
+    """Per node id, whether the request could use the node if it had the GPUs free: every
+    reason but "not free right now" (free GPUs are simulated instead)."""
+    key = _shape(request)
+    if cache is not None and (mask := cache.masks.get(key)) is not None:
+        return mask
+    all_ids = np.arange(len(inventory.arrays.alive), dtype=np.int32)
+    one_gpu = dataclasses.replace(request, gpus=1)  # the count is checked against free GPUs
+    mask = _DYNAMIC[policy.node_reasons(inventory, one_gpu, all_ids, config)]
+    mask.flags.writeable = False
+    if cache is not None:
+        cache.masks[key] = mask
+    return mask
+
+
+class _OutOfBudgetError(Exception):
+    pass
+
+
+# Per class of nodes, the distinct free capacities left and how many nodes have each:
+# ((capacity, count), ...) by ascending capacity.
+_Bins = tuple[tuple[int, int], ...]
+
+
+def _exact_fit(
+    free: npt.NDArray[np.int64],
+    masks: Sequence[npt.NDArray[np.bool_]],
+    sizes: Sequence[int],
+    kinds: Sequence[int],
+    budget: int,
+) -> bool | None:
+    """Whether the members fit, decided exactly; None when ``budget`` steps ran out."""
+    try:
+        return _Packing(free, masks, sizes, kinds, budget).fits()
+    except _OutOfBudgetError:
+        return None
+
+
+class _Packing:
+    """Bin packing with eligibility, searched exactly within a step budget.
+
+    ``sizes`` and ``kinds`` give each member's GPUs and eligibility class, in the order they
+    are placed (largest first, except that :meth:`first_choices` places member 0 first).
+    Nodes that are eligible for the same member classes are interchangeable but for their
+    free GPUs, so the state is, per such node class, the multiset of free capacities left,
+    kept as (capacity, count) pairs. Capacities are capped at the group's total demand,
+    capacities smaller than the smallest member are dropped, and counts are capped at the
+    number of members left (no more nodes than that can be used): many clusters reduce to a
+    few dozen pairs. The search tries each distinct (node class, capacity) once per member,
+    tightest first (so its first descent is best-fit decreasing), prunes states whose
+    capacity cannot cover the demand left (in total and per member class), and remembers
+    states that failed. Raises :class:`_OutOfBudgetError` past ``budget`` steps.
+    """
+
+    def __init__(
+        self,
+        free: npt.NDArray[np.int64],
+        masks: Sequence[npt.NDArray[np.bool_]],
+        sizes: Sequence[int],
+        kinds: Sequence[int],
+        budget: int,
+    ) -> None:
+        self._sizes, self._kinds, self._budget = sizes, kinds, budget
+        count = len(sizes)
+        total = sum(sizes)
+        self._smallest = min(sizes)
+        signature = np.zeros(len(free), dtype=np.int64)
+        for index, mask in enumerate(masks):
+            signature |= mask.astype(np.int64) << index
+        usable = (signature != 0) & (free >= self._smallest)
+        node_sigs, inverse = np.unique(signature[usable], return_inverse=True)
+        capacity = np.minimum(free[usable], total)
+        # Per node id: its class and capped capacity (class -1: of no use to the group).
+        self.node_class = np.full(len(free), -1, dtype=np.int64)
+        self.node_class[usable] = inverse
+        self.node_capacity = np.minimum(free, total)
+        keys, counts = np.unique(inverse * (total + 1) + capacity, return_counts=True)
+        per_class: list[list[tuple[int, int]]] = [[] for _ in node_sigs]
+        for key, n in zip(keys.tolist(), counts.tolist(), strict=True):
+            per_class[key // (total + 1)].append((key % (total + 1), min(n, count)))
+        self._start: tuple[_Bins, ...] = tuple(tuple(bins) for bins in per_class)
+        sigs = [int(s) for s in node_sigs.tolist()]
+        # The node classes each member class may use, and the demand left per member class.
+        self._usable_by = [
+            [c for c, sig in enumerate(sigs) if sig >> kind & 1] for kind in range(len(masks))
+        ]
+        self._demand_left = [[0] * len(masks) for _ in range(count + 1)]
+        for i in range(count - 1, -1, -1):
+            self._demand_left[i] = list(self._demand_left[i + 1])
+            self._demand_left[i][kinds[i]] += sizes[i]
+        self._failed: set[tuple[int, tuple[_Bins, ...]]] = set()
+        self._steps = 0
+
+    def fits(self) -> bool:
+        return self._search(0, self._start, self._rooms(self._start))
+
+    def first_choices(self) -> set[tuple[int, int]]:
+        """The (node class, capacity) choices for member 0 after which the rest still fit."""
+        good = set()
+        for capacity, node_class in self._options(0, self._start):
+            after, rooms = self._place(
+                0, self._start, self._rooms(self._start), node_class, capacity
+            )
+            if self._search(1, after, rooms):
+                good.add((node_class, capacity))
+        return good
+
+    @staticmethod
+    def _rooms(state: tuple[_Bins, ...]) -> tuple[int, ...]:
+        return tuple(sum(c * n for c, n in bins) for bins in state)
+
+    def _options(self, i: int, state: tuple[_Bins, ...]) -> list[tuple[int, int]]:
+        size = self._sizes[i]
+        return sorted(
+            (c, node_class) for node_class in self._usable_by[self._kinds[i]]
+            for c, _ in state[node_class] if c >= size
+        )  # fmt: skip
+
+    def _place(
+        self,
+        i: int,
+        state: tuple[_Bins, ...],
+        rooms: tuple[int, ...],
+        node_class: int,
+        capacity: int,
+    ) -> tuple[tuple[_Bins, ...], tuple[int, ...]]:
+        members_after = len(self._sizes) - i - 1
+        bins = _take(state[node_class], capacity, self._sizes[i], self._smallest, members_after)
+        after = (*state[:node_class], bins, *state[node_class + 1 :])
+        room = sum(c * n for c, n in bins)
+        return after, (*rooms[:node_class], room, *rooms[node_class + 1 :])
+
+    def _search(self, i: int, state: tuple[_Bins, ...], rooms: tuple[int, ...]) -> bool:
+        """Place members i.. into ``state``; ``rooms`` is each node class's capacity."""
+        if i == len(self._sizes):
+            return True
+        if (i, state) in self._failed:
+            return False
+        self._steps += 1
+        if self._steps > self._budget:
+            raise _OutOfBudgetError
+        left = self._demand_left[i]
+        if sum(left) > sum(rooms) or any(
+            need > sum(rooms[c] for c in self._usable_by[kind])
+            for kind, need in enumerate(left)
+            if need
+        ):
+            self._failed.add((i, state))
+            return False
+        for capacity, node_class in self._options(i, state):
+            after, after_rooms = self._place(i, state, rooms, node_class, capacity)
+            if self._search(i + 1, after, after_rooms):
+                return True
+        self._failed.add((i, state))
+        return False
+
+
+def _take(bins: _Bins, capacity: int, size: int, smallest: int, members_after: int) -> _Bins:
+    """``bins`` after one node of ``capacity`` gave ``size`` GPUs, with counts capped at the
+    members left (only this class is re-capped: the others stay valid, merely less merged)."""
+    changed = dict(bins)
+    changed[capacity] -= 1
+    rest = capacity - size
+    if rest >= smallest:
+        changed[rest] = changed.get(rest, 0) + 1
+    return tuple(sorted((c, min(n, members_after)) for c, n in changed.items() if n))
+
+
+def _greedy_fit(
+    free: npt.NDArray[np.int64],
+    masks: Sequence[npt.NDArray[np.bool_]],
+    sizes: Sequence[int],
+    kinds: Sequence[int],
+) -> bool:
+    """Best-fit decreasing: largest member first, onto the eligible node with the fewest free
+    GPUs that still holds it. Fast, and may miss a fit the exact search finds."""
+    free = free.copy()
+    for size, kind in zip(sizes, kinds, strict=True):
+        eligible = np.flatnonzero(masks[kind] & (free >= size))
         if len(eligible) == 0:
             return False
         best = eligible[np.argmin(free[eligible])]
-        free[best] -= request.gpus
+        free[best] -= size
     return True
 
 
-_DYNAMIC = np.array([Reason.FITS, Reason.GPU_FREE, Reason.CPU_FREE], dtype=np.int8)
+# Indexed by Reason code: the reasons a node may have now and still be usable by the group.
+_DYNAMIC = np.zeros(max(Reason) + 1, dtype=np.bool_)
+_DYNAMIC[[Reason.FITS, Reason.GPU_FREE, Reason.CPU_FREE]] = True

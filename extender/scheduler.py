@@ -20,14 +20,17 @@ from extender.addressing import choose_address, ip_context
 from extender.errors import BindRefusedError
 from extender.fields import JSONObject
 from extender.gang import (
+    FitCache,
     GangBook,
     GangEvent,
     GangEventKind,
     PodGroupSpec,
     fits_all,
+    member_nodes,
+    min_resources_gap,
     pod_group_spec,
 )
-from extender.inventory import IdArray, Inventory, InventoryConflictError
+from extender.inventory import BoolArray, IdArray, Inventory, InventoryConflictError
 from extender.ipam import IPClaimSpec, IPPoolSpec, claim_name, ip_claim_spec, ip_pool_spec
 from extender.model import (
     BindPlan,
@@ -42,6 +45,7 @@ from extender.model import (
     NodeSpec,
     PodRequest,
     Reason,
+    Rejection,
     Victim,
 )
 from extender.nodes import node_spec
@@ -80,6 +84,8 @@ class Scheduler:
             rack_label=self.config.rack_label, zone_label=self.config.zone_label
         )
         self._gangs = GangBook(default_timeout_s=gang_timeout_s, max_wait_s=gang_max_wait_s)
+        # Whole-group fit answers for the current inventory state (every member's filter asks).
+        self._fits = FitCache()
         # StatefulSet replicas, and the identity of every existing StatefulSet pod: what the
         # release of sticky address claims is decided on.
         self._statefulsets: dict[str, int] = {}
@@ -114,15 +120,14 @@ class Scheduler:
                 node_names, f"schedext: invalid pod: {error}", Reason.INVALID_POD
             )
         self._pending.remember(request)
+        allowed = None
         if request.group is not None:
             self._gangs.track(request.uid, request.group, request)
-            rejected = self._gang_filter(request, node_names)
+            rejected, allowed = self._gang_filter(request, node_names)
             if rejected is not None:
                 return rejected
         ids = self._inventory.ids(node_names)
-        verdict, passed_ids = policy.filter_ids(
-            self._inventory, request, node_names, ids, self.config
-        )
+        verdict, passed_ids = self._filter_ids(request, node_names, ids, allowed)
         self._last_passed = (verdict.passed, passed_ids, self._inventory.layout)
         return verdict
 
@@ -157,7 +162,7 @@ class Scheduler:
                 the preemptor takes its own."""
                 node_id = int(self._inventory.ids([node])[0])
                 delta = {node_id: freed - request.gpus}
-                return fits_all(self._inventory, others, self.config, free_delta=delta)
+                return self._fits_all(others, free_delta=delta)
 
         return select_victims(
             self._inventory,
@@ -268,15 +273,24 @@ class Scheduler:
     def expire(self, now: float) -> list[Holding]:
         """Drop stale reservations and end the waits of gangs past their timeout."""
         for group in self._gangs.overdue(now):
-            spec = self._gangs.spec(group)
-            timeout = self._gangs.timeout_for(spec) if spec else 0
-            minimum = spec.min_member if spec else "?"
-            self._release_group(
-                group,
-                GangEventKind.TIMED_OUT,
-                f"schedext: group {group} did not reach minMember {minimum} within {timeout:g}s",
-            )
+            self.time_out_group(group)
         return self._inventory.expire(now)
+
+    def time_out_group(self, group: str) -> None:
+        """End the group's wait at the bind barrier: its time is up. Every reservation of the
+        group is released and its waiting binds fail (a TIMED_OUT event). The shell calls this
+        when a waiting bind's own timer fires, even if ``now`` has not yet reached the
+        deadline by the core's clock; nothing happens for a group that is not waiting."""
+        if self._gangs.deadline(group) is None:
+            return
+        spec = self._gangs.spec(group)
+        timeout = self._gangs.timeout_for(spec) if spec else 0
+        minimum = spec.min_member if spec else "?"
+        self._release_group(
+            group,
+            GangEventKind.TIMED_OUT,
+            f"schedext: group {group} did not reach minMember {minimum} within {timeout:g}s",
+        )
 
     # ---------------------------------------------------------------- explain
 
@@ -303,8 +317,10 @@ class Scheduler:
             )
         assert request is not None
         names = sorted(self._inventory.node_names())
-        gang = self._gang_filter(request, names) if request.group is not None else None
-        verdict = gang or policy.filter_nodes(self._inventory, request, names, self.config)
+        gang, allowed = (
+            self._gang_filter(request, names) if request.group is not None else (None, None)
+        )
+        verdict = gang or self._filter_ids(request, names, self._inventory.ids(names), allowed)[0]
         failed, unresolvable = verdict.failed, verdict.unresolvable
         nodes = tuple(
             NodeExplanation(
@@ -458,22 +474,67 @@ class Scheduler:
     def pod_group_relist(self) -> SpecRelist[PodGroupSpec]:
         return SpecRelist(pod_group_spec, self._gangs.replace_groups)
 
-    def _gang_filter(self, request: PodRequest, node_names: Sequence[str]) -> FilterVerdict | None:
+    def _gang_filter(
+        self, request: PodRequest, node_names: Sequence[str]
+    ) -> tuple[FilterVerdict | None, BoolArray | None]:
+        """A verdict that rejects a gang member on every node, or None and the node ids the
+        member may take (None: any) so that the rest of its group still fits."""
         group = request.group
         assert group is not None
         spec = self._gangs.spec(group)
         if spec is None:
             message = f"schedext: pod group {group} not found"
-            return policy.reject_all(node_names, message, Reason.GANG_NOT_FOUND)
+            return policy.reject_all(node_names, message, Reason.GANG_NOT_FOUND), None
         missing = spec.min_member - self._gangs.member_count(group)
         if missing > 0:
             message = f"schedext: waiting for {missing} more members of group {group}"
-            return policy.reject_all(node_names, message, Reason.GANG_QUORUM)
+            return policy.reject_all(node_names, message, Reason.GANG_QUORUM), None
+        gaps = min_resources_gap(self._inventory, spec, self.config, self._holdings_of(group))
+        if gaps:
+            message = (
+                f"schedext: not enough free resources for minResources of group {group}: "
+                + "; ".join(gaps)
+            )
+            return policy.reject_all(node_names, message, Reason.GANG_CAPACITY), None
         needed = self._needed(spec, include=request)
-        if needed and not fits_all(self._inventory, needed, self.config):
+        if not needed:
+            return None, None
+        allowed = None
+        if needed[0].uid == request.uid:
+            allowed = member_nodes(
+                self._inventory, request, needed[1:], self.config, cache=self._fits
+            )
+        if not (allowed.any() if allowed is not None else self._fits_all(needed)):
             message = f"schedext: not enough free GPUs for all of group {group}"
-            return policy.reject_all(node_names, message, Reason.GANG_CAPACITY)
-        return None
+            return policy.reject_all(node_names, message, Reason.GANG_CAPACITY), None
+        return None, allowed
+
+    def _filter_ids(
+        self,
+        request: PodRequest,
+        node_names: Sequence[str],
+        ids: IdArray,
+        allowed: BoolArray | None,
+    ) -> tuple[FilterVerdict, IdArray]:
+        """policy.filter_ids, then, for a gang member, the nodes that would strand the rest of
+        its group rejected too (evicting pods there may help)."""
+        verdict, passed_ids = policy.filter_ids(
+            self._inventory, request, node_names, ids, self.config
+        )
+        if allowed is None or not len(passed_ids):
+            return verdict, passed_ids
+        keep = allowed[passed_ids]
+        if keep.all():
+            return verdict, passed_ids
+        flags = keep.tolist()
+        stranded = Rejection(
+            f"schedext: the rest of group {request.group} would not fit with this member here",
+            resolvable=Reason.GANG_CAPACITY.resolvable,
+            nodes=[n for n, k in zip(verdict.passed, flags, strict=True) if not k],
+            reason=Reason.GANG_CAPACITY,
+        )
+        passed = [n for n, k in zip(verdict.passed, flags, strict=True) if k]
+        return FilterVerdict(passed, (*verdict.rejections, stranded)), passed_ids[keep]
 
     def _admit_to_group(self, request: PodRequest, holding: Holding, now: float) -> None:
         """Join the barrier, or settle a competition between groups (see extender.gang)."""
@@ -484,7 +545,7 @@ class Scheduler:
             self._inventory.remove_holding(holding.uid)
             raise BindRefusedError(f"pod {request.key}: pod group {group} not found")
         placed = self._placed(group)
-        if placed >= spec.min_member or fits_all(self._inventory, self._needed(spec), self.config):
+        if placed >= spec.min_member or self._fits_all(self._needed(spec)):
             self._gangs.join(group, holding.uid, now=now, placed=placed)
             return
         blockers = [g for g in self._gangs.waiting_groups() if g != group]
@@ -492,7 +553,7 @@ class Scheduler:
         older_than_all = all(b is None or spec.age_key < b.age_key for b in specs)
         if blockers and older_than_all:
             freed = self._reserved_gpus(blockers)
-            if fits_all(self._inventory, self._needed(spec), self.config, free_delta=freed):
+            if self._fits_all(self._needed(spec), free_delta=freed):
                 for blocker in blockers:
                     self._release_group(
                         blocker,
@@ -506,11 +567,23 @@ class Scheduler:
         self._release_group(group, GangEventKind.RELEASED, reason)
         raise BindRefusedError(f"pod {request.key}: {reason}; its reservations were released")
 
+    def _fits_all(
+        self, requests: Iterable[PodRequest], free_delta: Mapping[int, int] | None = None
+    ) -> bool:
+        return fits_all(
+            self._inventory, requests, self.config, free_delta=free_delta, cache=self._fits
+        )
+
     def _release_group(self, group: str, kind: GangEventKind, reason: str) -> None:
         for uid in self._gangs.release(group, kind, reason):
             held = self._inventory.holding(uid)
             if held is not None and held.kind is HoldingKind.RESERVED:
                 self._inventory.remove_holding(uid)
+
+    def _holdings_of(self, group: str) -> list[Holding]:
+        """What the group's members hold, bound or reserved."""
+        held = (self._inventory.holding(uid) for uid in self._gangs.members(group))
+        return [h for h in held if h is not None]
 
     def _placed(self, group: str) -> int:
         return sum(1 for uid in self._gangs.members(group) if self._inventory.holding(uid))

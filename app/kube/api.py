@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -12,9 +14,28 @@ import orjson
 from app.kube.config import ClusterConfig
 from app.kube.errors import ApiError, ApiTransientError, error_for
 
-__all__ = ["KubeApi"]
+__all__ = ["Deadline", "KubeApi"]
 
 JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """One deadline shared by several API calls: each call may take only what is left."""
+
+    at: float
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def after(cls, seconds: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
+        return cls(clock() + seconds, clock)
+
+    def left(self) -> float:
+        """Seconds left; raises TimeoutError when none are."""
+        left = self.at - self.clock()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        return left
 
 
 class KubeApi:
@@ -41,29 +62,42 @@ class KubeApi:
         authorization = self._config.authorization()
         return {"Authorization": authorization} if authorization else {}
 
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
-        return await self._request("GET", path, params=params)
+    # ``timeout``: this call's limit in seconds, instead of the client's default.
+
+    async def get(
+        self, path: str, params: Mapping[str, str] | None = None, *, timeout: float | None = None
+    ) -> JSON:
+        return await self._request("GET", path, params=params, timeout=timeout)
 
     async def get_bytes(self, path: str, params: Mapping[str, str] | None = None) -> bytes:
         """The answer's body undecoded, for callers that decode only what they use."""
         return await self._send("GET", path, params=params)
 
-    async def post(self, path: str, body: Mapping[str, Any]) -> JSON:
-        return await self._request("POST", path, content=orjson.dumps(body))
+    async def post(
+        self, path: str, body: Mapping[str, Any], *, timeout: float | None = None
+    ) -> JSON:
+        return await self._request("POST", path, content=orjson.dumps(body), timeout=timeout)
 
-    async def put(self, path: str, body: Mapping[str, Any]) -> JSON:
-        return await self._request("PUT", path, content=orjson.dumps(body))
+    async def put(
+        self, path: str, body: Mapping[str, Any], *, timeout: float | None = None
+    ) -> JSON:
+        return await self._request("PUT", path, content=orjson.dumps(body), timeout=timeout)
 
-    async def delete(self, path: str, body: Mapping[str, Any] | None = None) -> JSON:
+    async def delete(
+        self, path: str, body: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> JSON:
         content = orjson.dumps(body) if body is not None else None
-        return await self._request("DELETE", path, content=content)
+        return await self._request("DELETE", path, content=content, timeout=timeout)
 
-    async def merge_patch(self, path: str, body: Mapping[str, Any]) -> JSON:
+    async def merge_patch(
+        self, path: str, body: Mapping[str, Any], *, timeout: float | None = None
+    ) -> JSON:
         return await self._request(
             "PATCH",
             path,
             content=orjson.dumps(body),
             content_type="application/merge-patch+json",
+            timeout=timeout,
         )
 
     async def _request(
@@ -74,9 +108,10 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content: bytes | None = None,
         content_type: str = "application/json",
+        timeout: float | None = None,
     ) -> JSON:
         body = await self._send(
-            method, path, params=params, content=content, content_type=content_type
+            method, path, params=params, content=content, content_type=content_type, timeout=timeout
         )
         try:
             document = orjson.loads(body)
@@ -94,6 +129,7 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content: bytes | None = None,
         content_type: str = "application/json",
+        timeout: float | None = None,
     ) -> bytes:
         try:
             response = await self._client.request(
@@ -102,6 +138,7 @@ class KubeApi:
                 params=params,
                 content=content,
                 headers={**self._headers(), "Content-Type": content_type},
+                timeout=httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TransportError as error:
             raise ApiTransientError(f"{method} {path}: {type(error).__name__}: {error}") from None

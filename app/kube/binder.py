@@ -4,10 +4,13 @@ The Binding's ``metadata.uid`` is a precondition (a re-created pod with the same
 bound by mistake) and its ``metadata.annotations`` are merged into the pod by the API server
 in the same update that sets ``spec.nodeName``: no window where a bound pod lacks its GPU ids.
 
-Retries are decided by error type, within a deadline kept below kube-scheduler's extender
-``httpTimeout``. A 409 is explained by reading the pod: deleted, re-created, bound elsewhere
-(an error), already bound here by our earlier attempt whose answer was lost (success), or a
-passing write conflict (retried).
+Everything a bind writes (the sticky address claim, the Binding, its retries and the reads
+that explain a conflict) runs under one deadline, ``bind.api_deadline_s``, kept below
+kube-scheduler's extender ``httpTimeout`` together with the gang wait: each API call may take
+only what is left of it, and the whole is cancelled when it runs out, so kube-scheduler always
+gets the answer. Retries are decided by error type. A 409 is explained by reading the pod:
+deleted, re-created, bound elsewhere (an error), already bound here by our earlier attempt
+whose answer was lost (success), or a passing write conflict (retried).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.binder import BindError
-from app.kube.api import KubeApi
+from app.kube.api import Deadline, KubeApi
 from app.kube.claims import delete_claim, ensure_claim
 from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError, ApiTransientError
 from extender.model import BindPlan
@@ -50,50 +53,66 @@ class ApiBinder:
 
     async def bind(self, plan: BindPlan) -> None:
         """Create/point the sticky address claim first (so the address is durably held before
-        the pod carries it), then the Binding; a claim created here goes if the bind fails."""
-        created = await ensure_claim(self._api, plan.claim) if plan.claim else False
+        the pod carries it), then the Binding; a claim created here goes if the bind fails.
+        All of it within ``deadline_s``, or BindError."""
+        deadline = Deadline.after(self._deadline_s, self._clock)
         try:
-            await self._bind(plan)
+            async with asyncio.timeout(self._deadline_s):
+                await self._bind_with_claim(plan, deadline)
+        except TimeoutError:
+            # A claim created by now stays: it names this pod's identity, the retried bind
+            # reuses it, and it is released if the identity goes away (see ClaimReleaser).
+            raise BindError(
+                f"binding {plan.key} to {plan.node} did not finish within "
+                f"{self._deadline_s:g}s (bind.api_deadline_s); kube-scheduler will retry"
+            ) from None
+
+    async def _bind_with_claim(self, plan: BindPlan, deadline: Deadline) -> None:
+        claim = plan.claim
+        created = await ensure_claim(self._api, claim, deadline) if claim is not None else False
+        try:
+            await self._bind(plan, deadline)
         except BindError:
-            if created and plan.claim is not None:
+            if created and claim is not None:
                 try:
-                    await delete_claim(self._api, plan.claim.name)
+                    await delete_claim(self._api, claim.name, timeout=deadline.left())
                 except ApiError as error:
-                    log.warning("could not delete IPClaim %s: %s", plan.claim.name, error)
+                    log.warning("could not delete IPClaim %s: %s", claim.name, error)
             raise
 
-    async def _bind(self, plan: BindPlan) -> None:
+    async def _bind(self, plan: BindPlan, deadline: Deadline) -> None:
         path = f"/api/v1/namespaces/{plan.namespace}/pods/{plan.name}/binding"
         body = _binding(plan)
-        deadline = self._clock() + self._deadline_s
         delay = 0.1
         last: ApiError | None = None
         for _ in range(self._attempts):
             try:
-                await self._api.post(path, body)
+                await self._api.post(path, body, timeout=deadline.left())
                 return
             except ApiNotFoundError:
                 raise BindError(f"pod {plan.key} was deleted before it could be bound") from None
             except ApiConflictError as error:
-                if await self._already_done(plan):
+                if await self._already_done(plan, deadline):
                     return
                 last = error
             except ApiTransientError as error:
                 last = error
             except ApiError as error:
                 raise BindError(f"binding {plan.key} to {plan.node} was refused: {error}") from None
-            if self._clock() + delay > deadline:
+            if self._clock() + delay > deadline.at:
                 break
             log.info("bind of %s: %s; retrying in %.1fs", plan.key, last, delay)
             await self._sleep(delay)
             delay *= 2
         raise BindError(f"binding {plan.key} to {plan.node} failed: {last}")
 
-    async def _already_done(self, plan: BindPlan) -> bool:
+    async def _already_done(self, plan: BindPlan, deadline: Deadline) -> bool:
         """Explain a 409 by the pod's state: True when it is bound as planned; raises
         BindError when binding cannot succeed; False for a conflict worth retrying."""
         try:
-            pod = await self._api.get(f"/api/v1/namespaces/{plan.namespace}/pods/{plan.name}")
+            pod = await self._api.get(
+                f"/api/v1/namespaces/{plan.namespace}/pods/{plan.name}", timeout=deadline.left()
+            )
         except ApiNotFoundError:
             raise BindError(f"pod {plan.key} was deleted before it could be bound") from None
         except ApiError:

@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from app.binder import BindError
-from app.kube.api import KubeApi
+from app.kube.api import Deadline, KubeApi
 from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError
 from app.kube.status import SCHEDEXT_PATH
 from app.service import Readiness
@@ -23,9 +23,14 @@ log = logging.getLogger("schedext.claims")
 CLAIMS = f"{SCHEDEXT_PATH}/ipclaims"
 
 
-async def ensure_claim(api: KubeApi, claim: ClaimPlan) -> bool:
+async def ensure_claim(api: KubeApi, claim: ClaimPlan, deadline: Deadline | None = None) -> bool:
     """Make the claim exist and point at the binding pod; True when it was created now (so a
-    failed bind deletes it again). Raises BindError when another identity holds the address."""
+    failed bind deletes it again). Raises BindError when another identity holds the address.
+    With ``deadline`` (the bind's), each call takes only the time left of it."""
+
+    def timeout() -> float | None:
+        return deadline.left() if deadline is not None else None
+
     spec = {
         "pool": claim.pool,
         "address": claim.address,
@@ -41,10 +46,10 @@ async def ensure_claim(api: KubeApi, claim: ClaimPlan) -> bool:
             "spec": spec,
         }
         try:
-            await api.post(CLAIMS, body)
+            await api.post(CLAIMS, body, timeout=timeout())
             return True
         except ApiConflictError:
-            current = await api.get(f"{CLAIMS}/{claim.name}")
+            current = await api.get(f"{CLAIMS}/{claim.name}", timeout=timeout())
             owner = (current.get("spec") or {}).get("owner")
             if owner != claim.owner:
                 raise BindError(
@@ -53,18 +58,22 @@ async def ensure_claim(api: KubeApi, claim: ClaimPlan) -> bool:
         except ApiError as error:
             raise BindError(f"cannot create IPClaim {claim.name}: {error}") from None
     try:
-        await api.merge_patch(f"{CLAIMS}/{claim.name}", {"spec": {"holderUID": claim.holder_uid}})
+        await api.merge_patch(
+            f"{CLAIMS}/{claim.name}", {"spec": {"holderUID": claim.holder_uid}}, timeout=timeout()
+        )
     except ApiError as error:
         raise BindError(f"cannot update IPClaim {claim.name}: {error}") from None
     return False
 
 
-async def delete_claim(api: KubeApi, name: str, *, uid: str = "") -> None:
+async def delete_claim(
+    api: KubeApi, name: str, *, uid: str = "", timeout: float | None = None
+) -> None:
     body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
     if uid:
         body["preconditions"] = {"uid": uid}
     with contextlib.suppress(ApiNotFoundError):  # already gone is what we wanted
-        await api.delete(f"{CLAIMS}/{name}", body)
+        await api.delete(f"{CLAIMS}/{name}", body, timeout=timeout)
 
 
 class ClaimReleaser:

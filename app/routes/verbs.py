@@ -157,7 +157,8 @@ async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
     try:
         if plan.group is not None:
             failure = await service.gangs.wait(plan, service.scheduler, service.clock)
-            if failure is not None:  # the core already released the group's reservations
+            if failure is not None:  # the core released the group's reservations
+                service.scheduler.abort_bind(plan)  # and this one's, for certain
                 log.warning(
                     "bind released with its gang",
                     extra={

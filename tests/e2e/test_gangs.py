@@ -55,18 +55,40 @@ def test_a_gang_that_fits_exactly_is_bound_whole_with_distinct_gpus(cluster: Clu
     assert cluster.metric("schedext_gang_events_total", outcome="complete") >= 1
 
 
+def test_a_gang_that_fits_only_when_packed_well_is_bound_whole(cluster: Cluster) -> None:
+    cluster.node("gpu-a", gpus=5, model=H100)
+    cluster.node("gpu-b", gpus=4, model=H100)
+    cluster.pod_group("pack", min_member=4, timeout_s=15)
+    # The member of 3 first: bin packing prefers the fuller gpu-b for it, which would leave
+    # 5 + 1 GPUs for 2+2+2. schedext's filter keeps it on gpu-a, the only node where the
+    # rest still fits (3+2 on gpu-a, 2+2 on gpu-b).
+    names = [f"pack-{i}" for i in range(4)]
+    for name, gpus in zip(names, [3, 2, 2, 2], strict=True):
+        cluster.pod(name, gpus=gpus, labels={GROUP_LABEL: "pack"})
+    nodes = {name: cluster.wait_bound(name, timeout=90) for name in names}
+    assert nodes["pack-0"] == "gpu-a"
+    assert sorted(nodes.values()) == ["gpu-a", "gpu-a", "gpu-b", "gpu-b"]
+    _assert_no_gpu_given_twice(cluster)
+    assert cluster.metric("schedext_gang_events_total", outcome="released") == 0
+
+
 def test_a_gang_with_room_for_only_three_of_four_binds_nothing(cluster: Cluster) -> None:
     cluster.node("gpu-a", gpus=4, model=H100)
     cluster.node("gpu-b", gpus=2, model=H100)
     cluster.pod_group("train", min_member=4, timeout_s=3)
     names = members(cluster, "train", 4)
-    message = failed_scheduling_message(cluster, names[0], "not enough free GPUs for all of group")
+    # The last member is the first judged with the quorum complete (the earlier ones were
+    # rejected for the missing members, and wait for kube-scheduler to retry them).
+    message = failed_scheduling_message(cluster, names[-1], "not enough free GPUs for all of group")
     assert f"group {cluster.namespace}/train" in message
-    time.sleep(4)  # one group timeout later (bounded): still nothing placed
+    # Filter keeps every member out, so none reaches the bind barrier: nothing is reserved.
     assert cluster.bound_pods() == {}
     assert holders(cluster) == set()
-    cluster.pod("solo", gpus=4)
+    cluster.pod("solo", gpus=4)  # a cluster event: kube-scheduler retries the members too
     assert cluster.wait_bound("solo") == "gpu-a"
+    assert cluster.bound_pods() == {"solo": "gpu-a"}
+    assert holders(cluster) == {"solo"}
+    assert cluster.metric("schedext_gang_events_total", outcome="timed_out") == 0
 
 
 def test_members_waiting_at_the_barrier_release_their_gpus_when_the_group_times_out(
@@ -76,19 +98,38 @@ def test_members_waiting_at_the_barrier_release_their_gpus_when_the_group_times_
     cluster.pod_group("trio", min_member=3, timeout_s=3)
     members(cluster, "trio", 2)  # these two fit and wait at bind for the third...
     cluster.pod("trio-2", gpus=2, labels={GROUP_LABEL: "trio"}, node_selector={"rack": "nowhere"})
-    # ... which kube-scheduler itself can never place (no node matches): the group can only
-    # time out, again and again, each time giving its reservations back.
+    # ... which kube-scheduler itself never places (no node matches), so schedext never sees
+    # it at bind. The two reserve their GPUs and wait at the barrier together:
+
+    def waiting_at_the_barrier() -> bool:
+        return holders(cluster) == {"trio-0", "trio-1"} and (
+            cluster.metric("schedext_gangs_waiting") == 1
+        )
+
+    eventually(waiting_at_the_barrier, timeout=60, message="the two never waited at the barrier")
+    assert cluster.bound_pods() == {}
+    # The third member goes away: after this wait the group cannot even reach its quorum, so
+    # its members cannot reserve again once the barrier has released them.
+    cluster.api.delete_pod(cluster.namespace, "trio-2")
     eventually(
         lambda: cluster.metric("schedext_gang_events_total", outcome="timed_out") >= 1,
-        timeout=60,
+        timeout=30,
         message="the waiting group never timed out",
     )
+    eventually(
+        lambda: holders(cluster) == set(),
+        timeout=30,
+        message="members of the timed-out group still hold GPUs",
+    )
+    assert cluster.metric("schedext_gangs_waiting") == 0
     assert cluster.bound_pods() == {}
     eventually(
         lambda: any(e.get("reason") == "GangTimedOut" for e in cluster.events("trio-0")),
         timeout=30,
         message="no GangTimedOut event on a member",
     )
+    failed_scheduling_message(cluster, "trio-0", "waiting for 1 more members")
+    assert holders(cluster) == set()
     cluster.pod("solo", gpus=6)  # needs every GPU: only possible once the reservations are gone
     assert cluster.wait_bound("solo", timeout=60) == "gpu-a"
     assert not any(name.startswith("trio") for name in cluster.bound_pods())

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+from pydantic import ValidationError
 
+from app import cli
 from app.binder import BindError
+from app.kube.api import KubeApi
 from app.kube.binder import ApiBinder
+from app.kube.config import ClusterConfig
+from app.main import create_app
+from app.settings import load_settings
+from app.snapshot import Snapshot
+from app.sources import SnapshotSource
 from extender.model import BindPlan
+from tests.builders import make_node, make_pod, uid_of
 from tests.unit.kube_fakes import FakeApiServer
 
 PLAN = BindPlan(
@@ -130,15 +141,107 @@ def test_retries_are_bounded_and_the_last_error_is_reported() -> None:
         bind({BINDING: [status(503, "apiserver down")] * 3}, attempts=3)
 
 
-def test_retries_stop_at_the_deadline() -> None:
-    clock = iter([0.0, 0.05, 0.5, 0.9, 5.0, 9.0]).__next__
+class FakeClock:
+    """Time that passes only when the binder sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, delay: float) -> None:
+        self.sleeps.append(delay)
+        self.now += delay
+
+
+def test_retries_stop_at_the_deadline_and_each_call_gets_only_what_is_left() -> None:
+    clock = FakeClock()
+    server = FakeApiServer(other=scripted({BINDING: [status(503)] * 10}))
+    binder = ApiBinder(server.api(), attempts=10, deadline_s=1.0, sleep=clock.sleep, clock=clock)
     with pytest.raises(BindError, match="failed"):
-        bind({BINDING: [status(503)] * 10}, attempts=10, deadline_s=1.0, clock=clock)
+        asyncio.run(binder.bind(PLAN))
+    assert clock.sleeps == [0.1, 0.2, 0.4]  # a fourth wait (0.8) would pass the deadline
+    timeouts = [r.extensions["timeout"]["read"] for r in server.requests]
+    assert timeouts == pytest.approx([1.0, 0.9, 0.7, 0.3])
+
+
+def never_answering_api(requests: list[httpx.Request]) -> KubeApi:
+    async def hang(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        await asyncio.Event().wait()  # the API server accepted the connection, and that is all
+        raise AssertionError("unreachable")
+
+    config = ClusterConfig(server="https://api.test", ssl_context=False, token="t0ken")
+    return KubeApi(config, transport=httpx.MockTransport(hang))
+
+
+def test_a_bind_whose_api_never_answers_fails_in_time_and_gives_the_gpus_back() -> None:
+    requests: list[httpx.Request] = []
+    binder = ApiBinder(never_answering_api(requests), deadline_s=0.3)
+    pod = make_pod("trainer-0", gpus=2)
+    snapshot = Snapshot(source="test", nodes=[make_node("gpu-1", gpus=4)], pods=[pod])
+    app = create_app(load_settings(), source=SnapshotSource(snapshot), binder=binder)
+    body = {"PodName": "trainer-0", "PodNamespace": "default", "PodUID": uid_of(pod)}
+
+    async def bind() -> tuple[str, float, int]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://schedext") as client:
+                started = time.monotonic()
+                answer = await client.post("/bind", json={**body, "Node": "gpu-1"})
+                elapsed = time.monotonic() - started
+                return (
+                    answer.json()["Error"],
+                    elapsed,
+                    app.state.service.scheduler.reservation_count,
+                )
+
+    error, elapsed, reservations = asyncio.run(bind())
+    assert "did not finish within 0.3s" in error
+    assert elapsed < 0.3 + 0.5
+    assert reservations == 0  # the GPUs are free for the next pod
+    assert [r.url.path for r in requests] == [BINDING.replace("ml", "default")]
+    assert all(r.extensions["timeout"]["read"] <= 0.3 for r in requests)
 
 
 def test_other_refusals_are_not_retried() -> None:
     with pytest.raises(BindError, match=r"was refused: .*403 pods/binding is forbidden"):
         bind({BINDING: [status(403, "pods/binding is forbidden")]})
+
+
+def test_settings_refuse_a_bind_that_could_outlast_kube_schedulers_http_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "schedext.yaml"
+    config.write_text("gang: {max_wait_s: 20}\nbind: {api_deadline_s: 9.5}\n")
+    assert cli.main(["serve", "--config", str(config)]) == 2
+    message = capsys.readouterr().err
+    assert "invalid settings" in message
+    assert (
+        "gang.max_wait_s (20) + bind.api_deadline_s (9.5) + 1s to answer must not exceed "
+        "bind.extender_http_timeout_s (30)"
+    ) in message
+
+
+@pytest.mark.parametrize(
+    ("max_wait_s", "api_deadline_s", "http_timeout_s", "valid"),
+    [(20, 8, 30, True), (20, 9, 30, True), (20, 9.5, 30, False), (25, 8, 30, False),
+     (25, 8, 40, True)],
+)  # fmt: skip
+def test_the_bind_budget_check(
+    max_wait_s: float, api_deadline_s: float, http_timeout_s: float, valid: bool
+) -> None:
+    overrides = {
+        "gang": {"max_wait_s": max_wait_s, "default_timeout_s": 1},
+        "bind": {"api_deadline_s": api_deadline_s, "extender_http_timeout_s": http_timeout_s},
+    }
+    if valid:
+        load_settings(**overrides)
+    else:
+        with pytest.raises(ValidationError, match="to answer must not exceed"):
+            load_settings(**overrides)
 
 
 def test_connection_failures_count_as_transient() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 import httpx
 import orjson
@@ -16,6 +17,7 @@ from app.service import Readiness
 from extender.model import BindPlan, ClaimPlan, ClaimPolicy
 from extender.scheduler import Scheduler
 from tests.unit.kube_fakes import FakeApiServer
+from tests.unit.test_api_binder import never_answering_api
 
 CLAIMS = "/apis/schedext.io/v1alpha1/ipclaims"
 CLAIM = ClaimPlan(
@@ -93,6 +95,17 @@ def test_a_claim_created_for_a_failed_bind_is_deleted_again() -> None:
                 ("DELETE", f"{CLAIMS}/{CLAIM.name}"): [status(200)],
             }
         )
+
+
+def test_the_claim_counts_against_the_bind_deadline() -> None:
+    requests: list[httpx.Request] = []
+    binder = ApiBinder(never_answering_api(requests), deadline_s=0.2)
+    started = time.monotonic()
+    with pytest.raises(BindError, match=r"did not finish within 0.2s \(bind.api_deadline_s\)"):
+        asyncio.run(binder.bind(PLAN))
+    assert time.monotonic() - started < 0.2 + 0.5
+    assert [(r.method, r.url.path) for r in requests] == [("POST", CLAIMS)]
+    assert requests[0].extensions["timeout"]["read"] <= 0.2
 
 
 def test_an_address_claimed_by_another_identity_refuses_the_bind() -> None:

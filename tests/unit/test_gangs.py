@@ -3,15 +3,31 @@ competing groups, with an injected clock."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 from typing import Any
 
+import numpy as np
 import pytest
 
+from app.events import PodEvent
+from app.gangs import GangWaiters
+from app.metrics import Metrics
 from extender.errors import BindRefusedError
-from extender.gang import GangEventKind
-from extender.model import BindPlan
+from extender.gang import FitCache, GangEventKind, _exact_fit, fits_all
+from extender.model import BindPlan, PodRequest
+from extender.policy import PolicyConfig
 from extender.scheduler import Scheduler
-from tests.builders import gang_pod, make_node, make_pod, make_pod_group, name_of, uid_of
+from tests.builders import (
+    A100,
+    H100,
+    gang_pod,
+    make_node,
+    make_pod,
+    make_pod_group,
+    name_of,
+    uid_of,
+)
 
 OLD = "2026-01-01T00:00:00Z"
 NEW = "2026-01-02T00:00:00Z"
@@ -117,6 +133,229 @@ def test_members_beyond_min_member_do_not_block_the_group() -> None:
     assert scheduler.filter(members[0], ["a"]).passed == ["a"]
 
 
+# ------------------------------------------------------------------ whole-group fit
+
+
+def need(gpus: int, model: str | None = None, memory_mib: int | None = None) -> PodRequest:
+    return PodRequest(
+        uid=f"r{gpus}", namespace="default", name="r", gpus=gpus, gpu_model=model,
+        gpu_memory_mib=memory_mib,
+    )  # fmt: skip
+
+
+def free_gpus(*nodes: tuple[int, str]) -> Scheduler:
+    """Nodes whose GPUs are all free: (count, model) each."""
+    return cluster(
+        *(make_node(f"n{i}", gpus=n, model=m) for i, (n, m) in enumerate(nodes)), groups=[]
+    )
+
+
+FIT_CASES = [
+    # (id, free GPUs per node with their model, requests, fits)
+    ("3+2 | 2+2 on 5 and 4 free", [(5, H100), (4, H100)], [need(3), need(2), need(2), need(2)],
+     True),
+    ("3+3+3 on 5 and 4 free", [(5, H100), (4, H100)], [need(3), need(3), need(3)], False),
+    ("one node holds everything", [(8, H100)], [need(4), need(2), need(2)], True),
+    ("more than exists", [(4, H100), (2, H100)], [need(2)] * 4, False),
+    ("nothing to place", [(1, H100)], [], True),
+    ("members without GPUs need none", [(1, H100)], [need(0), need(1), need(0)], True),
+    ("a model keeps members off other nodes", [(4, H100), (4, A100)], [need(4, "H100")] * 2, False),
+    ("the larger node must go to the model-free member", [(4, H100), (6, A100)],
+     [need(4), need(2, "H100")], True),
+    ("6+4 | 5+3 with models", [(10, H100), (8, A100)],
+     [need(6, "H100"), need(5), need(4, "H100"), need(3)], True),
+    ("GPU memory excludes small GPUs", [(8, A100), (2, H100)], [need(2, memory_mib=80_000)] * 2,
+     False),
+    ("GPU memory allows large GPUs", [(2, A100), (4, H100)], [need(2, memory_mib=80_000)] * 2,
+     True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("nodes", "requests", "fits"), [c[1:] for c in FIT_CASES], ids=[c[0] for c in FIT_CASES]
+)
+def test_whole_group_fit_is_exact(
+    nodes: list[tuple[int, str]], requests: list[PodRequest], fits: bool
+) -> None:
+    scheduler = free_gpus(*nodes)
+    assert fits_all(scheduler.inventory, requests, PolicyConfig()) is fits
+
+
+def test_freed_gpus_count_toward_the_fit() -> None:
+    scheduler = free_gpus((4, H100), (4, H100))
+    busy = make_pod("busy", uid="busy", gpus=3, node="n1", gpu_ids=[0, 1, 2])
+    scheduler.upsert_pod(busy)
+    requests = [need(3), need(2), need(2), need(1)]  # 8 GPUs: 5 free, 8 once n1's are freed
+    assert not fits_all(scheduler.inventory, requests, PolicyConfig())
+    slot = int(scheduler.inventory.ids(["n1"])[0])
+    assert fits_all(scheduler.inventory, requests, PolicyConfig(), free_delta={slot: 3})
+
+
+@pytest.mark.parametrize(
+    ("requests", "fits"),
+    [([need(3), need(2), need(2), need(2)], False), ([need(4), need(4), need(1)], True)],
+    ids=["greedy misses it: rejected", "greedy finds it: accepted"],
+)
+def test_an_exhausted_search_budget_falls_back_to_greedy(
+    requests: list[PodRequest], fits: bool
+) -> None:
+    scheduler = free_gpus((5, H100), (4, H100))
+    assert fits_all(scheduler.inventory, requests, PolicyConfig(), budget=0) is fits
+
+
+STRANDED = "schedext: the rest of group default/train would not fit with this member here"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "passed", "stranded"),
+    [(3, ["a"], ["b"]), (2, ["a", "b"], [])],
+    ids=["the 3 must take the 5", "a 2 may go either way"],
+)
+def test_filter_keeps_a_member_off_nodes_that_would_strand_the_rest_of_its_group(
+    gpus: int, passed: list[str], stranded: list[str]
+) -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=g) for i, g in enumerate([3, 2, 2, 2])]
+    scheduler = cluster(
+        make_node("a", gpus=5),
+        make_node("b", gpus=4),
+        groups=[make_pod_group("train", min_member=4)],
+        pods=members,
+    )
+    verdict = scheduler.filter(members[0 if gpus == 3 else 1], ["a", "b"])
+    assert verdict.passed == passed
+    assert verdict.failed == dict.fromkeys(stranded, STRANDED)
+    assert verdict.unresolvable == {}
+
+
+def test_members_placed_where_kube_scheduler_would_put_them_complete_the_group() -> None:
+    """kube-scheduler's loop, in creation order: filter, the best score wins, bind. Bin
+    packing prefers the fuller node b for the member of 3, which would strand the rest."""
+    members = [gang_pod(f"m{i}", "train", gpus=g) for i, g in enumerate([3, 2, 2, 2])]
+    scheduler = cluster(
+        make_node("a", gpus=5),
+        make_node("b", gpus=4),
+        groups=[make_pod_group("train", min_member=4)],
+        pods=members,
+    )
+    for pod in members:
+        passed = scheduler.filter(pod, ["a", "b"]).passed
+        scores = scheduler.prioritize(pod, passed).tolist()
+        bind(scheduler, pod, passed[scores.index(max(scores))])
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+
+
+def test_the_exact_search_agrees_with_brute_force_on_small_clusters() -> None:
+    rng = random.Random(20261122)
+
+    def brute(free: list[int], masks: list[list[bool]], sizes: list[int], kinds: list[int]) -> bool:
+        def place(i: int) -> bool:
+            if i == len(sizes):
+                return True
+            for node, room in enumerate(free):
+                if masks[kinds[i]][node] and room >= sizes[i]:
+                    free[node] -= sizes[i]
+                    placed = place(i + 1)
+                    free[node] += sizes[i]
+                    if placed:
+                        return True
+            return False
+
+        return place(0)
+
+    for _ in range(500):
+        free = [rng.randint(0, 8) for _ in range(rng.randint(1, 6))]
+        masks = [[rng.random() < 0.7 for _ in free] for _ in range(rng.randint(1, 3))]
+        members = sorted(
+            ((rng.randint(1, 6), rng.randrange(len(masks))) for _ in range(rng.randint(1, 7))),
+            key=lambda m: (-m[0], m[1]),
+        )
+        sizes, kinds = [m[0] for m in members], [m[1] for m in members]
+        exact = _exact_fit(
+            np.array(free, dtype=np.int64), [np.array(m) for m in masks], sizes, kinds, 10**9
+        )
+        assert exact is brute(free, masks, sizes, kinds), (free, masks, members)
+
+
+def test_cached_answers_follow_the_inventory() -> None:
+    scheduler = free_gpus((4, H100))
+    cache = FitCache()
+    requests = [need(2), need(2)]
+    assert fits_all(scheduler.inventory, requests, PolicyConfig(), cache=cache)
+    scheduler.upsert_pod(make_pod("busy", uid="busy", gpus=1, node="n0", gpu_ids=[0]))
+    assert not fits_all(scheduler.inventory, requests, PolicyConfig(), cache=cache)
+    assert fits_all(scheduler.inventory, [need(3)], PolicyConfig(), cache=cache)
+
+
+def test_filter_passes_a_group_that_fits_only_when_packed_well() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=g) for i, g in enumerate([3, 2, 2, 2])]
+    scheduler = cluster(
+        make_node("a", gpus=5),
+        make_node("b", gpus=4),
+        groups=[make_pod_group("train", min_member=4)],
+        pods=members,
+    )
+    assert scheduler.filter(members[1], ["a", "b"]).passed == ["a", "b"]
+    # The bind barrier checks the same way: placing the 3 on a and a 2 on b keeps the group.
+    bind(scheduler, members[0], "a")
+    bind(scheduler, members[1], "b")
+    assert kinds(scheduler) == []
+    bind(scheduler, members[2], "b")
+    bind(scheduler, members[3], "a")
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+
+
+GPU = "nvidia.com/gpu"
+
+MIN_RESOURCES_CASES = [
+    # (id, spec.minResources, the reason every node gets, or None when the member passes)
+    ("GPUs short", {GPU: 20}, f"{GPU} 20 wanted, 14 free"),
+    ("CPU short", {"cpu": "100"}, "cpu 100 wanted, 63.9 free"),
+    ("memory short", {"memory": "300Gi"}, "memory 300Gi wanted, 255.9Gi free"),
+    ("two short", {GPU: "15", "cpu": "64"}, f"cpu 64 wanted, 63.9 free; {GPU} 15 wanted, 14 free"),
+    ("all covered", {GPU: 4, "cpu": "500m", "memory": "1Gi"}, None),
+    ("resources schedext does not track are not checked", {"example.com/fpga": 4}, None),
+    ("the group's own reservations count as free", {GPU: 14}, None),  # 12 + 2 of m2
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("min_resources", "reason"),
+    [c[1:] for c in MIN_RESOURCES_CASES],
+    ids=[c[0] for c in MIN_RESOURCES_CASES],
+)
+def test_min_resources_of_the_group_must_be_free_in_the_cluster(
+    min_resources: dict[str, object], reason: str | None
+) -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    group = make_pod_group("train", min_member=2)
+    group["spec"]["minResources"] = min_resources
+    other = make_pod("other", uid="other", gpus=2, node="b", gpu_ids=[0, 1])
+    scheduler = cluster(
+        make_node("a", gpus=8, cpu="32", memory="128Gi"),
+        make_node("b", gpus=8, cpu="32", memory="128Gi"),
+        groups=[group],
+        pods=[*members, other],
+    )
+    bind(scheduler, members[2], "a")  # a member already reserved: its share counts as free
+    verdict = scheduler.filter(members[0], ["a", "b"])
+    if reason is None:
+        assert verdict.passed == ["a", "b"]
+        return
+    message = "schedext: not enough free resources for minResources of group default/train: "
+    assert verdict.failed == dict.fromkeys(["a", "b"], message + reason)
+    assert verdict.unresolvable == {}  # preemption may help
+
+
+def test_min_resources_are_checked_once_the_quorum_exists() -> None:
+    pod = gang_pod("m0", "train")
+    group = make_pod_group("train", min_member=2)
+    group["spec"]["minResources"] = {GPU: 100}
+    scheduler = cluster(make_node("a", gpus=8), groups=[group], pods=[pod])
+    assert scheduler.filter(pod, ["a"]).unresolvable == {
+        "a": "schedext: waiting for 1 more members of group default/train"
+    }
+
+
 # --------------------------------------------------------------------------- barrier
 
 
@@ -185,6 +424,77 @@ def test_a_member_deleted_while_waiting_no_longer_counts() -> None:
     assert kinds(scheduler) == []  # still waiting: the deleted member no longer counts
     bind(scheduler, members[2], "a")
     assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+
+
+def test_a_member_whose_binding_fails_after_the_barrier_is_retried_alone() -> None:
+    """Bindings cannot be undone: the others stay bound, the failed member's GPUs are given
+    back, the status counts only what is bound, and the retried member needs no new quorum."""
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    scheduler = cluster(
+        make_node("a", gpus=8), groups=[make_pod_group("train", min_member=3)], pods=members
+    )
+    plans = [bind(scheduler, pod, "a") for pod in members]
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+    scheduler.confirm_bind(plans[0])
+    scheduler.abort_bind(plans[1])  # its Binding failed
+    scheduler.confirm_bind(plans[2])
+    assert gpus_held(scheduler, "a") == 4
+    status = scheduler.group_status("default/train")
+    assert status is not None
+    assert (status.phase, status.scheduled, status.waiting) == ("Scheduling", 2, 0)
+    assert scheduler.filter(members[1], ["a"]).passed == ["a"]
+    retried = bind(scheduler, members[1], "a", now=50.0)
+    assert scheduler.gang_deadline("default/train") is None  # no wait at the barrier
+    scheduler.confirm_bind(retried)
+    status = scheduler.group_status("default/train")
+    assert status is not None
+    assert (status.phase, status.scheduled) == ("Scheduled", 3)
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.events: list[PodEvent] = []
+
+    def record(self, event: PodEvent) -> None:
+        self.events.append(event)
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+def test_a_waiting_bind_whose_timer_fires_first_still_releases_the_whole_group() -> None:
+    """The wait's timer runs on the event loop, the core's deadline on the injected clock: when
+    the timer fires before the core agrees the group is overdue, the group is released anyway
+    (not left holding GPUs until the reservation TTL)."""
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    scheduler = cluster(
+        make_node("a", gpus=8),
+        groups=[make_pod_group("train", min_member=3)],
+        pods=members,
+        gang_max_wait_s=0.05,
+    )
+    frozen = 100.0  # the injected clock never reaches the deadline (100.05)
+    plans = [bind(scheduler, pod, "a", now=frozen) for pod in members[:2]]
+    recorded = Recorded()
+    waiters = GangWaiters(Metrics(lambda: scheduler), recorded)
+
+    async def wait_both() -> list[str | None]:
+        return list(
+            await asyncio.gather(*(waiters.wait(plan, scheduler, lambda: frozen) for plan in plans))
+        )
+
+    failures = asyncio.run(wait_both())
+    assert all(f is not None and "did not reach minMember 3" in f for f in failures)
+    assert gpus_held(scheduler, "a") == 0
+    assert scheduler.reservation_count == 0
+    assert scheduler.waiting_groups() == []
+    assert sorted((e.pod, e.reason) for e in recorded.events) == [
+        ("default/m0", "GangTimedOut"),
+        ("default/m1", "GangTimedOut"),
+    ]
 
 
 # ------------------------------------------------------------------- competing groups
@@ -273,6 +583,67 @@ def test_members_prefer_the_rack_of_members_already_placed() -> None:
         )
     )
     assert scores["r1-b"] > scores["r2-a"]
+
+
+RACK, ZONE = "topology.kubernetes.io/rack", "topology.kubernetes.io/zone"
+MY_RACK, MY_ZONE = "example.com/rack", "example.com/zone"
+
+AFFINITY_CASES = [
+    # (id, config, labels per node, where the first member is, candidates best first)
+    (
+        "same rack, then same zone, then elsewhere",
+        PolicyConfig(),
+        {
+            "a": {RACK: "r1", ZONE: "z1"},
+            "b": {RACK: "r1", ZONE: "z1"},
+            "c": {RACK: "r2", ZONE: "z1"},
+            "d": {RACK: "r3", ZONE: "z2"},
+        },
+        "a",
+        ["b", "c", "d"],
+    ),
+    (
+        "a configured rack label, not the default one",
+        PolicyConfig(rack_label=MY_RACK),
+        {
+            "a": {MY_RACK: "r1", RACK: "x"},
+            "b": {MY_RACK: "r1", RACK: "y"},
+            "c": {MY_RACK: "r2", RACK: "x"},  # the default label would put c with a
+        },
+        "a",
+        ["b", "c"],
+    ),
+    (
+        "a configured zone label, not the default one",
+        PolicyConfig(zone_label=MY_ZONE),
+        {
+            "a": {MY_ZONE: "z1", ZONE: "q"},
+            "b": {MY_ZONE: "z1", ZONE: "w"},
+            "c": {MY_ZONE: "z2", ZONE: "q"},  # the default label would put c with a
+        },
+        "a",
+        ["b", "c"],
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "labels", "placed", "ranking"),
+    [c[1:] for c in AFFINITY_CASES],
+    ids=[c[0] for c in AFFINITY_CASES],
+)
+def test_members_prefer_the_rack_then_the_zone_of_the_group(
+    config: PolicyConfig, labels: dict[str, dict[str, str]], placed: str, ranking: list[str]
+) -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    nodes = [make_node(name, gpus=4, labels=node_labels) for name, node_labels in labels.items()]
+    scheduler = cluster(
+        *nodes, groups=[make_pod_group("train", min_member=3)], pods=members, config=config
+    )
+    bind(scheduler, members[0], placed)
+    scores = scheduler.prioritize(members[1], ranking).tolist()
+    assert scores == sorted(scores, reverse=True)
+    assert len(set(scores)) == len(scores), dict(zip(ranking, scores, strict=True))
 
 
 def test_the_first_member_prefers_a_rack_that_can_hold_the_whole_group() -> None:
