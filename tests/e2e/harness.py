@@ -512,6 +512,9 @@ def pod_manifest(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+_RETRIES_ON_429 = 10
+
+
 class KubeApi:
     """Small synchronous REST client for kube-apiserver: CA-verified TLS and a bearer token."""
 
@@ -551,9 +554,16 @@ class KubeApi:
         """
         content = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if content is not None else {}
-        resp = self._client.request(
-            method, path, content=content, headers=headers, params=dict(params or {})
-        )
+        # 429 with Retry-After is the API server asking to come back: right after a CRD is
+        # created or changed its storage is "(re)initializing" for a moment. Retried a few
+        # times, as client-go does; anything else is the caller's to judge.
+        for _ in range(_RETRIES_ON_429):
+            resp = self._client.request(
+                method, path, content=content, headers=headers, params=dict(params or {})
+            )
+            if resp.status_code != 429:
+                break
+            time.sleep(min(float(resp.headers.get("Retry-After") or 1), 5.0))
         if resp.status_code >= 300:
             raise ApiError(method, path, resp.status_code, resp.text)
         if not resp.content:
