@@ -533,7 +533,8 @@ class SchedextProcess:
     """``schedext serve --kubeconfig`` on a free loopback port, in its own process group.
 
     ``profile``: run it under ``python -m cProfile -o PROFILE`` (the stats are written when it
-    exits after SIGTERM)."""
+    exits after SIGTERM). ``root``: the source tree to run (another checkout, for before/after
+    comparisons on one cluster); its code comes first on the path."""
 
     def __init__(
         self,
@@ -542,9 +543,13 @@ class SchedextProcess:
         *,
         profile: Path | None = None,
         env: Mapping[str, str] | None = None,
+        root: Path = ROOT,
     ) -> None:
         self.kubeconfig, self.log_path, self.profile = kubeconfig, log_path, profile
+        self.root = root
         self.env = {**os.environ, **(env or {})}
+        if root != ROOT:
+            self.env["PYTHONPATH"] = str(root)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -569,7 +574,7 @@ class SchedextProcess:
             # our own CLI with arguments built here, not user input
             self.process = subprocess.Popen(  # noqa: S603
                 command,
-                cwd=ROOT,
+                cwd=self.root,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

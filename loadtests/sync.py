@@ -24,6 +24,7 @@ Against the end-to-end harness's real etcd + kube-apiserver (loopback only) it:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -41,6 +42,7 @@ import httpx
 
 from loadtests import kubeload
 from loadtests.kubeload import Call, RestPool, SchedextProcess
+from tests.e2e.harness import ControlPlane
 
 JSON = dict[str, Any]
 NAMESPACE = "sync-bench"
@@ -66,22 +68,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["cluster"] = plan.summary()
         report["fill"] = _fill(pool, plan)
         report["objects"] = _object_sizes(pool, cp.etcd_url)
-        schedext = SchedextProcess(
-            cp.kubeconfig, Path(workdir) / "schedext.log", profile=args.profile
-        )
+        trees = {"current": kubeload.ROOT}
+        if args.baseline is not None:
+            trees["baseline"] = args.baseline.resolve()
         sampler = kubeload.Sampler(args.py_spy, args.py_spy_dir or Path(workdir))
-        try:
-            report["cold_sync"] = _cold_sync(schedext, plan, args.ready_timeout, sampler)
-            if args.profile is None:
-                report["steady"] = _steady(pool, schedext, plan, args, sampler)
-                report["cold_sync"]["vm_hwm_end_mib"] = _mib(
-                    kubeload.status_kib(schedext.pid, "VmHWM")
-                )
-        except BaseException:
-            print(f"schedext log tail:\n{schedext.tail()}", file=sys.stderr)
-            raise
-        finally:
-            report["schedext_exit_code"] = schedext.stop()
+        runs: dict[str, list[JSON]] = {name: [] for name in trees}
+        # Cold syncs first, the trees alternating (the machine's load drifts), all on the same
+        # untouched cluster; then the steady state of each tree, which deletes a few pods.
+        for rep in range(args.reps):
+            for name, root in trees.items() if rep % 2 == 0 else reversed(trees.items()):
+                log = Path(workdir) / f"schedext-{name}-{rep}.log"
+                with _schedext(cp, log, args, root) as schedext:
+                    runs[name].append(_cold_sync(schedext, plan, args.ready_timeout, sampler))
+        report["cold_sync"] = _median_run(runs["current"])
+        report["cold_runs"] = runs
+        if args.profile is None:
+            report["steady_by_tree"] = {}
+            for offset, (name, root) in enumerate(trees.items()):
+                log = Path(workdir) / f"schedext-{name}-steady.log"
+                with _schedext(cp, log, args, root) as schedext:
+                    schedext.start()  # not checked against the plan: earlier runs deleted pods
+                    schedext.wait_ready(args.ready_timeout)
+                    steady = _steady(pool, schedext, plan, args, sampler, victim_offset=offset)
+                    steady["vm_hwm_end_mib"] = _mib(kubeload.status_kib(schedext.pid, "VmHWM"))
+                    report["steady_by_tree"][name] = steady
+            report["steady"] = report["steady_by_tree"]["current"]
+            report["cold_sync"]["vm_hwm_end_mib"] = report["steady"]["vm_hwm_end_mib"]
     report["total_s"] = round(time.monotonic() - started, 1)
     _print(report)
     _print_py_spy(report)
@@ -90,6 +102,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     return 0
+
+
+@contextlib.contextmanager
+def _schedext(
+    cp: ControlPlane, log: Path, args: argparse.Namespace, root: Path
+) -> Iterator[SchedextProcess]:
+    schedext = SchedextProcess(cp.kubeconfig, log, profile=args.profile, root=root)
+    try:
+        yield schedext
+    except BaseException:
+        print(f"schedext log tail:\n{schedext.tail()}", file=sys.stderr)
+        raise
+    finally:
+        schedext.stop()
+
+
+def _median_run(runs: list[JSON]) -> JSON:
+    """The run with the median time to ready (the lower middle one of an even count)."""
+    return sorted(runs, key=lambda run: run["ready_s"])[(len(runs) - 1) // 2]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -129,6 +160,15 @@ def _parser() -> argparse.ArgumentParser:
         help="py-spy binary: sample schedext during the cold sync and the update stream",
     )
     parser.add_argument("--py-spy-dir", type=Path, help="keep py-spy's raw stacks here")
+    parser.add_argument(
+        "--reps", type=int, default=1, help="cold syncs per source tree; the median is reported"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of schedext (e.g. a git worktree of an earlier commit): its cold "
+        "syncs alternate with this tree's on the same cluster, and its steady state follows",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     return parser
 
@@ -311,15 +351,23 @@ def _steady(
     plan: Plan,
     args: argparse.Namespace,
     sampler: kubeload.Sampler,
+    *,
+    victim_offset: int = 0,
 ) -> JSON:
+    """``victim_offset``: which pods the lag samples delete (each run needs pods of its own)."""
     pid = schedext.pid
     idle_began, idle_cpu = time.monotonic(), kubeload.cpu_seconds(pid)
     time.sleep(args.idle_s)
     idle_rate = (kubeload.cpu_seconds(pid) - idle_cpu) / (time.monotonic() - idle_began)
-    victims = [i for i, _ in zip(plan.gpu_pod_indices(), range(args.lag_samples + 1), strict=False)]
+    per_run = args.lag_samples + 1
+    first = victim_offset * per_run
+    victims = list(itertools.islice(plan.gpu_pod_indices(), first, first + per_run))
     sampler.start(pid, "updates")
     began, cpu_before = time.monotonic(), kubeload.cpu_seconds(pid)
-    stream = pool.run("patches", _patches(plan, args.updates), rate=args.update_rate)
+    deleted = set(itertools.islice(plan.gpu_pod_indices(), first))  # by earlier runs
+    stream = pool.run(
+        "patches", _patches(plan, args.updates, deleted, run=victim_offset), rate=args.update_rate
+    )
     _check(stream)
     # The delete travels behind every PATCH event on the same watch: when schedext shows it,
     # it has processed the whole stream.
@@ -349,12 +397,16 @@ def _steady(
     return figures
 
 
-def _patches(plan: Plan, count: int) -> Iterator[Call]:
+def _patches(plan: Plan, count: int, deleted: set[int], *, run: int = 0) -> Iterator[Call]:
+    """Label PATCHes; ``run`` makes the values new (a PATCH that changes nothing is no event)."""
     # A large odd stride spreads the updates over nodes and over GPU and CPU pods alike.
     stride = 7919
     for tick in range(count):
-        name = plan.name(tick * stride % plan.pods)
-        body = {"metadata": {"labels": {"bench-tick": str(tick)}}}
+        index = tick * stride % plan.pods
+        while index in deleted:
+            index = (index + 1) % plan.pods
+        name = plan.name(index)
+        body = {"metadata": {"labels": {"bench-tick": f"{run}-{tick}"}}}
         yield "PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", body, MERGE_PATCH
 
 
@@ -432,7 +484,34 @@ def _print(report: JSON) -> None:
     width = max(len(r[0]) for r in rows) + 2
     for label, value, target in rows:
         print(f"  {label:<{width}}{value}{'   (' + target + ')' if target else ''}")
+    _print_comparison(report)
     print(f"  total benchmark time: {report['total_s']:.0f} s")
+
+
+def _print_comparison(report: JSON) -> None:
+    """Every cold sync of every tree, and each tree's steady state, side by side."""
+    runs: dict[str, list[JSON]] = report.get("cold_runs") or {}
+    if sum(len(r) for r in runs.values()) < 2:
+        return
+    steady = report.get("steady_by_tree") or {}
+    print("\n  tree       ready s (each run)        median   schedext CPU s   peak RSS MiB"
+          "   CPU ms / 1,000 updates")  # fmt: skip
+    for name, tree_runs in runs.items():
+        times = [r["ready_s"] for r in tree_runs]
+        median = _median_run(tree_runs)
+        figures = steady.get(name, {})
+        per_update = (
+            f"{figures['cpu_ms_per_1000_updates']:.0f} "
+            f"(raw {figures['cpu_ms_per_1000_updates_raw']:.0f})"
+            if figures
+            else "-"
+        )
+        print(
+            f"  {name:<10} {', '.join(f'{t:.1f}' for t in times):<25} "
+            f"{median['ready_s']:>6.1f}   {median['cpu_s'].get('schedext', math.nan):>14.1f}"
+            f"   {max(r['vm_hwm_at_ready_mib'] for r in tree_runs):>12,.0f}"
+            f"   {per_update:>22}"
+        )
 
 
 def _cpu_line(cpu: JSON) -> str:

@@ -75,9 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         RestPool(cp, args.concurrency) as pool,
     ):
         report["nodes"] = _create_nodes(pool, args.nodes)
+        phases = ("A", "B", "C") if args.baseline is not None else ("A", "B")
         for rep in range(args.reps):
-            for phase in ("A", "B"):
-                run = Phase(cp, pool, Path(workdir), args, rep=rep, with_schedext=phase == "A")
+            for phase in phases:
+                root = args.baseline.resolve() if phase == "C" else kubeload.ROOT
+                run = Phase(cp, pool, Path(workdir), args, rep=rep, phase=phase, schedext_root=root)
                 result = run.execute()
                 report["runs"].append(result)
                 _print_run(result)
@@ -117,6 +119,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--pprof-s", type=int, default=8, help="seconds per kube-scheduler profile (default 8)"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of schedext (e.g. a git worktree of an earlier commit): adds a "
+        "phase C per pair, kube-scheduler with that tree's schedext, for before/after figures",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     return parser
 
@@ -154,14 +162,18 @@ class Phase:
         args: argparse.Namespace,
         *,
         rep: int,
-        with_schedext: bool,
+        phase: str,
+        schedext_root: Path = kubeload.ROOT,
     ) -> None:
+        """``phase``: A (this tree's schedext), B (no extender) or C (the baseline tree's)."""
         self.cp, self.pool, self.args = cp, pool, args
-        self.name = f"{'A' if with_schedext else 'B'}{rep + 1}"
+        self.name = f"{phase}{rep + 1}"
         self.namespace = f"throughput-{self.name.lower()}"
         self.schedext = (
-            SchedextProcess(cp.kubeconfig, workdir / f"schedext-{self.name}.log")
-            if with_schedext
+            SchedextProcess(
+                cp.kubeconfig, workdir / f"schedext-{self.name}.log", root=schedext_root
+            )
+            if phase != "B"
             else None
         )
         self.sampler = kubeload.Sampler(args.py_spy, args.py_spy_dir or workdir)
@@ -477,7 +489,7 @@ def _median(values: Sequence[float]) -> float:
 
 
 def _summary(runs: list[JSON]) -> JSON:
-    by_phase = {p: [r for r in runs if r["phase"].startswith(p)] for p in ("A", "B")}
+    by_phase = {p: [r for r in runs if r["phase"].startswith(p)] for p in ("A", "B", "C")}
     a = [r["pods_per_s"] for r in by_phase["A"]]
     b = [r["pods_per_s"] for r in by_phase["B"]]
     pairs = [x / y for x, y in zip(a, b, strict=False) if y]
@@ -488,7 +500,13 @@ def _summary(runs: list[JSON]) -> JSON:
         "median_pair_ratio": round(statistics.median(pairs), 3) if pairs else None,
         "target_ratio": TARGET_RATIO,
     }
+    c = [r["pods_per_s"] for r in by_phase["C"]]
+    if c:
+        summary["baseline_pods_per_s"] = _median(c)
+        summary["baseline_ratio_of_medians"] = round(_median(c) / _median(b), 3) if b else None
     for phase, phase_runs in by_phase.items():
+        if not phase_runs:
+            continue
         summary[f"{phase}_create_per_s"] = _median([r["create"]["per_second"] for r in phase_runs])
         for key, histogram in (
             ("algorithm", "scheduler_scheduling_algorithm_duration_seconds"),
@@ -544,6 +562,11 @@ def _print(report: JSON) -> None:
         f"{s['without_pods_per_s']:.0f}; ratio {s['ratio_of_medians']:.2f} "
         f"(median of pair ratios {s['median_pair_ratio']:.2f}; target >= {TARGET_RATIO})"
     )
+    if "baseline_pods_per_s" in s:
+        print(
+            f"baseline tree (phase C): {s['baseline_pods_per_s']:.0f} pods/s, ratio "
+            f"{s['baseline_ratio_of_medians']:.2f} to kube-scheduler alone"
+        )
     _print_attribution(report["runs"])
     for run in report["runs"]:
         kubeload.print_stacks(f"timed phase {run['phase']}", run.get("schedext_py_spy"), 20)
