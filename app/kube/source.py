@@ -29,14 +29,15 @@ JSON = dict[str, Any]
 
 NODES = Resource(name="nodes", path="/api/v1/nodes", decoders=NODE_DECODERS)
 # Terminal pods hold nothing; a pod that finishes leaves this selection, which the watch
-# reports as a DELETED event (as kube-scheduler's own pod informer does). Pages of 1,000: the
-# API server's cost per page is large enough that 500 doubles its CPU at 100,000 pods, while
-# a page is decoded into little more than the few fields schedext keeps.
+# reports as a DELETED event (as kube-scheduler's own pod informer does). Pages of 5,000: the
+# API server's cost per page is large (a cold sync of 40,000 pods was ready in 5.5 s with
+# 5,000 per page against 7.1 s with 1,000, at the same peak memory), and a page (about 26 MB
+# of JSON) is decoded into little more than the few fields schedext keeps.
 PODS = Resource(
     name="pods",
     path="/api/v1/pods",
     field_selector="status.phase!=Succeeded,status.phase!=Failed",
-    page_size=1000,
+    page_size=5000,
     decoders=POD_DECODERS,
 )
 # Custom resources whose CRDs may be missing: without them, no gangs or no address pools.

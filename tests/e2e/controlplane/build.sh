@@ -122,7 +122,7 @@ build() {
   rm -rf "$CACHE_ROOT"/.build.*
 
   start=$(date +%s)
-  log "building kube-apiserver/kube-scheduler $k8s and etcd $etcd (cold: ~3 min on 2 cores)"
+  log "building kube-apiserver/kube-scheduler $k8s and etcd $etcd (cold: 3 to 7 min on 2 cores)"
   log "$(go version), GOMODCACHE=$(go env GOMODCACHE), GOCACHE=$(go env GOCACHE)"
   # Build into a temp dir on the same filesystem and rename it into place at the end, so an
   # interrupted build never leaves a directory that looks complete.
