@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import orjson
+from httpx_aiohttp import AiohttpTransport
 
 from app.kube.config import ClusterConfig
 from app.kube.errors import ApiError, ApiTransientError, error_for
@@ -46,11 +47,15 @@ class KubeApi:
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = 10.0,
     ) -> None:
+        """``transport``: tests pass a fake. By default requests go through aiohttp's C HTTP
+        parser under httpx's API: a pod watch event then costs about half the CPU it does in
+        httpx's own pure-Python HTTP/1.1 stack (136 against 266 µs, docs/performance.md), and
+        every scheduled pod brings two of them plus a Binding."""
         self._config = config
         self._client = httpx.AsyncClient(
             base_url=config.server,
             verify=config.ssl_context,
-            transport=transport,
+            transport=transport or AiohttpTransport(verify=config.ssl_context),
             timeout=httpx.Timeout(timeout),
             headers={"Accept": "application/json", "User-Agent": "schedext"},
         )
