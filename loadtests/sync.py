@@ -16,7 +16,12 @@ Against the end-to-end harness's real etcd + kube-apiserver (loopback only) it:
 4. measures watch lag: deletes a pod that holds GPUs and polls /metrics until schedext's free
    GPU count shows it: once right after the stream, then a few times idle.
 
+With ``--reps R`` step 2 runs R times (the median is reported); with ``--baseline DIR`` another
+checkout's schedext is measured on the same cluster, its cold syncs alternating with this
+tree's, and its steady state after this tree's.
+
     python -m loadtests.sync                           # 5,000 nodes, 100,000 pods
+    python -m loadtests.sync --reps 3 --baseline ../schedext-before
     python -m loadtests.sync --nodes 500 --pods 10000 --json sync.json
     python -m loadtests.sync --profile sync.prof  # cold sync only, under cProfile
 """
