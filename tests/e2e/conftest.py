@@ -348,6 +348,35 @@ class Cluster:
     def events(self, name: str) -> list[dict[str, Any]]:
         return self.api.events_for(self.namespace, name)
 
+    def scheduler_caught_up(self) -> None:
+        """Wait until kube-scheduler's cache holds every node and every bound pod the API
+        server has. Its informers and schedext's run apart: a pod created before kube-scheduler
+        has seen the pods already running would be judged against an emptier cluster than
+        schedext sees (preemption on the wrong node, or minutes in the unschedulable queue)."""
+
+        def counts() -> tuple[int, int]:
+            nodes = len(self.api.apply_raw("GET", "/api/v1/nodes")["items"])
+            bound = self.api.apply_raw(
+                "GET", "/api/v1/pods", params={"fieldSelector": "spec.nodeName!="}
+            )["items"]
+            return nodes, len(bound)
+
+        def cached() -> tuple[int, int]:
+            # kube-scheduler refreshes this gauge once a second from its cache.
+            sizes = {
+                line.split('"')[1]: int(float(line.split()[-1]))
+                for line in self.cp.scheduler_metrics().splitlines()
+                if line.startswith("scheduler_cache_size{")
+            }
+            return sizes.get("nodes", 0), sizes.get("pods", 0)
+
+        def caught_up() -> bool:
+            nodes, pods = counts()
+            have_nodes, have_pods = cached()
+            return have_nodes >= nodes and have_pods >= pods
+
+        eventually(caught_up, message="kube-scheduler's cache lags the API server")
+
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:

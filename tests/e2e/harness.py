@@ -861,6 +861,18 @@ class ControlPlane:
     def stop_scheduler(self) -> None:
         self._components["kube-scheduler"].stop()
 
+    def scheduler_metrics(self) -> str:
+        """kube-scheduler's /metrics text (the admin token passes its delegated authz)."""
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        resp = httpx.get(
+            f"https://127.0.0.1:{self.scheduler_port}/metrics",
+            headers={"Authorization": f"Bearer {self.token}"},
+            verify=context,
+            timeout=5.0,
+        )
+        resp.raise_for_status()
+        return resp.text
+
     def restart_apiserver(self, *, kill: bool = False, timeout: float | None = None) -> None:
         """Stop kube-apiserver and start it again on the same port against the same etcd.
 

@@ -22,9 +22,11 @@ def pods(cluster: Cluster) -> set[str]:
 
 
 def seen_bound(cluster: Cluster, *names: str) -> None:
-    """Wait until schedext's inventory holds these pre-bound pods. kube-scheduler may see them
-    first: a preempt call before schedext does would judge their node as if they were not
-    there (a node whose pods schedext cannot check is dropped, or looks free)."""
+    """Wait until both schedext's inventory and kube-scheduler's cache hold these pre-bound
+    pods. Either may see them first: a preempt call before schedext does would judge their
+    node as if they were not there (a node whose pods schedext cannot check is dropped, or
+    looks free); kube-scheduler, before it does, finds a node free that schedext's filter
+    rejects, and never offers that node for preemption (kubernetes issue #139270)."""
 
     def seen() -> bool:
         return all(
@@ -33,6 +35,7 @@ def seen_bound(cluster: Cluster, *names: str) -> None:
         )
 
     eventually(seen, message=f"schedext does not hold all of {names}")
+    cluster.scheduler_caught_up()
 
 
 def test_a_high_priority_pod_evicts_exactly_the_pods_that_free_four_gpus_on_one_node(

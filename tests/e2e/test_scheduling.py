@@ -39,6 +39,7 @@ def test_cpu_intensive_pod_avoids_nodes_under_the_cpu_threshold(cluster: Cluster
     prefer_not = {"key": "dedicated", "value": "batch", "effect": "PreferNoSchedule"}
     cluster.node("big", cpu="16", taints=[prefer_not])
     cluster.pod("resident", cpu="14", node="big")  # leaves 2 CPUs free
+    cluster.scheduler_caught_up()
     # The control: the same pod without the CPU-intensive label, sent to schedext too
     # (managed), lands where kube-scheduler's scores say.
     cluster.pod("control", cpu="500m", managed=True)
