@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from app.service import Service
 from app.settings import Settings
 from app.snapshot import demo_snapshot, read_snapshot
 from app.sources import InventorySource, SnapshotSource
+from app.victims import VictimWaits
 from extender.preemption import GangVictims
 from extender.scheduler import Scheduler
 
@@ -79,6 +81,7 @@ def create_app(
         gang_timeout_s=settings.gang.default_timeout_s,
         gang_max_wait_s=settings.gang.max_wait_s,
         gang_victims=GangVictims(settings.preemption.gang_victims),
+        victim_memory_s=settings.preemption.victim_memory_s,
     )
     metrics = Metrics(lambda: scheduler)
     if source is None:
@@ -92,6 +95,9 @@ def create_app(
         binder=binder or InMemoryBinder(),
         metrics=metrics,
         gangs=GangWaiters(metrics, events),
+        victims=VictimWaits(
+            metrics, bound_s=settings.preemption.victim_wait_s, clock=time.monotonic
+        ),
         events=events,
         description=source.description,
     )

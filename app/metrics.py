@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -68,6 +68,18 @@ class Metrics:
             ["resource", "cause"],
             registry=self.registry,
         )
+        self._victim_waits = Counter(
+            "schedext_victim_waits_total",
+            "Filter calls that waited for the watch to show victims kube-scheduler had already "
+            "seen go, by outcome: gone (the watch caught up) or timeout.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._victim_waiting = Gauge(
+            "schedext_victim_waits_in_progress",
+            "Filter calls waiting now for the watch to show victims gone.",
+            registry=self.registry,
+        )
         self._watch_progress: dict[str, float] = {}
         # Label children resolved once: .labels() costs a lock and a dict lookup per call.
         self._verb_latency = {verb: self._latency.labels(verb) for verb in VERBS}
@@ -104,6 +116,13 @@ class Metrics:
 
     def gang_event(self, outcome: str) -> None:
         self._gang_events.labels(outcome).inc()
+
+    def victim_wait_started(self) -> None:
+        self._victim_waiting.inc()
+
+    def victim_wait_ended(self, outcome: str) -> None:
+        self._victim_waiting.dec()
+        self._victim_waits.labels(outcome).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

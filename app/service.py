@@ -16,6 +16,7 @@ from app.events import EventRecorder
 from app.gangs import GangWaiters
 from app.metrics import Metrics
 from app.settings import Settings
+from app.victims import VictimWaits
 from extender.scheduler import Scheduler
 
 __all__ = ["Readiness", "Service"]
@@ -67,6 +68,7 @@ class Service:
     binder: Binder
     metrics: Metrics
     gangs: GangWaiters
+    victims: VictimWaits
     events: EventRecorder
     readiness: Readiness = field(default_factory=Readiness)
     clock: Callable[[], float] = time.monotonic

@@ -209,6 +209,13 @@ class PreemptionSettings(_Group):
     # protect: gang members are never victims; whole-group: a gang is evicted whole on a node
     # and its members elsewhere count as PDB violations (see extender.preemption).
     gang_victims: Literal["protect", "whole-group"] = "protect"
+    # When kube-scheduler offers a preemptor the node whose victims preempt approved while
+    # schedext's watch still shows them, filter waits up to this long for the watch to catch
+    # up (kube-scheduler has seen them go); 0 never waits. See extender.evictions.
+    victim_wait_s: float = Field(default=1.0, ge=0, le=10)
+    # How long an approval of victims is remembered for that (the victims' termination
+    # grace period included).
+    victim_memory_s: float = Field(default=120.0, gt=0)
 
 
 class IPSettings(_Group):

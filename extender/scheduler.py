@@ -18,6 +18,7 @@ import numpy as np
 from extender import fields, names, policy
 from extender.addressing import choose_address, ip_context
 from extender.errors import BindRefusedError
+from extender.evictions import EvictionBook
 from extender.fields import JSONObject
 from extender.gang import (
     FitCache,
@@ -75,6 +76,7 @@ class Scheduler:
         gang_timeout_s: float = 20.0,
         gang_max_wait_s: float = 20.0,
         gang_victims: GangVictims = GangVictims.PROTECT,
+        victim_memory_s: float = 120.0,
     ) -> None:
         if reservation_ttl <= 0:
             raise ValueError("reservation_ttl must be > 0")
@@ -92,6 +94,9 @@ class Scheduler:
         self._identities: dict[str, str] = {}
         self._pending = PendingPods(pending_capacity)
         self._reservation_ttl = reservation_ttl
+        # What preempt approved, so that filter can tell its own watch lagging behind
+        # kube-scheduler's from a node that is really full (see extender.evictions).
+        self._evictions = EvictionBook(ttl_s=victim_memory_s, capacity=pending_capacity)
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the
         # last one saves the name lookups (filter's own input order varies call to call).
         self._last_passed: tuple[list[str], IdArray, int] | None = None
@@ -143,9 +148,41 @@ class Scheduler:
         )
 
     def preempt(
+        self,
+        pod: JSONObject,
+        candidates: Mapping[str, Sequence[Victim]],
+        *,
+        now: float | None = None,
+    ) -> dict[str, NodeVictims]:
+        """Victims per candidate node worth preempting on (see :mod:`extender.preemption`).
+        With ``now`` the answer is remembered for :meth:`awaited_victims`."""
+        chosen = self._select_victims(pod, candidates)
+        if now is not None:
+            uid = fields.text(fields.obj(pod, "metadata"), "uid")
+            if uid:
+                self._evictions.record(uid, {n: v.uids for n, v in chosen.items()}, now)
+        return chosen
+
+    def awaited_victims(
+        self, pod: JSONObject, node_names: Sequence[str], now: float
+    ) -> tuple[str, ...]:
+        """Victims preempt approved for ``pod`` on nodes now offered to it that the
+        inventory still holds: kube-scheduler, offering those nodes, has seen them go, and
+        schedext's watch is behind. Call :meth:`victims_settled` once the wait ends."""
+        uid = fields.text(fields.obj(pod, "metadata"), "uid")
+        if not uid or not len(self._evictions):
+            return ()
+        held = self._inventory.holding
+        return self._evictions.awaited(uid, node_names, lambda v: held(v) is not None, now)
+
+    def victims_settled(self, pod: JSONObject) -> None:
+        """The wait for ``pod``'s victims ended (they went, or the wait's bound passed):
+        never wait for them again."""
+        self._evictions.settle(fields.text(fields.obj(pod, "metadata"), "uid"))
+
+    def _select_victims(
         self, pod: JSONObject, candidates: Mapping[str, Sequence[Victim]]
     ) -> dict[str, NodeVictims]:
-        """Victims per candidate node worth preempting on (see :mod:`extender.preemption`)."""
         try:
             request = pod_request(pod, gpu_resource=self.config.gpu_resource)
         except PodRequestError:
@@ -659,6 +696,7 @@ class Scheduler:
             self._inventory.upsert_holding(holding)
             self._pending.forget(uid)
             self._gangs.track(uid, holding.group, None)
+            self._evictions.settle(uid)
             return
         held = self._inventory.holding(uid)
         if held is not None and held.kind is HoldingKind.BOUND:
@@ -684,6 +722,7 @@ class Scheduler:
     def delete_pod(self, uid: str) -> None:
         self._inventory.remove_holding(uid)
         self._pending.forget(uid)
+        self._evictions.settle(uid)
         self._gangs.forget(uid)
         self._identities.pop(uid, None)
 

@@ -157,11 +157,22 @@ class ClusterSource:
 
             return listed
 
+        def progress_callback(name: str) -> Callable[[], None]:
+            progress = functools.partial(service.metrics.watch_progress, name)
+            if name != PODS.name:
+                return progress
+
+            def pods_progress() -> None:
+                progress()
+                service.victims.pods_changed()  # filters waiting for victims look again
+
+            return pods_progress
+
         for resource in self._resources:
             name = resource.name
             hooks = WatchHooks(
                 on_listed=listed_callback(name),
-                on_event=functools.partial(service.metrics.watch_progress, name),
+                on_event=progress_callback(name),
                 on_restart=functools.partial(service.metrics.watch_restart, name),
             )
             watcher = watch_forever(self._api, resource, sinks[name], hooks=hooks)

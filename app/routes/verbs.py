@@ -83,6 +83,7 @@ async def _answer(service: Service, verb: _Verb, request: Request) -> tuple[int,
 async def _filter(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.extender_args(body)
     service.metrics.mode("filter", names_only=args.nodes is None)
+    await service.victims.wait(service.scheduler, args.pod, args.node_names)
     verdict = service.scheduler.filter(args.pod, args.node_names)
     busy = sum(len(r.nodes) for r in verdict.rejections if r.resolvable)
     unresolvable = sum(len(r.nodes) for r in verdict.rejections if not r.resolvable)
@@ -126,7 +127,9 @@ async def _prioritize(service: Service, body: bytes) -> tuple[bytes, str]:
 async def _preempt(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.preemption_args(body)
     chosen = service.scheduler.preempt(
-        args.pod, {node: entry.victims for node, entry in args.candidates.items()}
+        args.pod,
+        {node: entry.victims for node, entry in args.candidates.items()},
+        now=service.clock(),
     )
     return wire.preemption_result(args, chosen), "candidates" if chosen else "no_candidates"
 

@@ -1,0 +1,172 @@
+"""Filter waits for the victims preempt approved when kube-scheduler offers their node while
+schedext's watch still shows them (extender.evictions, app.victims), over real HTTP with the
+cluster source reading a canned API server whose pod watch the test drives."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from app.kube.api import KubeApi
+from app.kube.config import ClusterConfig
+from app.kube.source import ClusterSource
+from tests.api.conftest import Serve
+from tests.api.server import RunningServer
+from tests.builders import H100, make_node, make_pod
+from tests.e2e.harness import wait_for
+from tests.unit.kube_fakes import event, page
+
+NODE = make_node("n1", gpus=4, model=H100)
+VICTIM = make_pod("victim", uid="victim", gpus=4, node="n1", gpu_ids=[0, 1, 2, 3], priority=10)
+URGENT = make_pod("urgent", uid="urgent", gpus=4, priority=1000)
+
+
+class _Stream(httpx.AsyncByteStream):
+    """A watch whose events the test sends; it stays open until the client goes away."""
+
+    def __init__(self, api: PodWatchApi) -> None:
+        self._api = api
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._api.attach(asyncio.get_running_loop(), queue)
+        while True:
+            yield await queue.get()
+
+
+class PodWatchApi:
+    """Lists one GPU node and the pod holding its GPUs; the pod watch sends what the test
+    gives :meth:`send`. Other watches stay quiet; the custom resources are not installed."""
+
+    def __init__(self) -> None:
+        self._attached = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[bytes] | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes]) -> None:
+        self._loop, self._queue = loop, queue
+        self._attached.set()
+
+    def send(self, line: bytes) -> None:
+        assert self._attached.wait(10), "schedext never watched pods"
+        assert self._loop is not None
+        assert self._queue is not None
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, line)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        path, params = request.url.path, request.url.params
+        if request.method == "GET" and params.get("watch") == "1":
+            if path == "/api/v1/pods":
+                return httpx.Response(200, stream=_Stream(self))
+            return httpx.Response(200, stream=_Quiet())
+        if request.method == "GET" and path == "/api/v1/nodes":
+            return page([NODE], "10")
+        if request.method == "GET" and path == "/api/v1/pods":
+            return page([VICTIM], "11")
+        if request.method == "GET" and path == "/apis/apps/v1/statefulsets":
+            return page([], "12")
+        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+
+    def source(self) -> ClusterSource:
+        config = ClusterConfig(server="https://api.test", ssl_context=False, token="t0ken")
+        return ClusterSource(
+            KubeApi(config, transport=httpx.MockTransport(self.handle)), server=config.server
+        )
+
+
+class _Quiet(httpx.AsyncByteStream):
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        await asyncio.Event().wait()
+        yield b""  # never reached
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        yield executor
+
+
+def start(serve: Serve, fake: PodWatchApi, wait_s: float) -> RunningServer:
+    server = serve(source=fake.source(), settings={"preemption": {"victim_wait_s": wait_s}})
+    with server.client() as client:
+        wait_for(lambda: client.get("/readyz").status_code == 200, timeout=10, message="ready")
+    return server
+
+
+def metric(client: httpx.Client, name: str) -> float:
+    """The value of one sample, by its full name with labels; 0 when absent."""
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def preempt_urgent(client: httpx.Client) -> None:
+    """kube-scheduler proposes the victim on n1; schedext approves it."""
+    body = {"Pod": URGENT, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "victim"}]}}}
+    answer = client.post("/preempt", content=orjson.dumps(body)).json()
+    assert answer["NodeNameToMetaVictims"]["n1"]["Pods"] == [{"UID": "victim"}]
+
+
+def filter_urgent(client: httpx.Client) -> dict[str, Any]:
+    body = {"Pod": URGENT, "NodeNames": ["n1"]}
+    result: dict[str, Any] = client.post("/filter", content=orjson.dumps(body)).json()
+    return result
+
+
+def filter_on_own_connection(server: RunningServer) -> dict[str, Any]:
+    with server.client() as client:
+        return filter_urgent(client)
+
+
+def test_filter_waits_for_the_watch_to_show_the_victims_gone(
+    serve: Serve, pool: ThreadPoolExecutor
+) -> None:
+    fake = PodWatchApi()
+    server = start(serve, fake, wait_s=10.0)
+    with server.client() as client:
+        preempt_urgent(client)
+        # kube-scheduler offers n1 (it saw the victim go); schedext's watch has not shown it.
+        filtered: Future[dict[str, Any]] = pool.submit(filter_on_own_connection, server)
+        wait_for(
+            lambda: metric(client, "schedext_victim_waits_in_progress") == 1,
+            timeout=10,
+            message="filter did not wait for the victim",
+        )
+        assert not filtered.done()
+        fake.send(event("DELETED", VICTIM))
+        answer = filtered.result(timeout=10)
+        assert answer["NodeNames"] == ["n1"]
+        assert answer["FailedNodes"] == {}
+        assert metric(client, 'schedext_victim_waits_total{outcome="gone"}') == 1
+        assert metric(client, "schedext_victim_waits_in_progress") == 0
+
+
+def test_a_wait_ends_at_its_bound_and_is_not_repeated(serve: Serve) -> None:
+    fake = PodWatchApi()
+    server = start(serve, fake, wait_s=0.2)
+    with server.client() as client:
+        preempt_urgent(client)
+        for _ in range(2):
+            answer = filter_urgent(client)
+            assert answer["NodeNames"] == []
+            assert answer["FailedNodes"] == {"n1": "schedext: fewer than 4 free GPUs"}
+        # One wait, cut at its bound; the second filter judged the node at once.
+        assert metric(client, 'schedext_victim_waits_total{outcome="timeout"}') == 1
+        assert metric(client, 'schedext_victim_waits_total{outcome="gone"}') == 0
+
+
+def test_a_pod_preempt_never_approved_victims_for_waits_for_nothing(serve: Serve) -> None:
+    fake = PodWatchApi()
+    server = start(serve, fake, wait_s=10.0)
+    with server.client() as client:
+        answer = filter_urgent(client)
+        assert answer["FailedNodes"] == {"n1": "schedext: fewer than 4 free GPUs"}
+        assert "schedext_victim_waits_total{" not in client.get("/metrics").text
