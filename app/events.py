@@ -1,7 +1,14 @@
-"""Kubernetes Events on pods, for schedext decisions kube-scheduler does not report itself:
-a gang that timed out or gave its reservations back, an address claimed for a StatefulSet
-identity. Recording never blocks a verb: events queue up (bounded) and a background task
-posts them; when the queue is full, events are dropped and counted."""
+"""What schedext writes about pods besides their Binding.
+
+Kubernetes Events, for decisions kube-scheduler does not report itself: a gang that timed
+out or gave its reservations back, an address claimed for a StatefulSet identity. And the
+one pod write that is not an Event: the ``schedext.io/requeued-at`` annotation on a gang
+member that filter turned away for missing members, once they exist. kube-scheduler retries
+a pod an extender rejected only on a cluster event that concerns it, and an update of the
+pod itself is one.
+
+Recording never blocks a verb: writes queue up (bounded) and a background task performs
+them; when the queue is full, writes are dropped and counted."""
 
 from __future__ import annotations
 
@@ -14,7 +21,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.kube.api import KubeApi
-from app.kube.errors import ApiError
+from app.kube.errors import ApiError, ApiNotFoundError
+from extender import names
 
 __all__ = ["ApiEventRecorder", "EventRecorder", "LogEventRecorder", "PodEvent"]
 
@@ -30,8 +38,18 @@ class PodEvent:
     uid: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Have kube-scheduler retry this pod (an update of the pod is a cluster event for it)."""
+
+    pod: str  # namespace/name
+    uid: str
+
+
 class EventRecorder(Protocol):
     def record(self, event: PodEvent) -> None: ...
+
+    def requeue(self, pod: str, uid: str) -> None: ...
 
     async def start(self) -> None: ...
 
@@ -47,6 +65,9 @@ class LogEventRecorder:
             extra={"pod": event.pod, "reason": event.reason, "event_message": event.message},
         )
 
+    def requeue(self, pod: str, uid: str) -> None:
+        log.info("requeue", extra={"pod": pod, "uid": uid})
+
     async def start(self) -> None:
         return None
 
@@ -57,14 +78,20 @@ class LogEventRecorder:
 class ApiEventRecorder:
     def __init__(self, api: KubeApi, *, capacity: int = 1000) -> None:
         self._api = api
-        self._queue: asyncio.Queue[PodEvent] = asyncio.Queue(maxsize=capacity)
+        self._queue: asyncio.Queue[PodEvent | Requeue] = asyncio.Queue(maxsize=capacity)
         self._task: asyncio.Task[None] | None = None
         self._instance = socket.gethostname()
         self.dropped = 0
 
     def record(self, event: PodEvent) -> None:
+        self._put(event)
+
+    def requeue(self, pod: str, uid: str) -> None:
+        self._put(Requeue(pod, uid))
+
+    def _put(self, item: PodEvent | Requeue) -> None:
         try:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait(item)
         except asyncio.QueueFull:
             self.dropped += 1
 
@@ -79,11 +106,26 @@ class ApiEventRecorder:
 
     async def _post_forever(self) -> None:
         while True:
-            event = await self._queue.get()
+            item = await self._queue.get()
             try:
-                await self._post(event)
+                if isinstance(item, Requeue):
+                    await self._touch(item)
+                else:
+                    await self._post(item)
             except ApiError as error:
-                log.warning("cannot record event for %s: %s", event.pod, error)
+                what = "requeue" if isinstance(item, Requeue) else "record event for"
+                log.warning("cannot %s %s: %s", what, item.pod, error)
+
+    async def _touch(self, requeue: Requeue) -> None:
+        """Merge-patch the annotation; the UID makes it a no-op error on a pod re-created
+        under the same name, and a pod already gone is nothing to retry."""
+        namespace, _, name = requeue.pod.partition("/")
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        body = {"metadata": {"uid": requeue.uid, "annotations": {names.REQUEUED_AT: now}}}
+        try:
+            await self._api.merge_patch(f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        except ApiNotFoundError:
+            return
 
     async def _post(self, event: PodEvent) -> None:
         namespace, _, name = event.pod.partition("/")

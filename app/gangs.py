@@ -1,5 +1,7 @@
 """The waiting half of the gang barrier: bind calls of members park here until the core says
-their group completed, was released, or timed out (see extender.gang)."""
+their group completed, was released, or timed out (see extender.gang). Also where the
+members filter turned away for missing ones are sent back to kube-scheduler once the group
+has its members (QUORUM)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,14 @@ class GangWaiters:
         """Perform the core's gang effects: wake or fail the binds waiting for each group."""
         for event in events:
             self._metrics.gang_event(event.kind.value)
+            if event.kind is GangEventKind.QUORUM:
+                log.info(
+                    "gang quorum",
+                    extra={"group": event.group, "requeued": [pod for pod, _ in event.pods]},
+                )
+                for pod, uid in event.pods:
+                    self._events.requeue(pod, uid)
+                continue
             outcome = None if event.kind is GangEventKind.COMPLETE else event.reason
             if outcome is None:
                 log.info("gang complete", extra={"group": event.group})

@@ -52,7 +52,8 @@ class Metrics:
         self._gang_events = Counter(
             "schedext_gang_events_total",
             "Gang barrier outcomes: complete, released (lost to an older group or cannot "
-            "complete) and timed_out.",
+            "complete) and timed_out; quorum: members turned away for missing ones were sent "
+            "back to kube-scheduler once the group had them.",
             ["outcome"],
             registry=self.registry,
         )

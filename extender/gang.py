@@ -158,6 +158,8 @@ class GangEventKind(Enum):
     RELEASED = "released"  # the group gave its reservations back (lost a competition, or
     # cannot complete); its waiting binds fail
     TIMED_OUT = "timed_out"  # the group did not reach quorum in time; same effect
+    QUORUM = "quorum"  # minMember pods exist now: the members filter turned away for the
+    # missing ones are to be retried (``pods``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +191,12 @@ class GangBook:
         self._members: dict[str, dict[str, PodRequest | None]] = {}
         self._member_of: dict[str, str] = {}
         self._waiting: dict[str, _Waiting] = {}
+        # group -> uid -> namespace/name of the members filter turned away for missing ones.
+        # kube-scheduler retries a pod an extender rejected only on a later cluster event, and
+        # the arrival of the last member is none (an unscheduled pod's creation does not
+        # requeue others): without a nudge they would wait for the barrier of the members
+        # that did pass to time out, or for kube-scheduler's five-minute flush.
+        self._held_back: dict[str, dict[str, str]] = {}
         self._events: list[GangEvent] = []
 
     # ------------------------------------------------------------------ reads
@@ -230,6 +238,7 @@ class GangBook:
 
     def upsert_group(self, spec: PodGroupSpec) -> None:
         self._specs[spec.key] = spec
+        self._check_quorum(spec.key)
 
     def delete_group(self, key: str) -> None:
         self._specs.pop(key, None)
@@ -250,6 +259,21 @@ class GangBook:
         if request is not None or uid not in members:
             members[uid] = request
         self._member_of[uid] = group
+        if group in self._held_back:
+            self._check_quorum(group)
+
+    def hold_back(self, group: str, uid: str, pod: str) -> None:
+        """Filter turned member ``uid`` (``pod``: namespace/name) away: too few members."""
+        self._held_back.setdefault(group, {})[uid] = pod
+
+    def _check_quorum(self, group: str) -> None:
+        spec = self._specs.get(group)
+        held = self._held_back.get(group)
+        if spec is None or not held or self.member_count(group) < spec.min_member:
+            return
+        del self._held_back[group]
+        pods = tuple(sorted((pod, uid) for uid, pod in held.items()))
+        self._events.append(GangEvent(GangEventKind.QUORUM, group, uids=tuple(held), pods=pods))
 
     def forget(self, uid: str) -> None:
         group = self._member_of.pop(uid, None)
@@ -260,6 +284,11 @@ class GangBook:
             members.pop(uid, None)
             if not members:
                 del self._members[group]
+        held = self._held_back.get(group)
+        if held is not None:
+            held.pop(uid, None)
+            if not held:
+                del self._held_back[group]
         waiting = self._waiting.get(group)
         if waiting is not None:
             waiting.uids.discard(uid)
@@ -272,6 +301,13 @@ class GangBook:
             self.track(uid, group, request)
         for waiting in self._waiting.values():
             waiting.uids.intersection_update(self._member_of)
+        for group in list(self._held_back):
+            held = {u: p for u, p in self._held_back[group].items() if u in self._member_of}
+            if held:
+                self._held_back[group] = held
+                self._check_quorum(group)
+            else:
+                del self._held_back[group]
 
     # ---------------------------------------------------------------- barrier
 

@@ -24,6 +24,9 @@ GPU_TOPOLOGY: Final = "schedext.io/gpu-topology"
 
 # Gangs (scheduler-plugins coscheduling compatible).
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+# Written by schedext on a gang member that filter turned away for missing members, once
+# they exist: the pod update is what makes kube-scheduler retry it (extender.gang).
+REQUEUED_AT: Final = "schedext.io/requeued-at"
 
 # Topology labels for rack/zone affinity of gang members.
 RACK_LABEL: Final = "topology.kubernetes.io/rack"

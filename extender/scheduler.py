@@ -130,6 +130,8 @@ class Scheduler:
             self._gangs.track(request.uid, request.group, request)
             rejected, allowed = self._gang_filter(request, node_names)
             if rejected is not None:
+                if rejected.rejections[0].reason is Reason.GANG_QUORUM:
+                    self._gangs.hold_back(request.group, request.uid, request.key)
                 return rejected
         ids = self._inventory.ids(node_names)
         verdict, passed_ids = self._filter_ids(request, node_names, ids, allowed)
@@ -471,7 +473,8 @@ class Scheduler:
         return self._gangs.deadline(group)
 
     def take_gang_events(self) -> list[GangEvent]:
-        """Effects for the shell: wake (COMPLETE) or fail (RELEASED, TIMED_OUT) waiting binds."""
+        """Effects for the shell: wake (COMPLETE) or fail (RELEASED, TIMED_OUT) waiting binds,
+        have kube-scheduler retry the members turned away for missing ones (QUORUM)."""
         return self._gangs.take_events()
 
     def group_status(self, group: str) -> GroupStatus | None:

@@ -29,9 +29,13 @@ class RecordedEvents:
 
     def __init__(self) -> None:
         self.events: list[PodEvent] = []
+        self.requeued: list[tuple[str, str]] = []
 
     def record(self, event: PodEvent) -> None:
         self.events.append(event)
+
+    def requeue(self, pod: str, uid: str) -> None:
+        self.requeued.append((pod, uid))
 
     async def start(self) -> None:
         return None

@@ -179,6 +179,12 @@ def test_members_created_one_by_one_are_bound_only_when_the_last_arrives(cluster
     assert sorted(g for ids in _assert_no_gpu_given_twice(cluster).values() for g in ids) == list(
         range(6)
     )
+    # In one round: the two turned away were sent back to kube-scheduler when the last one
+    # came (an annotation on each), not after the barrier of the third had timed out.
+    assert cluster.metric("schedext_gang_events_total", outcome="timed_out") == 0
+    assert cluster.metric("schedext_gang_events_total", outcome="quorum") == 1
+    for i in range(2):
+        assert "schedext.io/requeued-at" in cluster.get_pod(f"slow-{i}")["metadata"]["annotations"]
 
 
 def test_members_of_a_group_land_in_one_rack_when_one_rack_can_hold_them(cluster: Cluster) -> None:

@@ -80,6 +80,85 @@ def test_members_are_unresolvable_until_min_member_pods_exist() -> None:
     }
 
 
+def quorum_events(scheduler: Scheduler) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    return [
+        (e.group, e.pods) for e in scheduler.take_gang_events() if e.kind is GangEventKind.QUORUM
+    ]
+
+
+M0, M1, M2 = (gang_pod(f"m{i}", "train", uid=f"u{i}") for i in range(3))
+FULL = (("default/m0", "u0"), ("default/m1", "u1"))  # both turned away, both retried
+
+
+@pytest.mark.parametrize(
+    ("name", "then", "expected"),
+    [
+        ("the last member arrives", lambda s: s.upsert_pod(M2), [("default/train", FULL)]),
+        (
+            "the last member is first seen by its own filter",
+            lambda s: s.filter(M2, ["g"]),
+            [("default/train", FULL)],
+        ),
+        (
+            "a turned-away member is deleted before the last arrives",
+            lambda s: (s.delete_pod("u0"), s.upsert_pod(M2)),
+            [],  # two members: still short of the quorum, nothing to retry
+        ),
+        (
+            "the group's minMember is lowered",
+            lambda s: s.upsert_pod_group(make_pod_group("train", min_member=2)),
+            [("default/train", FULL)],
+        ),
+        (
+            "a relist finds the last member",
+            lambda s: s.replace_pods([M0, M1, M2]),
+            [("default/train", FULL)],
+        ),
+        ("nothing new", lambda s: s.upsert_pod(M1), []),
+    ],
+)
+def test_members_turned_away_for_missing_ones_are_retried_once_the_quorum_exists(
+    name: str, then: Any, expected: list[Any]
+) -> None:
+    """kube-scheduler retries a pod an extender rejected only on a cluster event about it: the
+    core says which members to send back (QUORUM), the shell touches them."""
+    scheduler = cluster(
+        make_node("g", gpus=8), groups=[make_pod_group("train", min_member=3)], pods=[M0, M1]
+    )
+    for member in (M0, M1):
+        assert scheduler.filter(member, ["g"]).passed == []
+    then(scheduler)
+    assert quorum_events(scheduler) == expected
+    then(scheduler)
+    assert quorum_events(scheduler) == []  # each turned-away member is sent back once
+
+
+def test_a_member_filter_let_through_is_not_retried() -> None:
+    scheduler = cluster(
+        make_node("g", gpus=8), groups=[make_pod_group("train", min_member=2)], pods=[M0]
+    )
+    assert scheduler.filter(M0, ["g"]).passed == []
+    scheduler.upsert_pod(M1)
+    assert quorum_events(scheduler) == [("default/train", (("default/m0", "u0"),))]
+    assert scheduler.filter(M1, ["g"]).passed == ["g"]
+    scheduler.upsert_pod(M2)
+    assert quorum_events(scheduler) == []
+
+
+def test_the_shell_asks_kube_scheduler_to_retry_the_members() -> None:
+    recorded = Recorded()
+    waiters = GangWaiters(Metrics(lambda: None), recorded)
+    scheduler = cluster(
+        make_node("g", gpus=8), groups=[make_pod_group("train", min_member=3)], pods=[M0, M1]
+    )
+    for member in (M0, M1):
+        scheduler.filter(member, ["g"])
+    scheduler.upsert_pod(M2)
+    waiters.dispatch(scheduler.take_gang_events())
+    assert recorded.requeued == [("default/m0", "u0"), ("default/m1", "u1")]
+    assert recorded.events == []
+
+
 def test_bound_members_count_toward_the_quorum() -> None:
     bound = gang_pod("m0", "train", node="g", gpu_ids=[0, 1])
     pending = [gang_pod(f"m{i}", "train") for i in (1, 2)]
@@ -454,9 +533,13 @@ def test_a_member_whose_binding_fails_after_the_barrier_is_retried_alone() -> No
 class Recorded:
     def __init__(self) -> None:
         self.events: list[PodEvent] = []
+        self.requeued: list[tuple[str, str]] = []
 
     def record(self, event: PodEvent) -> None:
         self.events.append(event)
+
+    def requeue(self, pod: str, uid: str) -> None:
+        self.requeued.append((pod, uid))
 
     async def start(self) -> None:
         return None
