@@ -40,6 +40,8 @@ class VictimWaits:
     async def wait(self, scheduler: Scheduler, pod: JSONObject, node_names: Sequence[str]) -> None:
         """Return once the inventory holds none of the victims ``pod`` awaits on
         ``node_names``, or after the bound; filter then judges the nodes as usual."""
+        if self._bound_s <= 0:
+            return  # waiting is switched off
         awaited = scheduler.awaited_victims(pod, node_names, self._clock())
         if not awaited:
             return

@@ -171,8 +171,10 @@ class Scheduler:
         """Victims preempt approved for ``pod`` on nodes now offered to it that the
         inventory still holds: kube-scheduler, offering those nodes, has seen them go, and
         schedext's watch is behind. Call :meth:`victims_settled` once the wait ends."""
+        if not len(self._evictions):  # the common case, on every filter call
+            return ()
         uid = fields.text(fields.obj(pod, "metadata"), "uid")
-        if not uid or not len(self._evictions):
+        if not uid:
             return ()
         held = self._inventory.holding
         return self._evictions.awaited(uid, node_names, lambda v: held(v) is not None, now)

@@ -170,3 +170,12 @@ def test_a_pod_preempt_never_approved_victims_for_waits_for_nothing(serve: Serve
         answer = filter_urgent(client)
         assert answer["FailedNodes"] == {"n1": "schedext: fewer than 4 free GPUs"}
         assert "schedext_victim_waits_total{" not in client.get("/metrics").text
+
+
+def test_a_zero_bound_switches_the_wait_off(serve: Serve) -> None:
+    fake = PodWatchApi()
+    server = start(serve, fake, wait_s=0.0)
+    with server.client() as client:
+        preempt_urgent(client)
+        assert filter_urgent(client)["FailedNodes"] == {"n1": "schedext: fewer than 4 free GPUs"}
+        assert "schedext_victim_waits_total{" not in client.get("/metrics").text
