@@ -9,11 +9,11 @@ from typing import Any
 import orjson
 
 from app.binder import BindError, InMemoryBinder
-from app.events import PodEvent
 from extender.model import BindPlan
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
 from tests.builders import gang_pod, make_node, make_pod_group, name_of, uid_of
+from tests.recorded_events import RecordedEvents
 
 
 def bind(server: RunningServer, pod: dict[str, Any], node: str) -> tuple[str, float]:
@@ -22,26 +22,6 @@ def bind(server: RunningServer, pod: dict[str, Any], node: str) -> tuple[str, fl
     with server.client() as client:
         answer = client.post("/bind", content=orjson.dumps(body)).json()["Error"]
     return answer, time.monotonic() - started
-
-
-class RecordedEvents:
-    """An event recorder that keeps what it is given (the API recorder posts them)."""
-
-    def __init__(self) -> None:
-        self.events: list[PodEvent] = []
-        self.requeued: list[tuple[str, str]] = []
-
-    def record(self, event: PodEvent) -> None:
-        self.events.append(event)
-
-    def requeue(self, pod: str, uid: str) -> None:
-        self.requeued.append((pod, uid))
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
 
 
 class FailingOnce(InMemoryBinder):

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.events import PodEvent
 from app.gangs import GangWaiters
 from app.metrics import Metrics
 from extender.errors import BindRefusedError
@@ -28,6 +27,7 @@ from tests.builders import (
     name_of,
     uid_of,
 )
+from tests.recorded_events import RecordedEvents
 
 OLD = "2026-01-01T00:00:00Z"
 NEW = "2026-01-02T00:00:00Z"
@@ -146,7 +146,7 @@ def test_a_member_filter_let_through_is_not_retried() -> None:
 
 
 def test_the_shell_asks_kube_scheduler_to_retry_the_members() -> None:
-    recorded = Recorded()
+    recorded = RecordedEvents()
     waiters = GangWaiters(Metrics(lambda: None), recorded)
     scheduler = cluster(
         make_node("g", gpus=8), groups=[make_pod_group("train", min_member=3)], pods=[M0, M1]
@@ -530,24 +530,6 @@ def test_a_member_whose_binding_fails_after_the_barrier_is_retried_alone() -> No
     assert (status.phase, status.scheduled) == ("Scheduled", 3)
 
 
-class Recorded:
-    def __init__(self) -> None:
-        self.events: list[PodEvent] = []
-        self.requeued: list[tuple[str, str]] = []
-
-    def record(self, event: PodEvent) -> None:
-        self.events.append(event)
-
-    def requeue(self, pod: str, uid: str) -> None:
-        self.requeued.append((pod, uid))
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
-
 def test_a_waiting_bind_whose_timer_fires_first_still_releases_the_whole_group() -> None:
     """The wait's timer runs on the event loop, the core's deadline on the injected clock: when
     the timer fires before the core agrees the group is overdue, the group is released anyway
@@ -561,7 +543,7 @@ def test_a_waiting_bind_whose_timer_fires_first_still_releases_the_whole_group()
     )
     frozen = 100.0  # the injected clock never reaches the deadline (100.05)
     plans = [bind(scheduler, pod, "a", now=frozen) for pod in members[:2]]
-    recorded = Recorded()
+    recorded = RecordedEvents()
     waiters = GangWaiters(Metrics(lambda: scheduler), recorded)
 
     async def wait_both() -> list[str | None]:
