@@ -5,13 +5,17 @@
 #       --host 0.0.0.0 --insecure-allow-remote      # demo inventory, reachable from the host
 #
 # Two stages: the builder installs schedext and its dependencies into a virtual environment
-# (every dependency ships manylinux wheels for CPython 3.11, so no compiler is needed even
-# there); the final stage is the same slim Python base with only that environment copied in.
+# (every dependency ships manylinux wheels for CPython 3.11; a C compiler is there only for
+# schedext's own small extension, extender/_packed.c, the fast path of filter and prioritize);
+# the final stage is the same slim Python base with only that environment copied in.
 # Both stages must use the same base: the environment's python is a symlink to the base's
 # interpreter. Pin it by digest in CI (PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:...).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
@@ -33,12 +37,13 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 # - everything is compiled to bytecode that is validated by hash, never by timestamp
 #   (-f: pip already wrote timestamp-validated .pyc files): the root filesystem is read-only
 #   at run time, so Python must never need to (re)write a .pyc there.
-COPY README.md ./
+COPY README.md setup.py ./
 COPY app ./app
 COPY extender ./extender
 COPY loadtests ./loadtests
 RUN pip wheel --no-deps --wheel-dir /tmp/wheels . \
     && pip install --only-binary=:all: /tmp/wheels/schedext-*.whl \
+    && (cd / && python -c "import extender._packed") \
     && pip uninstall --yes pip setuptools \
     && python -m compileall -q -f --invalidation-mode unchecked-hash /opt/venv/lib
 

@@ -20,6 +20,7 @@ import orjson
 from app.errors import RequestRejectedError
 from extender import fields
 from extender.model import FilterVerdict, Rejection, Victim
+from extender.packed import NameView, NodeSubset, PackedNames
 from extender.preemption import NodeVictims
 
 __all__ = [
@@ -48,7 +49,8 @@ class ExtenderArgs:
     and ``nodes`` (full node objects, nodeCacheCapable: false) is set."""
 
     pod: Mapping[str, Any]
-    node_names: list[str]
+    # Names mode from kube-scheduler: PackedNames (the request's own bytes), else a list.
+    node_names: Sequence[str]
     nodes: list[Mapping[str, Any]] | None
 
 
@@ -96,6 +98,9 @@ def _pod(document: Mapping[str, Any], what: str) -> Mapping[str, Any]:
 
 
 def extender_args(body: bytes) -> ExtenderArgs:
+    packed = _packed_args(body)
+    if packed is not None:
+        return packed
     document = _document(body, "ExtenderArgs")
     pod = _pod(document, "ExtenderArgs")
     names = fields.get(document, "NodeNames")
@@ -113,6 +118,36 @@ def extender_args(body: bytes) -> ExtenderArgs:
     if not all(node_names):
         raise WireError("every node in ExtenderArgs.Nodes.items needs metadata.name")
     return ExtenderArgs(pod=pod, node_names=node_names, nodes=items)
+
+
+_NAMES_KEY = b'"NodeNames":['
+
+
+def _packed_args(body: bytes) -> ExtenderArgs | None:
+    """The hot path: kube-scheduler's own encoding, ``{"Pod":{...},"Nodes":null,
+    "NodeNames":["a",...]}`` with NodeNames last and every name plain. The names stay bytes
+    (:class:`PackedNames`) and only the rest is decoded. Anything else (another key order,
+    whitespace, escapes, a malformed body) returns None, and the body is decoded in full.
+
+    The head, up to the NodeNames key, is decoded as an object of its own: that succeeds only
+    if the key is at the top level (inside the pod, the braces would not balance), so the
+    body as a whole is exactly that object plus the names."""
+    at = body.find(_NAMES_KEY)
+    if at < 0 or not body.endswith(b"]}"):
+        return None
+    names = PackedNames.parse(body, at + len(_NAMES_KEY), len(body) - 2)
+    if names is None:
+        return None
+    head = body[:at]
+    if not head.endswith(b","):
+        return None
+    try:
+        document = orjson.loads(head[:-1] + b"}")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    return ExtenderArgs(pod=_pod(document, "ExtenderArgs"), node_names=names, nodes=None)
 
 
 def _all_strings(values: list[Any]) -> bool:
@@ -216,41 +251,78 @@ def _kind(value: object) -> str:
 def filter_result(verdict: FilterVerdict, args: ExtenderArgs) -> bytes:
     """Answer in the field matching the request's mode: with nodeCacheCapable: false,
     kube-scheduler reads only ``Nodes`` (names alone would reject every node)."""
-    groups = [(_rejection_json(r), r.resolvable) for r in verdict.rejections]
-    failed = ",".join(body for body, _ in groups)
-    unresolvable = ",".join(body for body, resolvable in groups if not resolvable)
+    rendered = _render_packed(verdict)
+    if rendered is not None:
+        passed, bodies = rendered
+    else:
+        passed = _names_json(verdict.passed)
+        bodies = [_rejection_json(r) for r in verdict.rejections]
+    groups = list(zip(bodies, (r.resolvable for r in verdict.rejections), strict=True))
+    failed = b",".join(body for body, _ in groups)
+    unresolvable = b",".join(body for body, resolvable in groups if not resolvable)
     if args.nodes is None:
         # The hot path: names mode, JSON written directly from the grouped verdict.
-        return (
-            f'{{"Nodes":null,"NodeNames":[{_names_json(verdict.passed)}],'
-            f'"FailedNodes":{{{failed}}},"FailedAndUnresolvableNodes":{{{unresolvable}}},'
-            '"Error":""}'
-        ).encode()
+        return b"".join(
+            (
+                b'{"Nodes":null,"NodeNames":[',
+                passed,
+                b'],"FailedNodes":{',
+                failed,
+                b'},"FailedAndUnresolvableNodes":{',
+                unresolvable,
+                b'},"Error":""}',
+            )
+        )
     keep = set(verdict.passed)
     items = [n for n, name in zip(args.nodes, args.node_names, strict=True) if name in keep]
     return orjson.dumps(
         {
             "Nodes": {"metadata": {}, "items": items},
             "NodeNames": None,
-            "FailedNodes": orjson.Fragment(f"{{{failed}}}"),
-            "FailedAndUnresolvableNodes": orjson.Fragment(f"{{{unresolvable}}}"),
+            "FailedNodes": orjson.Fragment(b"{" + failed + b"}"),
+            "FailedAndUnresolvableNodes": orjson.Fragment(b"{" + unresolvable + b"}"),
             "Error": "",
         }
     )
 
 
-def _names_json(names: Sequence[str]) -> str:
+def _render_packed(verdict: FilterVerdict) -> tuple[bytes, list[bytes]] | None:
+    """Every group of a verdict over packed names written in one pass over the request's
+    bytes: (NodeNames inside, one ``"node":"reason",...`` body per rejection); None when the
+    verdict is not of that kind."""
+    passed = verdict.passed
+    if not isinstance(passed, NodeSubset):
+        return None
+    names, codes = passed.source
+    size = max((r.reason for r in verdict.rejections), default=0)
+    suffixes: list[bytes | None] = [None] * (max(size, passed.code()) + 1)
+    suffixes[passed.code()] = b""
+    for rejection in verdict.rejections:
+        nodes = rejection.nodes
+        if not isinstance(nodes, NodeSubset) or nodes.source[1] is not codes:
+            return None
+        suffixes[nodes.code()] = b":" + orjson.dumps(rejection.message)
+    bodies = names.render_groups(codes, suffixes)
+    return bodies[passed.code()] or b"", [bodies[r.reason] or b"" for r in verdict.rejections]
+
+
+def _names_json(names: Sequence[str]) -> bytes:
     """The inside of a JSON array of node names the inventory knows: valid Kubernetes node
     names (checked when the node was added), which never need escaping."""
-    return '"' + '","'.join(names) + '"' if names else ""
+    if isinstance(names, NameView):  # still the request's bytes
+        return names.plain()
+    return ('"' + '","'.join(names) + '"').encode() if names else b""
 
 
-def _rejection_json(rejection: Rejection) -> str:
+def _rejection_json(rejection: Rejection) -> bytes:
     """``"node":"reason",...`` for one group of rejected nodes (inside of an object)."""
+    message = orjson.dumps(rejection.message)
+    if isinstance(rejection.nodes, NameView):  # plain names, still the request's bytes
+        return rejection.nodes.render(b":" + message, b",")
     if not rejection.known_nodes:  # names straight from the request: let orjson escape them
-        return orjson.dumps(dict.fromkeys(rejection.nodes, rejection.message))[1:-1].decode()
-    message = orjson.dumps(rejection.message).decode()
-    return '"' + f'":{message},"'.join(rejection.nodes) + f'":{message}'
+        return orjson.dumps(dict.fromkeys(rejection.nodes, rejection.message))[1:-1]
+    text = message.decode()
+    return ('"' + f'":{text},"'.join(rejection.nodes) + f'":{text}').encode()
 
 
 def filter_error(message: str) -> bytes:
@@ -270,6 +342,8 @@ def host_priorities(node_names: Sequence[str], scores: npt.NDArray[np.int64]) ->
     kube-scheduler sums scores by host, so the order of the entries does not matter."""
     if not node_names:
         return b"[]"
+    if isinstance(node_names, PackedNames):  # plain names: written from the request's bytes
+        return b"[" + node_names.render_scores(scores) + b"]"
     if not _safe_names(node_names):
         return orjson.dumps(
             [{"Host": n, "Score": s} for n, s in zip(node_names, scores.tolist(), strict=True)]

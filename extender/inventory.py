@@ -25,6 +25,7 @@ import numpy.typing as npt
 from extender import names
 from extender.ipam import AddressBook, IPPoolSpec, IPUse
 from extender.model import Holding, HoldingKind, NodeSpec
+from extender.packed import NameTable, PackedNames
 
 __all__ = ["Inventory", "InventoryConflictError", "NodeArrays", "NodeView"]
 
@@ -128,6 +129,7 @@ class Inventory:
         self.nodes_version = 0  # bumped when a node is added, removed or its spec changes
         self.version = 0  # bumped on every change; lets callers cache derived answers
         self.layout = 0  # bumped when the name -> id mapping changes (nodes added or removed)
+        self._names: tuple[int, NameTable] | None = None  # (layout, table) for packed names
 
     # ----------------------------------------------------------------- reads
 
@@ -139,7 +141,18 @@ class Inventory:
 
     def ids(self, names: Sequence[str]) -> IdArray:
         """Slot ids for node names, 0 (never alive) for names the inventory does not know."""
+        if isinstance(names, PackedNames):
+            return names.slots(self._name_table())
         return np.fromiter(map(self._slots.get, names, repeat(0)), dtype=np.int32, count=len(names))
+
+    def _name_table(self) -> NameTable:
+        """Names by slot, for :class:`PackedNames`; rebuilt when the layout changed."""
+        if self._names is None or self._names[0] != self.layout:
+            by_slot: list[str | None] = [None] * len(self._states)
+            for name, slot in self._slots.items():
+                by_slot[slot] = name
+            self._names = (self.layout, NameTable(by_slot))
+        return self._names[1]
 
     @property
     def arrays(self) -> NodeArrays:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
@@ -162,7 +162,7 @@ class Rejection:
 
     message: str
     resolvable: bool  # whether preemption could help (FailedNodes only)
-    nodes: list[str]
+    nodes: Sequence[str]
     reason: Reason = Reason.INVALID_POD  # for metrics: rejections counted by reason
     # Whether every name is one the inventory holds: such names are known to need no JSON
     # escaping (see nodes.node_spec), which lets the encoder skip checking thousands of them.
@@ -175,7 +175,7 @@ class FilterVerdict:
     and the rejected ones grouped by reason (a few groups, so encoding them costs little even
     at thousands of nodes)."""
 
-    passed: list[str]
+    passed: Sequence[str]
     rejections: tuple[Rejection, ...] = ()
 
     @property

@@ -6,11 +6,13 @@ returns values. The caller (the service shell) performs any effect.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from operator import itemgetter
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +21,7 @@ from extender import names
 from extender.addressing import ip_conditions, ip_context, ip_headroom, ip_messages
 from extender.inventory import IdArray, Inventory, NodeView
 from extender.model import FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
+from extender.packed import PackedNames
 
 __all__ = [
     "GpuScoring",
@@ -85,34 +88,48 @@ def node_reasons(
 ) -> CodeArray:
     """A :class:`Reason` code per node id; the first reason that applies wins."""
     a = inventory.arrays
-    alive = a.alive[ids]
-    codes = np.where(alive, Reason.FITS, Reason.UNKNOWN_NODE).astype(np.int8)
+    # kube-scheduler usually names most of the cluster: then every condition is evaluated on
+    # whole columns (contiguous, no gather each) and the codes are gathered once at the end.
+    whole = 2 * len(ids) >= len(a.alive)
+
+    def col(column: npt.NDArray[_T]) -> npt.NDArray[_T]:
+        return column if whole else column[ids]
+
+    alive = col(a.alive)
     conditions: list[tuple[npt.NDArray[np.bool_], Reason]] = []
     if request.needs_gpu_node:
-        total = a.gpu_total[ids]
+        total = col(a.gpu_total)
         conditions.append((total <= 0, Reason.NO_GPUS))
         if request.gpu_model is not None:
             allowed = inventory.model_mask(request.gpu_model)
-            conditions.append((~allowed[a.model[ids]], Reason.GPU_MODEL))
+            conditions.append((~allowed[col(a.model)], Reason.GPU_MODEL))
         if request.gpu_memory_mib is not None:
-            conditions.append((a.gpu_memory_mib[ids] < request.gpu_memory_mib, Reason.GPU_MEMORY))
+            conditions.append((col(a.gpu_memory_mib) < request.gpu_memory_mib, Reason.GPU_MEMORY))
         if request.gpus:
             conditions.append((total < request.gpus, Reason.GPU_TOTAL))
     if request.workload is WorkloadClass.CPU_INTENSIVE:
-        cpu_alloc = a.cpu_alloc[ids]
+        cpu_alloc = col(a.cpu_alloc)
         conditions.append((cpu_alloc < config.cpu_intensive_min_cpu_milli, Reason.CPU_THRESHOLD))
         conditions.append((cpu_alloc < request.cpu_milli, Reason.CPU_TOTAL))
     if request.gpus:
-        conditions.append((a.gpu_free[ids] < request.gpus, Reason.GPU_FREE))
+        conditions.append((col(a.gpu_free) < request.gpus, Reason.GPU_FREE))
     if request.workload is WorkloadClass.CPU_INTENSIVE:
-        conditions.append((a.cpu_free[ids] < request.cpu_milli, Reason.CPU_FREE))
+        conditions.append((col(a.cpu_free) < request.cpu_milli, Reason.CPU_FREE))
     context = ip_context(inventory, request)
     if context is not None:
-        conditions += ip_conditions(inventory, request, ids, context)
-    # Apply in reverse precedence so that the most fundamental reason overwrites the others.
-    for failed, reason in sorted(conditions, key=lambda c: c[1], reverse=True):
-        codes[failed & alive] = reason
-    return codes
+        rows = np.arange(len(alive), dtype=np.int32) if whole else ids
+        conditions += ip_conditions(inventory, request, rows, context)
+    # Reason's order is precedence, so the reason that wins is the smallest code that applies;
+    # a node that is not alive is UNKNOWN_NODE, below every other reason.
+    codes = np.where(alive, _NONE, np.int8(Reason.UNKNOWN_NODE))
+    for failed, reason in conditions:
+        np.minimum(codes, np.where(failed, np.int8(reason), _NONE), out=codes)
+    codes = np.where(codes == _NONE, np.int8(Reason.FITS), codes)
+    return codes[ids] if whole else codes
+
+
+_NONE = np.int8(127)  # no reason applies (yet), above every Reason
+_T = TypeVar("_T", bound=np.generic)
 
 
 def reason_messages(
@@ -121,26 +138,49 @@ def reason_messages(
     """Human reasons indexed by :class:`Reason`. They name the pod's need, not the node, so
     that kube-scheduler's event aggregates them ("0/50 nodes are available: 12 ..."); address
     reasons name the pool, the address and who holds it."""
+    messages = list(
+        _messages(
+            request.gpu_model,
+            request.gpu_memory_mib,
+            request.gpus,
+            request.cpu_milli,
+            config.cpu_intensive_min_cpu_milli,
+        )
+    )
+    context = ip_context(inventory, request) if inventory is not None else None
+    if context is not None:
+        for reason, message in ip_messages(context).items():
+            messages[reason] = message
+    return messages
+
+
+@functools.lru_cache(maxsize=256)
+def _messages(
+    gpu_model: str | None,
+    gpu_memory_mib: int | None,
+    gpus: int,
+    cpu_milli: int,
+    cpu_intensive_min_cpu_milli: int,
+) -> tuple[str, ...]:
+    """The reasons that depend only on the pod's shape: the same few shapes come through
+    filter again and again, so they are written once each."""
     # Short: kube-scheduler decodes every rejected node's message (thousands per call).
     messages = {
         Reason.FITS: "",
         Reason.UNKNOWN_NODE: "schedext: node not in inventory",
         Reason.INVALID_POD: "schedext: invalid pod",
         Reason.NO_GPUS: "schedext: node has no GPUs",
-        Reason.GPU_MODEL: f"schedext: GPU model is not {request.gpu_model}",
-        Reason.GPU_MEMORY: f"schedext: GPU memory under {request.gpu_memory_mib} MiB",
-        Reason.GPU_TOTAL: f"schedext: node has fewer than {request.gpus} GPUs",
+        Reason.GPU_MODEL: f"schedext: GPU model is not {gpu_model}",
+        Reason.GPU_MEMORY: f"schedext: GPU memory under {gpu_memory_mib} MiB",
+        Reason.GPU_TOTAL: f"schedext: node has fewer than {gpus} GPUs",
         Reason.CPU_THRESHOLD: (
-            f"schedext: CPU-intensive needs {_cpu(config.cpu_intensive_min_cpu_milli)}+ CPU nodes"
+            f"schedext: CPU-intensive needs {_cpu(cpu_intensive_min_cpu_milli)}+ CPU nodes"
         ),
-        Reason.CPU_TOTAL: f"schedext: node has under {_cpu(request.cpu_milli)} CPU",
-        Reason.GPU_FREE: f"schedext: fewer than {request.gpus} free GPUs",
-        Reason.CPU_FREE: f"schedext: under {_cpu(request.cpu_milli)} CPU free",
+        Reason.CPU_TOTAL: f"schedext: node has under {_cpu(cpu_milli)} CPU",
+        Reason.GPU_FREE: f"schedext: fewer than {gpus} free GPUs",
+        Reason.CPU_FREE: f"schedext: under {_cpu(cpu_milli)} CPU free",
     }
-    context = ip_context(inventory, request) if inventory is not None else None
-    if context is not None:
-        messages.update(ip_messages(context))
-    return [messages.get(reason, f"schedext: {reason.name.lower()}") for reason in Reason]
+    return tuple(messages.get(reason, f"schedext: {reason.name.lower()}") for reason in Reason)
 
 
 def filter_nodes(
@@ -162,8 +202,10 @@ def filter_ids(
     codes = node_reasons(inventory, request, ids, config)
     fits = codes == Reason.FITS
     if fits.all():
-        return FilterVerdict(passed=list(node_names)), ids
+        return FilterVerdict(passed=node_names), ids
     messages = reason_messages(request, config, inventory)
+    if isinstance(node_names, PackedNames):
+        return _packed_verdict(node_names, codes, messages), ids[fits]
     # One stable sort by reason and one C-level gather of the names, then a slice per reason:
     # no Python step per node, and the passed nodes keep their input order.
     order = np.argsort(codes, kind="stable")
@@ -190,15 +232,36 @@ def filter_ids(
     return FilterVerdict(passed=passed, rejections=tuple(rejections)), ids[fits]
 
 
+def _packed_verdict(names: PackedNames, codes: CodeArray, messages: list[str]) -> FilterVerdict:
+    """The grouped verdict over packed names: each group a view (names and codes), written
+    into the answer straight from the request's bytes; nothing per node here."""
+    counts = np.bincount(codes, minlength=len(messages)).tolist()
+    rejections = tuple(
+        Rejection(
+            message=messages[code],
+            resolvable=Reason(code).resolvable,
+            nodes=names.subset(codes, code, count),
+            reason=Reason(code),
+            # Plain names need no escaping, known to the inventory or not.
+            known_nodes=True,
+        )
+        for code, count in enumerate(counts)
+        if count and code != Reason.FITS
+    )
+    passed = names.subset(codes, Reason.FITS, counts[Reason.FITS])
+    return FilterVerdict(passed=passed, rejections=rejections)
+
+
 def reject_all(node_names: Sequence[str], message: str, reason: Reason) -> FilterVerdict:
     """Every node rejected with one reason: a pod no node can help, or (for a reason that is
     resolvable, such as a gang short of free GPUs) one that evicting pods may help."""
     rejection = Rejection(
         message,
         resolvable=reason.resolvable,
-        nodes=list(node_names),
+        # Packed names stay the request's bytes: plain, so they need no escaping either.
+        nodes=node_names if isinstance(node_names, PackedNames) else list(node_names),
         reason=reason,
-        known_nodes=False,
+        known_nodes=isinstance(node_names, PackedNames),
     )
     return FilterVerdict(passed=[], rejections=(rejection,))
 

@@ -99,7 +99,7 @@ class Scheduler:
         self._evictions = EvictionBook(ttl_s=victim_memory_s, capacity=pending_capacity)
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the
         # last one saves the name lookups (filter's own input order varies call to call).
-        self._last_passed: tuple[list[str], IdArray, int] | None = None
+        self._last_passed: tuple[Sequence[str], IdArray, int] | None = None
         # The same pod comes through filter and then prioritize (and again on every retry).
         self._last_request: tuple[str, str, PodRequest] | None = None
 

@@ -1,8 +1,10 @@
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from extender.packed import PackedNames
 from extender.policy import PolicyConfig
 from tests.builders import A100, H100, T4, make_node, make_pod
 from tests.unit.helpers import scheduler_with
@@ -152,10 +154,14 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["names", "packed"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_filter(case: FilterCase) -> None:
+def test_filter(case: FilterCase, packed: bool) -> None:
+    """Every case twice: names as strings, and as kube-scheduler's bytes (PackedNames)."""
     scheduler = scheduler_with(case.nodes, case.bound, case.config)
-    names = list(case.expected)
+    names: Sequence[str] = list(case.expected)
+    if packed:
+        names = PackedNames.of(names) or pytest.fail("test names must be plain")
     verdict = scheduler.filter(case.pod, names)
     for node, (outcome, fragment) in case.expected.items():
         if outcome == FITS:

@@ -1,0 +1,262 @@
+"""Packed node names: the compiled extender._packed and its pure-Python twin give the same
+answers, and the request decoder takes the packed path exactly when it is safe."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from app import wire
+from extender import _packed_py, packed
+from extender.packed import PackedNames
+from tests.builders import make_node, make_pod
+from tests.unit.helpers import scheduler_with
+
+try:
+    from extender import _packed as native
+except ImportError:  # pragma: no cover - only where no C compiler was at hand
+    native = None
+
+IMPLEMENTATIONS = [pytest.param(_packed_py, id="python")] + (
+    [pytest.param(native, id="native")] if native is not None else []
+)
+
+
+def test_the_native_module_is_built_wherever_a_compiler_is() -> None:
+    """The install builds it silently or not at all (optional): catch a broken build here."""
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert packed.NATIVE, "extender._packed did not build; run pip install -e . to see why"
+
+
+@dataclass
+class ScanCase:
+    name: str
+    span: bytes
+    names: list[bytes] | None  # None: not plain
+
+
+SCANS = [
+    ScanCase("empty list", b"", []),
+    ScanCase("one name", b'"n1"', [b"n1"]),
+    ScanCase(
+        "several", b'"a","bb","node-0001.example.com"', [b"a", b"bb", b"node-0001.example.com"]
+    ),
+    ScanCase("an empty name", b'"a",""', [b"a", b""]),
+    ScanCase("long names cross word boundaries", b'"' + b"x" * 70 + b'","y"', [b"x" * 70, b"y"]),
+    ScanCase("an escape", b'"a\\"b"', None),
+    ScanCase("a unicode escape", b'"\\u00e9"', None),
+    ScanCase("non-ASCII", '"é"'.encode(), None),
+    ScanCase("a control byte", b'"a\tb"', None),
+    ScanCase("DEL", b'"a\x7fb"', None),
+    ScanCase("whitespace between names", b'"a", "b"', None),
+    ScanCase("a trailing comma", b'"a",', None),
+    ScanCase("a leading comma", b',"a"', None),
+    ScanCase("an unterminated name", b'"a","b', None),
+    ScanCase("no quotes", b"a,b", None),
+    ScanCase("a number", b'"a",1', None),
+    ScanCase("a nested list", b'"a",["b"]', None),
+]
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("case", SCANS, ids=[c.name for c in SCANS])
+def test_scan_finds_plain_names_and_only_those(impl: ModuleType, case: ScanCase) -> None:
+    body = b"[" + case.span + b"]"
+    pairs = impl.scan(body, 1, len(body) - 1)
+    if case.names is None:
+        assert pairs is None
+        return
+    assert pairs is not None
+    table = np.frombuffer(pairs, dtype=np.int32).reshape(-1, 2).tolist()
+    assert [body[o : o + n] for o, n in table] == case.names
+    # Whatever plain form accepts is valid JSON that decodes to exactly those names.
+    assert orjson.loads(body) == [n.decode() for n in case.names]
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_scan_refuses_a_span_outside_the_buffer(impl: ModuleType) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        impl.scan(b'"a"', 0, 10)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_resolve_maps_names_to_slots_and_unknown_names_to_zero(impl: ModuleType) -> None:
+    names = [None, "n1", None, "n3", "node-with-a-rather-long-name-0042", "n" * 64]
+    table = impl.NameTable(names)
+    assert len(table) == 4
+    body = b'"n3","nope","n1","","node-with-a-rather-long-name-0042","n1x","' + b"n" * 64 + b'"'
+    ids = np.frombuffer(table.resolve(body, impl.scan(body, 0, len(body))), dtype=np.int32)
+    assert ids.tolist() == [3, 0, 1, 0, 4, 0, 5]
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_resolve_finds_every_name_of_a_large_table(impl: ModuleType) -> None:
+    names: list[str | None] = [None, *(f"gpu-node-{i:05d}" for i in range(1, 5000))]
+    table = impl.NameTable(names)
+    order = [*range(4999, 0, -7), 0]
+    body = b",".join(b'"' + (names[i] or "unknown-node").encode() + b'"' for i in order)
+    ids = np.frombuffer(table.resolve(body, impl.scan(body, 0, len(body))), dtype=np.int32)
+    assert ids.tolist() == order
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_table_refuses_the_same_name_twice(impl: ModuleType) -> None:
+    with pytest.raises(ValueError, match="twice"):
+        impl.NameTable([None, "a", "a"])
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_name_pairs_outside_the_buffer_are_refused(impl: ModuleType) -> None:
+    table = impl.NameTable([None, "a"])
+    bad = np.array([[1, 50]], dtype=np.int32).tobytes()
+    with pytest.raises(ValueError, match="outside"):
+        table.resolve(b'"a"', bad)
+    with pytest.raises(ValueError, match="outside"):
+        impl.render(b'"a"', bad, np.zeros(1, dtype=np.int8), 0, b"", b",")
+
+
+RENDER_BODY = b'"a","bb","c","dd","e"'
+RENDER_CODES = np.array([0, 4, 0, 15, 4], dtype=np.int8)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_render_writes_the_names_of_one_code(impl: ModuleType) -> None:
+    pairs = impl.scan(RENDER_BODY, 0, len(RENDER_BODY))
+    assert impl.render(RENDER_BODY, pairs, RENDER_CODES, 0, b"", b",") == b'"a","c"'
+    assert impl.render(RENDER_BODY, pairs, RENDER_CODES, 4, b':"x"', b",") == b'"bb":"x","e":"x"'
+    assert impl.render(RENDER_BODY, pairs, RENDER_CODES, 9, b"", b",") == b""
+    with pytest.raises(ValueError, match="one int8 per name"):
+        impl.render(RENDER_BODY, pairs, RENDER_CODES[:2], 0, b"", b",")
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_render_groups_writes_every_wanted_code_in_one_pass(impl: ModuleType) -> None:
+    pairs = impl.scan(RENDER_BODY, 0, len(RENDER_BODY))
+    suffixes: list[bytes | None] = [None] * 16
+    suffixes[0], suffixes[4], suffixes[15] = b"", b':"m4"', b':"m15"'
+    groups = impl.render_groups(RENDER_BODY, pairs, RENDER_CODES, suffixes)
+    assert groups[0] == b'"a","c"'
+    assert groups[4] == b'"bb":"m4","e":"m4"'
+    assert groups[15] == b'"dd":"m15"'
+    assert [g for i, g in enumerate(groups) if i not in (0, 4, 15)] == [None] * 13
+    # A code without a suffix (or beyond the list) is left out.
+    assert impl.render_groups(RENDER_BODY, pairs, RENDER_CODES, [b""]) == [b'"a","c"']
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_render_scores_writes_host_priorities(impl: ModuleType) -> None:
+    pairs = impl.scan(RENDER_BODY, 0, len(RENDER_BODY))
+    scores = np.array([10, 0, 7, -3, 2**62], dtype=np.int64)
+    answer = impl.render_scores(RENDER_BODY, pairs, scores)
+    assert orjson.loads(b"[" + answer + b"]") == [
+        {"Host": "a", "Score": 10},
+        {"Host": "bb", "Score": 0},
+        {"Host": "c", "Score": 7},
+        {"Host": "dd", "Score": -3},
+        {"Host": "e", "Score": 2**62},
+    ]
+    with pytest.raises(ValueError, match="one int64 per name"):
+        impl.render_scores(RENDER_BODY, pairs, scores[:1])
+
+
+def test_packed_names_are_a_sequence_of_their_names() -> None:
+    names = PackedNames.of(["g2", "g0", "g1"])
+    assert names is not None
+    assert len(names) == 3
+    assert list(names) == ["g2", "g0", "g1"]
+    assert names[1] == "g0"
+    assert names == ["g2", "g0", "g1"]
+    assert PackedNames.of([]) == []
+    assert PackedNames.of(["é"]) is None
+
+
+# ------------------------------------------------------------------ the request decoder
+
+POD = make_pod("p", gpus=1)
+
+
+def _go_body(names: list[str], pod: dict[str, Any] = POD) -> bytes:
+    """ExtenderArgs exactly as kube-scheduler's encoder writes it: Pod, Nodes, NodeNames."""
+    return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+
+
+@dataclass
+class BodyCase:
+    name: str
+    body: bytes
+    packed: bool
+
+
+BODIES = [
+    BodyCase("kube-scheduler's own encoding", _go_body(["n1", "n2"]), True),
+    BodyCase("no names at all", _go_body([]), True),
+    BodyCase(
+        "a pod annotation spelled like the key",
+        _go_body(["n1"], make_pod("p", gpus=1, annotations={"NodeNames": '["x"]'})),
+        True,
+    ),
+    BodyCase("another key order", orjson.dumps({"NodeNames": ["n1"], "Pod": POD}), False),
+    BodyCase("whitespace", b'{"Pod": ' + orjson.dumps(POD) + b', "NodeNames": ["n1"]}', False),
+    BodyCase("an escaped name", _go_body(["n\u00e9"]).replace("é".encode(), b"\\u00e9"), False),
+    BodyCase("a name Go would escape", _go_body(["a<b"]).replace(b"<", b"\\u003c"), False),
+    BodyCase("lower-case keys", orjson.dumps({"pod": POD, "nodenames": ["n1"]}), False),
+]
+
+
+@pytest.mark.parametrize("case", BODIES, ids=[c.name for c in BODIES])
+def test_the_decoder_packs_names_only_in_kube_schedulers_own_shape(case: BodyCase) -> None:
+    args = wire.extender_args(case.body)
+    assert isinstance(args.node_names, PackedNames) == case.packed
+    document = orjson.loads(case.body)
+    expected = document.get("NodeNames", document.get("nodenames"))
+    assert list(args.node_names) == expected
+    assert args.pod == document.get("Pod", document.get("pod"))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"Pod":{"metadata":{"name":"p"},"Nodes":null,"NodeNames":["n1"]}',  # inside the pod
+        b'{"Pod":{"metadata":{"name":"p"}},"NodeNames":["n1"]',  # not closed
+        b'{"Pod":{"metadata":{"name":"p"}},,"NodeNames":["n1"]}',  # broken head
+        b'["x",{"Pod":{}},"NodeNames":["n1"]}',  # not an object
+        b'{"Pod":{"metadata":{"name":"p"}},"Nodes":null,"NodeNames":["n1",2]}',  # a number
+    ],
+)
+def test_a_body_that_only_looks_packed_is_decoded_in_full_and_refused(body: bytes) -> None:
+    with pytest.raises(wire.WireError):
+        wire.extender_args(body)
+
+
+def test_filter_and_prioritize_answer_the_same_for_packed_and_plain_requests() -> None:
+    nodes = [make_node(f"g{i}", gpus=4 if i % 3 else 0) for i in range(9)]
+    holder = make_pod("holder", gpus=4, node="g1", gpu_ids=[0, 1, 2, 3])
+    names = ["g4", "g0", "g1", "g8", "unknown", "g2", "g7"]
+    answers = []
+    for body in (_go_body(names), orjson.dumps({"NodeNames": names, "Pod": POD})):
+        scheduler = scheduler_with(nodes, [holder])
+        args = wire.extender_args(body)
+        filtered = orjson.loads(
+            wire.filter_result(scheduler.filter(args.pod, args.node_names), args)
+        )
+        if isinstance(args.node_names, PackedNames):
+            kept = _go_body(filtered["NodeNames"])
+        else:
+            kept = orjson.dumps({"NodeNames": filtered["NodeNames"], "Pod": POD})
+        again = wire.extender_args(kept)
+        scores = scheduler.prioritize(again.pod, again.node_names)
+        answers.append((filtered, orjson.loads(wire.host_priorities(again.node_names, scores))))
+    (packed_filter, packed_scores), (plain_filter, plain_scores) = answers
+    assert packed_filter == plain_filter
+    assert packed_filter["NodeNames"] == ["g4", "g8", "g2", "g7"]
+    assert set(packed_filter["FailedNodes"]) == {"g0", "g1", "unknown"}
+    assert set(packed_filter["FailedAndUnresolvableNodes"]) == {"g0", "unknown"}
+    assert sorted(packed_scores, key=lambda s: s["Host"]) == sorted(
+        plain_scores, key=lambda s: s["Host"]
+    )
