@@ -122,8 +122,13 @@ def _core_times(
     *,
     rounds: int,
 ) -> dict[str, float]:
-    """The core alone: the same decisions without HTTP and JSON."""
+    """The core alone: the same decisions without HTTP and JSON. The names are packed, as
+    the service's decoder packs kube-scheduler's (extender.packed)."""
+    from extender.packed import PackedNames  # noqa: PLC0415
     from extender.scheduler import Scheduler  # noqa: PLC0415
+
+    packed_orders = [PackedNames.of(o) or o for o in orders]
+    packed_passed = [PackedNames.of(p) or p for p in passed]
 
     scheduler = Scheduler()
     items = cluster["items"]
@@ -133,10 +138,10 @@ def _core_times(
     for round_ in range(rounds):
         k = round_ % VARIANTS
         started = time.perf_counter_ns()
-        scheduler.filter(pod, orders[k])
+        scheduler.filter(pod, packed_orders[k])
         times["filter"].append((time.perf_counter_ns() - started) / 1e6)
         started = time.perf_counter_ns()
-        scheduler.prioritize(pod, passed[k])
+        scheduler.prioritize(pod, packed_passed[k])
         times["prioritize"].append((time.perf_counter_ns() - started) / 1e6)
     return {verb: float(np.percentile(values, 50)) for verb, values in times.items()}
 
