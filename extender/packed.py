@@ -16,6 +16,7 @@ install time), else by its pure-Python twin: same answers, slower.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from itertools import compress
 from typing import overload
@@ -51,16 +52,17 @@ class NameView(Sequence[str]):
     def __init__(self) -> None:
         self._list: list[str] | None = None
 
+    @abstractmethod
     def _materialise(self) -> list[str]:
-        raise NotImplementedError
+        """The names as strings (built once, on first use)."""
 
+    @abstractmethod
     def plain(self) -> bytes:
         """The names in plain form, as they would appear inside a JSON array."""
-        raise NotImplementedError
 
+    @abstractmethod
     def render(self, suffix: bytes, sep: bytes) -> bytes:
         """``'"name"' + suffix`` for every name, joined by ``sep``."""
-        raise NotImplementedError
 
     def names(self) -> list[str]:
         if self._list is None:
