@@ -250,7 +250,13 @@ def _kind(value: object) -> str:
 
 def filter_result(verdict: FilterVerdict, args: ExtenderArgs) -> bytes:
     """Answer in the field matching the request's mode: with nodeCacheCapable: false,
-    kube-scheduler reads only ``Nodes`` (names alone would reject every node)."""
+    kube-scheduler reads only ``Nodes`` (names alone would reject every node).
+
+    Each rejected node is in exactly one map: ``FailedNodes`` when preemption may help,
+    ``FailedAndUnresolvableNodes`` when it cannot. Listing the unresolvable ones in both only
+    served kube-scheduler releases before 1.20, which did not know the second map; the
+    ``kubescheduler.config.k8s.io/v1`` configuration schedext ships needs 1.25 or later, and
+    kube-scheduler decodes every entry (thousands per call), so the copy was pure cost."""
     rendered = _render_packed(verdict)
     if rendered is not None:
         passed, bodies = rendered
@@ -258,7 +264,7 @@ def filter_result(verdict: FilterVerdict, args: ExtenderArgs) -> bytes:
         passed = _names_json(verdict.passed)
         bodies = [_rejection_json(r) for r in verdict.rejections]
     groups = list(zip(bodies, (r.resolvable for r in verdict.rejections), strict=True))
-    failed = b",".join(body for body, _ in groups)
+    failed = b",".join(body for body, resolvable in groups if resolvable)
     unresolvable = b",".join(body for body, resolvable in groups if not resolvable)
     if args.nodes is None:
         # The hot path: names mode, JSON written directly from the grouped verdict.

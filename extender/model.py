@@ -180,7 +180,8 @@ class FilterVerdict:
 
     @property
     def failed(self) -> dict[str, str]:
-        """Every rejected node and its reason (kube-scheduler's ``FailedNodes``)."""
+        """Every rejected node and its reason. On the wire, those preemption may help go in
+        ``FailedNodes`` and the others (:attr:`unresolvable`) in ``FailedAndUnresolvableNodes``."""
         return {node: r.message for r in self.rejections for node in r.nodes}
 
     @property

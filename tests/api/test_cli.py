@@ -93,7 +93,8 @@ def test_serve_without_a_cluster_answers_the_fixture_filter_from_the_demo_invent
         ).json()
         logs = served.stop()
     assert answer["NodeNames"] == ["gpu-node-a"]
-    assert set(answer["FailedNodes"]) == {"gpu-node-b", "gpu-node-c"}
+    assert set(answer["FailedNodes"]) == {"gpu-node-b"}
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"gpu-node-c"}
     assert any("embedded demo inventory" in line["message"] for line in json_lines(logs))
 
 
@@ -202,8 +203,8 @@ def test_serve_loads_a_snapshot_file(tmp_path: Path) -> None:
             json={"Pod": fixture("pod.json"), "NodeNames": ["only-node", "gpu-node-a"]},
         ).json()
     assert answer["NodeNames"] == []
-    assert "GPU model is not A100" in answer["FailedNodes"]["only-node"]
-    assert "node not in inventory" in answer["FailedNodes"]["gpu-node-a"]
+    assert "GPU model is not A100" in answer["FailedAndUnresolvableNodes"]["only-node"]
+    assert "node not in inventory" in answer["FailedAndUnresolvableNodes"]["gpu-node-a"]
 
 
 def test_serve_loads_kubectl_yaml(tmp_path: Path) -> None:

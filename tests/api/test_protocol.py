@@ -74,10 +74,8 @@ def test_fixture_filter_request_against_the_demo_inventory(demo: RunningServer) 
     assert result["Nodes"] is None
     assert result["Error"] == ""
     assert result["NodeNames"] == ["gpu-node-a"]
-    assert result["FailedNodes"] == {
-        "gpu-node-b": "schedext: fewer than 2 free GPUs",
-        "gpu-node-c": "schedext: GPU model is not A100",
-    }
+    # each rejected node in exactly one map: busy (preemption may help) or unresolvable
+    assert result["FailedNodes"] == {"gpu-node-b": "schedext: fewer than 2 free GPUs"}
     assert result["FailedAndUnresolvableNodes"] == {"gpu-node-c": "schedext: GPU model is not A100"}
 
 
@@ -86,7 +84,7 @@ def test_full_node_mode_answers_with_the_original_node_objects(demo: RunningServ
     result = post(demo, "filter", request)
     assert result["NodeNames"] is None
     assert result["Nodes"] == {"metadata": {}, "items": [request["Nodes"]["items"][0]]}
-    assert set(result["FailedNodes"]) == {"gpu-node-b", "gpu-node-c"}
+    assert set(result["FailedNodes"]) == {"gpu-node-b"}
     assert set(result["FailedAndUnresolvableNodes"]) == {"gpu-node-c"}
 
 
@@ -111,7 +109,7 @@ def test_full_node_filter_in_any_case_answers_with_the_nodes_as_sent(
     sent = next(v for k, v in items.items() if k.lower() == "items")
     assert result["Nodes"] == {"metadata": {}, "items": [sent[0]]}
     assert result["NodeNames"] is None
-    assert set(result["FailedNodes"]) == {"gpu-node-b", "gpu-node-c"}
+    assert set(result["FailedNodes"]) == {"gpu-node-b"}
     assert set(result["FailedAndUnresolvableNodes"]) == {"gpu-node-c"}
 
 
@@ -188,7 +186,8 @@ def test_filter_escapes_unknown_names_that_need_it(demo: RunningServer) -> None:
     assert result["NodeNames"] == ["gpu-node-a"]
     assert result["FailedAndUnresolvableNodes"] == {'evil"node': "schedext: node not in inventory"}
     lowered = post(demo, "filter", {"Pod": make_pod(gpus=1, workload="bogus"), "NodeNames": names})
-    assert set(lowered["FailedNodes"]) == set(names)
+    assert set(lowered["FailedAndUnresolvableNodes"]) == set(names)
+    assert lowered["FailedNodes"] == {}
 
 
 def test_unknown_node_is_rejected_with_a_reason(demo: RunningServer) -> None:
@@ -197,10 +196,7 @@ def test_unknown_node_is_rejected_with_a_reason(demo: RunningServer) -> None:
     result = post(demo, "filter", request)
     assert result["NodeNames"] == ["gpu-node-a"]
     assert "node not in inventory" in result["FailedAndUnresolvableNodes"]["no-such-node"]
-    assert (
-        result["FailedNodes"]["no-such-node"]
-        == result["FailedAndUnresolvableNodes"]["no-such-node"]
-    )
+    assert "no-such-node" not in result["FailedNodes"]
 
 
 def preempt_cluster(serve: Serve) -> RunningServer:

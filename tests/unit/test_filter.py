@@ -10,8 +10,8 @@ from tests.builders import A100, H100, T4, make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
 FITS = "fits"
-BUSY = "busy"  # FailedNodes only: preemption may help
-UNRESOLVABLE = "unresolvable"  # FailedNodes and FailedAndUnresolvableNodes
+BUSY = "busy"  # rejected, preemption may help (FailedNodes on the wire)
+UNRESOLVABLE = "unresolvable"  # rejected, preemption cannot help (FailedAndUnresolvableNodes)
 
 
 @dataclass
