@@ -344,12 +344,26 @@ def filter_error(message: str) -> bytes:
 
 
 def host_priorities(node_names: Sequence[str], scores: npt.NDArray[np.int64]) -> bytes:
-    """``[{"Host": name, "Score": n}, ...]``, written per score value (at most 11 groups):
-    kube-scheduler sums scores by host, so the order of the entries does not matter."""
+    """``[{"Host": name, "Score": n}, ...]`` for the hosts scored above the lowest score, less
+    that score, written per score value (at most 11 groups).
+
+    kube-scheduler adds ``score * weight`` to each listed host's total and nothing to a host
+    not listed, then takes the highest total: lowering every host's score by the same amount
+    leaves its choice as it was, and the hosts at the lowest score need no entry. In a GPU
+    cluster most hosts tie at the bottom (idle ones, for bin-packing), so the answer kube-
+    scheduler decodes for every pod shrinks from a host per feasible node to a few. (Those
+    hosts are then ranked among themselves by kube-scheduler's node order rather than its
+    random tie-breaker, as hosts no extender scores always are.)"""
     if not node_names:
         return b"[]"
+    scores = scores - scores.min()
     if isinstance(node_names, PackedNames):  # plain names: written from the request's bytes
         return b"[" + node_names.render_scores(scores) + b"]"
+    listed = np.flatnonzero(scores)
+    node_names = [node_names[i] for i in listed.tolist()]
+    scores = scores[listed]
+    if not node_names:
+        return b"[]"
     if not _safe_names(node_names):
         return orjson.dumps(
             [{"Host": n, "Score": s} for n, s in zip(node_names, scores.tolist(), strict=True)]

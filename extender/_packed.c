@@ -579,8 +579,9 @@ static Py_ssize_t format_int(char *w, int64_t v) {
     return written;
 }
 
-/* render_scores(buf, names, scores) -> bytes: '{"Host":"name","Score":s}' for every name,
- * joined by ','; scores is an int64 buffer, one score per name. */
+/* render_scores(buf, names, scores) -> bytes: '{"Host":"name","Score":s}' for every name whose
+ * score is not 0, joined by ','; scores is an int64 buffer, one score per name. kube-scheduler
+ * adds each listed host's score to that host's total, so an entry with 0 adds nothing. */
 static PyObject *render_scores(PyObject *self, PyObject *args) {
     (void)self;
     static const char head[] = "{\"Host\":\"";
@@ -609,7 +610,8 @@ static PyObject *render_scores(PyObject *self, PyObject *args) {
     char *begin = PyBytes_AS_STRING(out), *w = begin;
     for (Py_ssize_t i = 0; i < names.count; i++) {
         const Name *m = &names.name[i];
-        if (i) *w++ = ',';
+        if (scores[i] == 0) continue;
+        if (w != begin) *w++ = ',';
         w = put(w, head, sizeof head - 1);
         w = put(w, names.base + m->offset, m->length);
         w = put(w, middle, sizeof middle - 1);

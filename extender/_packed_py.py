@@ -87,6 +87,7 @@ def render_scores(buf: bytes, pairs: bytes | bytearray, scores: npt.NDArray[np.i
     return b",".join(
         b'{"Host":"' + name + b'","Score":' + str(score).encode() + b"}"
         for name, score in zip(names, scores.tolist(), strict=True)
+        if score
     )
 
 

@@ -146,7 +146,8 @@ class PackedNames(NameView):
         return render_groups(self._body, self._pairs, codes, suffixes)
 
     def render_scores(self, scores: npt.NDArray[np.int64]) -> bytes:
-        """The inside of prioritize's answer: ``{"Host":"name","Score":s}`` per name."""
+        """The inside of prioritize's answer: ``{"Host":"name","Score":s}`` per name whose
+        score is not 0 (kube-scheduler adds nothing for a host an extender does not list)."""
         values = np.ascontiguousarray(scores, dtype=np.int64)
         return render_scores(self._body, self._pairs, values)
 

@@ -150,17 +150,20 @@ def test_render_groups_writes_every_wanted_code_in_one_pass(impl: ModuleType) ->
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
-def test_render_scores_writes_host_priorities(impl: ModuleType) -> None:
+def test_render_scores_writes_host_priorities_but_zeros(impl: ModuleType) -> None:
     pairs = impl.scan(RENDER_BODY, 0, len(RENDER_BODY))
     scores = np.array([10, 0, 7, -3, 2**62], dtype=np.int64)
     answer = impl.render_scores(RENDER_BODY, pairs, scores)
     assert orjson.loads(b"[" + answer + b"]") == [
         {"Host": "a", "Score": 10},
-        {"Host": "bb", "Score": 0},
         {"Host": "c", "Score": 7},
         {"Host": "dd", "Score": -3},
         {"Host": "e", "Score": 2**62},
     ]
+    # leading and trailing zeros leave no stray comma
+    only = impl.render_scores(RENDER_BODY, pairs, np.array([0, 0, 3, 0, 0], dtype=np.int64))
+    assert only == b'{"Host":"c","Score":3}'
+    assert impl.render_scores(RENDER_BODY, pairs, np.zeros(5, dtype=np.int64)) == b""
     with pytest.raises(ValueError, match="one int64 per name"):
         impl.render_scores(RENDER_BODY, pairs, scores[:1])
 
