@@ -88,15 +88,20 @@ class Metrics:
             outcome: self._filtered_nodes.labels(outcome)
             for outcome in ("fits", "busy", "unresolvable")
         }
+        # The same for the other labels of the verbs' path, as they first appear (their
+        # values come from closed sets: verbs, outcomes, reasons).
+        self._decision_counts = _Children(self._decisions)
+        self._mode_counts = _Children(self._request_modes)
+        self._rejection_counts = _Children(self._rejections)
         self.registry.register(_InventoryCollector(scheduler))
         self.registry.register(_WatchCollector(self._watch_progress))
 
     def observe(self, verb: str, outcome: str, seconds: float) -> None:
         self._verb_latency[verb].observe(seconds)
-        self._decisions.labels(verb, outcome).inc()
+        self._decision_counts.get(verb, outcome).inc()
 
     def mode(self, verb: str, *, names_only: bool) -> None:
-        self._request_modes.labels(verb, "names" if names_only else "nodes").inc()
+        self._mode_counts.get(verb, "names" if names_only else "nodes").inc()
 
     def filtered(self, *, fits: int, busy: int, unresolvable: int) -> None:
         if fits:
@@ -107,7 +112,7 @@ class Metrics:
             self._node_outcomes["unresolvable"].inc(unresolvable)
 
     def rejected(self, reason: str, nodes: int) -> None:
-        self._rejections.labels(reason).inc(nodes)
+        self._rejection_counts.get(reason).inc(nodes)
 
     def watch_progress(self, resource: str) -> None:
         self._watch_progress[resource] = time.monotonic()
@@ -127,6 +132,20 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _Children:
+    """A counter's label children, each resolved by ``.labels()`` once, on first use."""
+
+    def __init__(self, counter: Counter) -> None:
+        self._counter = counter
+        self._children: dict[tuple[str, ...], Counter] = {}
+
+    def get(self, *labels: str) -> Counter:
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = self._counter.labels(*labels)
+        return child
 
 
 class _InventoryCollector(Collector):

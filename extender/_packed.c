@@ -625,6 +625,48 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------ codes */
+
+/* count_codes(codes, size) -> list: how many of the int8 codes are 0, 1, ... size - 1 (every
+ * code must be in that range). numpy's bincount first widens the codes to intp: five times
+ * slower on the few thousand a filter call has. */
+static PyObject *count_codes(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *codes_obj;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "On:count_codes", &codes_obj, &size)) return NULL;
+    if (size < 0 || size > 128) {
+        PyErr_SetString(PyExc_ValueError, "size must be 0..128");
+        return NULL;
+    }
+    Py_buffer view;
+    if (get_buffer(codes_obj, &view) < 0) return NULL;
+    Py_ssize_t counts[128] = {0};
+    const signed char *codes = (const signed char *)view.buf;
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < view.len; i++) {
+        int k = codes[i];
+        bad |= k < 0 || k >= size;
+        counts[k & 0x7f]++;
+    }
+    PyBuffer_Release(&view);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "a code outside 0..size-1");
+        return NULL;
+    }
+    PyObject *out = PyList_New(size);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < size; k++) {
+        PyObject *count = PyLong_FromSsize_t(counts[k]);
+        if (count == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, count);
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
@@ -634,6 +676,7 @@ static PyMethodDef module_methods[] = {
     {"render_groups", render_groups, METH_VARARGS,
      "render_groups(buf, names, codes, suffixes) -> list of bytes or None per code"},
     {"render_scores", render_scores, METH_VARARGS, "render_scores(buf, names, scores) -> bytes"},
+    {"count_codes", count_codes, METH_VARARGS, "count_codes(codes, size) -> list of counts"},
     {NULL, NULL, 0, NULL},
 };
 

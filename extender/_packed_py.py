@@ -13,7 +13,7 @@ from itertools import compress, repeat
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["NameTable", "render", "render_groups", "render_scores", "scan"]
+__all__ = ["NameTable", "count_codes", "render", "render_groups", "render_scores", "scan"]
 
 # "a","b",...: every name printable ASCII without '"' or '\'; or nothing at all.
 _PLAIN = re.compile(rb'(?:"[\x20\x21\x23-\x5b\x5d-\x7e]*"(?:,"[\x20\x21\x23-\x5b\x5d-\x7e]*")*)?')
@@ -109,3 +109,13 @@ def render_groups(
         if group is not None:
             group.append(b'"' + name + b'"' + (suffixes[code] or b""))
     return [None if group is None else b",".join(group) for group in groups]
+
+
+def count_codes(codes: npt.NDArray[np.int8], size: int, /) -> list[int]:
+    if not 0 <= size <= 128:
+        raise ValueError("size must be 0..128")
+    values = np.asarray(codes, dtype=np.int8)
+    if len(values) and (int(values.min()) < 0 or int(values.max()) >= size):
+        raise ValueError("a code outside 0..size-1")
+    counts: list[int] = np.bincount(values, minlength=size).tolist()
+    return counts

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,8 @@ BoolArray = npt.NDArray[np.bool_]
 IdArray = npt.NDArray[np.int32]
 
 _NO_TOPOLOGY = -1
+_SPEC_DERIVED_MAX = 64  # bounds the cache below: pod shapes are few, but pods are not trusted
+_T = TypeVar("_T")
 
 
 class InventoryConflictError(Exception):
@@ -130,6 +132,8 @@ class Inventory:
         self.version = 0  # bumped on every change; lets callers cache derived answers
         self.layout = 0  # bumped when the name -> id mapping changes (nodes added or removed)
         self._names: tuple[int, NameTable] | None = None  # (layout, table) for packed names
+        self._spec_derived: dict[Hashable, object] = {}
+        self._spec_derived_version = 0
 
     # ----------------------------------------------------------------- reads
 
@@ -153,6 +157,22 @@ class Inventory:
                 by_slot[slot] = name
             self._names = (self.layout, NameTable(by_slot))
         return self._names[1]
+
+    def spec_derived(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, kept under ``key`` until a node is added, removed or changes its spec.
+
+        For values that depend on the nodes' specs alone, never on what pods hold: filter
+        judges the same few pod shapes against the same nodes again and again. ``key`` must
+        name everything ``compute`` reads besides the specs."""
+        if self._spec_derived_version != self.nodes_version:
+            self._spec_derived.clear()
+            self._spec_derived_version = self.nodes_version
+        if key in self._spec_derived:
+            return self._spec_derived[key]  # type: ignore[return-value]  # stored by compute
+        if len(self._spec_derived) >= _SPEC_DERIVED_MAX:
+            self._spec_derived.clear()
+        value = self._spec_derived[key] = compute()
+        return value
 
     @property
     def arrays(self) -> NodeArrays:

@@ -25,12 +25,20 @@ import numpy as np
 import numpy.typing as npt
 
 try:
-    from extender._packed import NameTable, render, render_groups, render_scores, scan
+    from extender._packed import (
+        NameTable,
+        count_codes,
+        render,
+        render_groups,
+        render_scores,
+        scan,
+    )
 
     NATIVE = True
 except ImportError:  # installed without a C compiler: same answers, slower
     from extender._packed_py import (  # type: ignore[assignment]
         NameTable,
+        count_codes,
         render,
         render_groups,
         render_scores,
@@ -39,7 +47,7 @@ except ImportError:  # installed without a C compiler: same answers, slower
 
     NATIVE = False
 
-__all__ = ["NATIVE", "NameTable", "NameView", "NodeSubset", "PackedNames"]
+__all__ = ["NATIVE", "NameTable", "NameView", "NodeSubset", "PackedNames", "count_codes"]
 
 CodeArray = npt.NDArray[np.int8]
 

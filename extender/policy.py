@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from operator import itemgetter
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +21,7 @@ from extender import names
 from extender.addressing import ip_conditions, ip_context, ip_headroom, ip_messages
 from extender.inventory import IdArray, Inventory, NodeView
 from extender.model import FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
-from extender.packed import PackedNames
+from extender.packed import PackedNames, count_codes
 
 __all__ = [
     "GpuScoring",
@@ -93,42 +93,85 @@ def node_reasons(
     whole = 2 * len(ids) >= len(a.alive)
 
     def col(column: npt.NDArray[_T]) -> npt.NDArray[_T]:
-        return column if whole else column[ids]
+        return column if whole else np.take(column, ids)  # take: twice as fast as [ids]
 
-    alive = col(a.alive)
-    conditions: list[tuple[npt.NDArray[np.bool_], Reason]] = []
-    if request.needs_gpu_node:
-        total = col(a.gpu_total)
-        conditions.append((total <= 0, Reason.NO_GPUS))
-        if request.gpu_model is not None:
-            allowed = inventory.model_mask(request.gpu_model)
-            conditions.append((~allowed[col(a.model)], Reason.GPU_MODEL))
-        if request.gpu_memory_mib is not None:
-            conditions.append((col(a.gpu_memory_mib) < request.gpu_memory_mib, Reason.GPU_MEMORY))
-        if request.gpus:
-            conditions.append((total < request.gpus, Reason.GPU_TOTAL))
-    if request.workload is WorkloadClass.CPU_INTENSIVE:
-        cpu_alloc = col(a.cpu_alloc)
-        conditions.append((cpu_alloc < config.cpu_intensive_min_cpu_milli, Reason.CPU_THRESHOLD))
-        conditions.append((cpu_alloc < request.cpu_milli, Reason.CPU_TOTAL))
+    # Reason's order is precedence, so the reason that wins is the smallest code that applies
+    # (_NONE: none does). What the nodes' specs alone decide comes from a cache; only what
+    # pods hold (free GPUs, free CPU, addresses) is evaluated per call.
+    codes = col(_spec_codes(inventory, request, config))
+    held: list[tuple[npt.NDArray[np.bool_], Reason]] = []
     if request.gpus:
-        conditions.append((col(a.gpu_free) < request.gpus, Reason.GPU_FREE))
+        held.append((col(a.gpu_free) < request.gpus, Reason.GPU_FREE))
     if request.workload is WorkloadClass.CPU_INTENSIVE:
-        conditions.append((col(a.cpu_free) < request.cpu_milli, Reason.CPU_FREE))
+        held.append((col(a.cpu_free) < request.cpu_milli, Reason.CPU_FREE))
     context = ip_context(inventory, request)
     if context is not None:
-        rows = np.arange(len(alive), dtype=np.int32) if whole else ids
-        conditions += ip_conditions(inventory, request, rows, context)
-    # Reason's order is precedence, so the reason that wins is the smallest code that applies;
-    # a node that is not alive is UNKNOWN_NODE, below every other reason.
-    codes = np.where(alive, _NONE, np.int8(Reason.UNKNOWN_NODE))
+        rows = np.arange(len(a.alive), dtype=np.int32) if whole else ids
+        held += ip_conditions(inventory, request, rows, context)
+    for failed, reason in held:  # new arrays: the cached codes are never written
+        codes = np.minimum(codes, np.where(failed, np.uint8(reason), _NONE))
+    if whole:
+        codes = np.take(codes, ids)
+    # _NONE (128) becomes FITS (0), every reason (< 128) stays: one cheap pass.
+    return np.bitwise_and(codes, np.uint8(0x7F)).view(np.int8)
+
+
+def _spec_codes(
+    inventory: Inventory, request: PodRequest, config: PolicyConfig
+) -> npt.NDArray[np.uint8]:
+    """Per slot, the reason the nodes' specs alone give (_NONE: none), for the pod's shape:
+    computed once per shape until a node changes."""
+    cpu_bound = request.workload is WorkloadClass.CPU_INTENSIVE
+    shape = _SpecShape(
+        request.needs_gpu_node,
+        request.gpu_model,
+        request.gpu_memory_mib,
+        request.gpus,
+        request.cpu_milli if cpu_bound else None,
+        config.cpu_intensive_min_cpu_milli if cpu_bound else None,
+    )
+    return inventory.spec_derived(shape, lambda: _judge_specs(inventory, shape))
+
+
+class _SpecShape(NamedTuple):
+    """What of a pod the nodes' specs are judged against (the key of their cached codes)."""
+
+    needs_gpu_node: bool
+    gpu_model: str | None
+    gpu_memory_mib: int | None
+    gpus: int
+    cpu_milli: int | None  # CPU-intensive pods only
+    cpu_intensive_min_cpu_milli: int | None  # likewise
+
+
+def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint8]:
+    a = inventory.arrays
+    conditions: list[tuple[npt.NDArray[np.bool_], Reason]] = []
+    if shape.needs_gpu_node:
+        conditions.append((a.gpu_total <= 0, Reason.NO_GPUS))
+        if shape.gpu_model is not None:
+            allowed = inventory.model_mask(shape.gpu_model)
+            conditions.append((~allowed[a.model], Reason.GPU_MODEL))
+        if shape.gpu_memory_mib is not None:
+            conditions.append((a.gpu_memory_mib < shape.gpu_memory_mib, Reason.GPU_MEMORY))
+        if shape.gpus:
+            conditions.append((a.gpu_total < shape.gpus, Reason.GPU_TOTAL))
+    if shape.cpu_milli is not None and shape.cpu_intensive_min_cpu_milli is not None:
+        threshold = shape.cpu_intensive_min_cpu_milli
+        conditions.append((a.cpu_alloc < threshold, Reason.CPU_THRESHOLD))
+        conditions.append((a.cpu_alloc < shape.cpu_milli, Reason.CPU_TOTAL))
+    # A slot that is not alive (unused, or the sentinel of unknown names) is UNKNOWN_NODE,
+    # below every other reason.
+    codes = np.where(a.alive, _NONE, np.uint8(Reason.UNKNOWN_NODE))
     for failed, reason in conditions:
-        np.minimum(codes, np.where(failed, np.int8(reason), _NONE), out=codes)
-    codes = np.where(codes == _NONE, np.int8(Reason.FITS), codes)
-    return codes[ids] if whole else codes
+        np.minimum(codes, np.where(failed, np.uint8(reason), _NONE), out=codes)
+    codes.flags.writeable = False
+    return codes
 
 
-_NONE = np.int8(127)  # no reason applies (yet), above every Reason
+_NONE = np.uint8(128)  # no reason applies (yet): above every Reason, and 128 & 0x7F is FITS
+_REASONS = tuple(sorted(Reason))  # by code: indexing costs less than Reason(code)
+_FITS = np.int8(Reason.FITS)  # compared as numpy's own scalar: an IntEnum costs 5 µs a call
 _T = TypeVar("_T", bound=np.generic)
 
 
@@ -200,12 +243,12 @@ def filter_ids(
     """:func:`filter_nodes` over names already resolved to ``ids``; also returns the ids of
     the nodes that passed."""
     codes = node_reasons(inventory, request, ids, config)
-    fits = codes == Reason.FITS
+    fits = codes == _FITS
     if fits.all():
         return FilterVerdict(passed=node_names), ids
     messages = reason_messages(request, config, inventory)
     if isinstance(node_names, PackedNames):
-        return _packed_verdict(node_names, codes, messages), ids[fits]
+        return _packed_verdict(node_names, codes, messages), np.compress(fits, ids)
     # One stable sort by reason and one C-level gather of the names, then a slice per reason:
     # no Python step per node, and the passed nodes keep their input order.
     order = np.argsort(codes, kind="stable")
@@ -235,13 +278,13 @@ def filter_ids(
 def _packed_verdict(names: PackedNames, codes: CodeArray, messages: list[str]) -> FilterVerdict:
     """The grouped verdict over packed names: each group a view (names and codes), written
     into the answer straight from the request's bytes; nothing per node here."""
-    counts = np.bincount(codes, minlength=len(messages)).tolist()
+    counts = count_codes(codes, len(messages))
     rejections = tuple(
         Rejection(
             message=messages[code],
-            resolvable=Reason(code).resolvable,
+            resolvable=_REASONS[code].resolvable,
             nodes=names.subset(codes, code, count),
-            reason=Reason(code),
+            reason=_REASONS[code],
             # Plain names need no escaping, known to the inventory or not.
             known_nodes=True,
         )

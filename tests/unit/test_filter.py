@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from extender.model import Reason
 from extender.packed import PackedNames
 from extender.policy import PolicyConfig
 from tests.builders import A100, H100, T4, make_node, make_pod
@@ -185,3 +186,59 @@ def test_reasons_do_not_name_the_node_so_kube_scheduler_can_aggregate_them() -> 
     scheduler = scheduler_with([make_node("cpu-a"), make_node("cpu-b")])
     verdict = scheduler.filter(make_pod(gpus=1), ["cpu-a", "cpu-b"])
     assert verdict.failed["cpu-a"] == verdict.failed["cpu-b"]
+
+
+@dataclass
+class Step:
+    change: str  # what happens to node "g" before the pod is filtered again
+    node: dict[str, Any] | None  # its new object, None: deleted
+    reason: str  # "" when the pod fits, else a fragment of the reason
+
+
+# filter keeps what the nodes' specs alone decide per pod shape until a node changes: every
+# change of spec below must be seen by the very next call.
+NODE_CHANGES = [
+    Step("the node as first seen", make_node("g", gpus=4, model=H100), ""),
+    Step("its GPUs are replaced by A100s", make_node("g", gpus=4, model=A100), "not H100"),
+    Step("it is deleted", None, "not in inventory"),
+    Step("it comes back with H100s", make_node("g", gpus=4, model=H100), ""),
+    Step("it shrinks to one GPU", make_node("g", gpus=1, model=H100), "fewer than 2 GPUs"),
+    Step("its GPU plugin is gone", make_node("g", model=H100), "no GPUs"),
+    Step("it is whole again", make_node("g", gpus=8, model=H100), ""),
+]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["names", "packed"])
+def test_filter_sees_every_change_of_a_nodes_spec(packed: bool) -> None:
+    scheduler = scheduler_with([make_node(f"other-{i}", gpus=8, model=H100) for i in range(3)])
+    names: Sequence[str] = ["g", "other-0", "other-1", "other-2"]
+    if packed:
+        names = PackedNames.of(names) or pytest.fail("test names must be plain")
+    pod = make_pod(gpus=2, model="H100")
+    for step in NODE_CHANGES:
+        if step.node is None:
+            scheduler.delete_node("g")
+        else:
+            scheduler.upsert_node(step.node)
+        verdict = scheduler.filter(pod, names)
+        reason = verdict.failed.get("g", "")
+        assert (step.reason in reason) if step.reason else reason == "", (step.change, reason)
+        assert ("g" in verdict.passed) == (not step.reason), step.change
+        assert {"other-0", "other-1", "other-2"} <= set(verdict.passed)
+
+
+def test_filter_stays_right_for_more_pod_shapes_than_it_keeps() -> None:
+    scheduler = scheduler_with(
+        [make_node(f"g{i}", gpus=8, model=H100, gpu_memory_mib=81920) for i in range(4)]
+    )
+    names = ["g0", "g1", "g2", "g3"]
+    for round_ in range(2):  # the second round finds some shapes evicted, some kept
+        for memory in range(0, 100 * 1024, 1024):  # 100 shapes
+            verdict = scheduler.filter(make_pod(gpus=1, gpu_memory_mib=memory or None), names)
+            fits = memory <= 81920
+            assert (verdict.passed == names) is fits, (round_, memory)
+
+
+def test_reasons_are_numbered_from_0_without_gaps() -> None:
+    """Filter looks a reason up by its number in a tuple (faster than Reason(code))."""
+    assert sorted(r.value for r in Reason) == list(range(len(Reason)))

@@ -263,3 +263,15 @@ def test_filter_and_prioritize_answer_the_same_for_packed_and_plain_requests() -
     assert sorted(packed_scores, key=lambda s: s["Host"]) == sorted(
         plain_scores, key=lambda s: s["Host"]
     )
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_count_codes_counts_each_code(impl: ModuleType) -> None:
+    codes = np.array([3, 0, 3, 1, 3, 0], dtype=np.int8)
+    assert impl.count_codes(codes, 5) == [2, 1, 0, 3, 0]
+    assert impl.count_codes(codes[:0], 3) == [0, 0, 0]
+    many = np.arange(5000, dtype=np.int64) % 22
+    assert impl.count_codes(many.astype(np.int8), 22) == np.bincount(many).tolist()
+    for bad, size in (([4], 4), ([-1], 4), ([0], 129)):
+        with pytest.raises(ValueError, match=r"outside|size"):
+            impl.count_codes(np.array(bad, dtype=np.int8), size)
