@@ -175,9 +175,23 @@ static inline uint64_t mix(uint64_t h) {
     return h;
 }
 
+/* The len (< 8) bytes at p as a little-endian integer, zero above them; lo is where the
+ * memory p lies in starts. A name's last bytes are most often not a whole word: when the eight
+ * bytes that end with them are readable (there is a request body or the arena's padding
+ * before them), one unaligned load and a shift instead of a loop a byte at a time. */
+static inline uint64_t load_short(const char *p, Py_ssize_t len, const char *lo) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (len > 0 && (p - lo) + len >= 8) return load64(p + len - 8) >> (8 * (8 - len));
+#endif
+    uint64_t v = 0;
+    for (Py_ssize_t i = 0; i < len; i++) /* not memcpy: a call per name, for < 8 bytes */
+        v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+    return v;
+}
+
 /* A fast hash of a short byte string, eight bytes at a time. The table's keys are the
  * inventory's own node names, so a request cannot lengthen its probe chains. */
-static uint64_t hash_bytes(const char *p, Py_ssize_t len) {
+static uint64_t hash_bytes(const char *p, Py_ssize_t len, const char *lo) {
     uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)len;
     while (len >= 8) {
         h = (h ^ load64(p)) * 0x100000001b3ULL;
@@ -185,10 +199,7 @@ static uint64_t hash_bytes(const char *p, Py_ssize_t len) {
         p += 8;
         len -= 8;
     }
-    uint64_t tail = 0;
-    for (Py_ssize_t i = 0; i < len; i++) /* not memcpy: a call per name, for < 8 bytes */
-        tail |= (uint64_t)(unsigned char)p[i] << (8 * i);
-    h = (h ^ tail) * 0x100000001b3ULL;
+    h = (h ^ load_short(p, len, lo)) * 0x100000001b3ULL;
     return mix(h);
 }
 
@@ -199,11 +210,14 @@ typedef struct {
     int32_t slot; /* 0: empty */
 } Bucket;
 
+/* Before the first name in the arena: what load_short reads before a short name. */
+#define ARENA_PAD 8
+
 typedef struct {
     PyObject_HEAD
     Bucket *buckets;
     Py_ssize_t mask; /* capacity - 1 */
-    char *arena;     /* every name, back to back */
+    char *arena;     /* ARENA_PAD zero bytes, then every name, back to back */
     int32_t *offset; /* per slot: where its name starts in the arena */
     int32_t *length; /* per slot: its length (-1: unused slot) */
     Py_ssize_t count;
@@ -224,7 +238,9 @@ static void NameTable_dealloc(NameTable *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static inline int same_name(NameTable *self, int32_t slot, const char *name, Py_ssize_t len) {
+/* Whether slot's name is the len bytes at name (lo: where the memory of name starts). */
+static inline int same_name(NameTable *self, int32_t slot, const char *name, Py_ssize_t len,
+                            const char *lo) {
     if (self->length[slot] != len) return 0;
     /* Inline, eight bytes at a time: memcmp's call costs more than a short name. */
     const char *known = self->arena + self->offset[slot];
@@ -234,9 +250,7 @@ static inline int same_name(NameTable *self, int32_t slot, const char *name, Py_
         name += 8;
         len -= 8;
     }
-    while (len--)
-        if (*known++ != *name++) return 0;
-    return 1;
+    return load_short(known, len, self->arena) == load_short(name, len, lo);
 }
 
 /* NameTable(names): names[i] is the node name of slot i, or None for an unused slot (slot 0,
@@ -270,7 +284,7 @@ static int NameTable_init(NameTable *self, PyObject *args, PyObject *kwargs) {
         total += len;
         count++;
     }
-    if (total > INT32_MAX) {
+    if (total > INT32_MAX - ARENA_PAD) {
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "names too long");
         return -1;
@@ -279,7 +293,7 @@ static int NameTable_init(NameTable *self, PyObject *args, PyObject *kwargs) {
     while (capacity < 2 * count) capacity <<= 1; /* load factor <= 1/2 */
     NameTable_free(self);
     self->buckets = PyMem_Calloc((size_t)capacity, sizeof(Bucket));
-    self->arena = PyMem_Malloc((size_t)(total ? total : 1));
+    self->arena = PyMem_Calloc((size_t)(total + ARENA_PAD), 1);
     self->offset = PyMem_Calloc((size_t)(n ? n : 1), sizeof(int32_t));
     self->length = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
     self->mask = capacity - 1;
@@ -291,17 +305,17 @@ static int NameTable_init(NameTable *self, PyObject *args, PyObject *kwargs) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) self->length[i] = -1;
-    Py_ssize_t offset = 0;
+    Py_ssize_t offset = ARENA_PAD;
     for (Py_ssize_t i = 1; i < n; i++) {
         if (items[i] == Py_None) continue;
         Py_ssize_t len;
         const char *s = PyUnicode_AsUTF8AndSize(items[i], &len);
-        uint64_t h = hash_bytes(s, len);
+        uint64_t h = hash_bytes(s, len, s);
         uint32_t tag = (uint32_t)(h >> 32);
         Py_ssize_t k = (Py_ssize_t)(h & (uint64_t)self->mask);
         while (self->buckets[k].slot != 0) {
             Bucket *b = &self->buckets[k];
-            if (b->tag == tag && same_name(self, b->slot, s, len)) {
+            if (b->tag == tag && same_name(self, b->slot, s, len, s)) {
                 Py_DECREF(seq);
                 PyErr_Format(PyExc_ValueError, "node name %R appears twice", items[i]);
                 return -1;
@@ -319,14 +333,14 @@ static int NameTable_init(NameTable *self, PyObject *args, PyObject *kwargs) {
     return 0;
 }
 
-static int32_t lookup(NameTable *self, const char *name, Py_ssize_t len) {
-    uint64_t h = hash_bytes(name, len);
+static int32_t lookup(NameTable *self, const char *name, Py_ssize_t len, const char *lo) {
+    uint64_t h = hash_bytes(name, len, lo);
     uint32_t tag = (uint32_t)(h >> 32);
     Py_ssize_t k = (Py_ssize_t)(h & (uint64_t)self->mask);
     for (;;) {
         Bucket *b = &self->buckets[k];
         if (b->slot == 0) return 0;
-        if (b->tag == tag && same_name(self, b->slot, name, len)) return b->slot;
+        if (b->tag == tag && same_name(self, b->slot, name, len, lo)) return b->slot;
         k = (k + 1) & self->mask;
     }
 }
@@ -354,7 +368,7 @@ static PyObject *NameTable_resolve(NameTable *self, PyObject *args) {
     int32_t *ids = (int32_t *)PyByteArray_AS_STRING(out);
     for (Py_ssize_t i = 0; i < n; i++) {
         const Name *m = &names.name[i];
-        uint64_t h = hash_bytes(names.base + m->offset, m->length);
+        uint64_t h = hash_bytes(names.base + m->offset, m->length, names.base);
         hashes[i] = h;
         __builtin_prefetch(&self->buckets[h & (uint64_t)self->mask]);
     }
@@ -371,8 +385,8 @@ static PyObject *NameTable_resolve(NameTable *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         const Name *m = &names.name[i];
         const char *name = names.base + m->offset;
-        if (ids[i] > 0 && same_name(self, ids[i], name, m->length)) continue;
-        ids[i] = lookup(self, name, m->length);
+        if (ids[i] > 0 && same_name(self, ids[i], name, m->length, names.base)) continue;
+        ids[i] = lookup(self, name, m->length, names.base);
     }
     PyMem_Free(hashes);
     release_names(&names);
