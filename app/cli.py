@@ -194,6 +194,9 @@ def _run(settings: Settings) -> int:
             http="httptools",
             loop="uvloop",
             server_header=False,
+            # No proxy sits in front of schedext: X-Forwarded-* from a loopback peer must not
+            # rewrite who the client is (and the middleware costs every call).
+            proxy_headers=False,
             # HTTPS, and with a client CA, mTLS: see ServerSettings.
             **settings.server.uvicorn_tls(),
         )

@@ -5,6 +5,7 @@
      |    +-- WireError             body is not the protocol's shape (400)     [app.wire]
      |    +-- BodyTooLargeError     body over server.max_body_bytes (413)
      |    +-- BodyTimeoutError      body not received within server.body_timeout_s (408)
+     |    +-- ClientGoneError       client disconnected before its whole body (400)
      |    +-- NotReadyError         inventory not synced / not the leader (503)
      +-- BindError                  the binder could not bind (reported in Error) [app.binder]
 
@@ -26,6 +27,10 @@ class BodyTooLargeError(RequestRejectedError):
 
 class BodyTimeoutError(RequestRejectedError):
     status = 408
+
+
+class ClientGoneError(RequestRejectedError):
+    status = 400
 
 
 class NotReadyError(RequestRejectedError):

@@ -11,7 +11,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__
 from app.metrics import CONTENT_TYPE
-from app.service import Service
+from app.service import Readiness, Service
 
 __all__ = ["CloseWhenNotReady", "router"]
 
@@ -94,11 +94,12 @@ class CloseWhenNotReady:
     leader that stepped down while alive would go on being asked, and refusing, over the
     connections opened before. A ready replica pays one attribute lookup per request."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, readiness: Readiness) -> None:
         self.app = app
+        self.readiness = readiness
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["app"].state.service.readiness.ready:
+        if scope["type"] != "http" or self.readiness.ready:
             await self.app(scope, receive, send)
             return
 

@@ -21,7 +21,6 @@ from time import perf_counter
 from typing import Any
 
 import orjson
-from starlette.requests import Request
 
 from app import wire
 from app.binder import BindError
@@ -55,12 +54,14 @@ class _Verb:
     measured: bool = True  # counted in the verbs' metrics (the benchmark floor is not)
 
 
-async def _answer(service: Service, verb: _Verb, request: Request) -> tuple[int, bytes]:
+async def _answer(
+    service: Service, verb: _Verb, scope: Scope, receive: Receive
+) -> tuple[int, bytes]:
     """Run the verb on the body and time it; turn every failure into a protocol answer."""
     started = perf_counter()
     status = 200
     try:
-        body = await service.read_body(request)
+        body = await service.read_body(scope, receive)
         service.require_ready()
         payload, outcome = await verb.handle(service, body)
     except RequestRejectedError as error:
@@ -252,7 +253,7 @@ class VerbEndpoints:
             return
         headers = list(_HEADERS)
         if scope["method"] == "POST":
-            status, payload = await _answer(self._service, verb, Request(scope, receive))
+            status, payload = await _answer(self._service, verb, scope, receive)
         else:
             status, payload = 405, wire.error_body(f"{scope['method']} not allowed: use POST")
             headers.append((b"allow", b"POST"))

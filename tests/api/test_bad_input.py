@@ -243,6 +243,24 @@ def test_a_body_that_never_finishes_arriving_is_cut_off(serve: Serve) -> None:
         assert client.get("/healthz").status_code == 200
 
 
+def test_a_client_that_leaves_mid_body_is_a_rejected_request_not_an_error(serve: Serve) -> None:
+    server = serve()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(
+            b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"Pod":'
+        )
+    with server.client() as client:
+        deadline = time.monotonic() + 5
+        text = ""
+        while 'outcome="rejected",verb="filter"} 1.0' not in text:
+            assert time.monotonic() < deadline, "the cut-off request was never counted"
+            text = client.get("/metrics").text
+            time.sleep(0.02)
+        assert 'outcome="error"' not in text
+        assert client.get("/healthz").status_code == 200
+
+
 def test_unknown_paths_and_methods_get_json_not_tracebacks(demo: RunningServer) -> None:
     with demo.client() as client:
         missing = client.post("/filterz", content=b"{}")
