@@ -257,28 +257,19 @@ def filter_result(verdict: FilterVerdict, args: ExtenderArgs) -> bytes:
     served kube-scheduler releases before 1.20, which did not know the second map; the
     ``kubescheduler.config.k8s.io/v1`` configuration schedext ships needs 1.25 or later, and
     kube-scheduler decodes every entry (thousands per call), so the copy was pure cost."""
-    rendered = _render_packed(verdict)
-    if rendered is not None:
-        passed, bodies = rendered
-    else:
-        passed = _names_json(verdict.passed)
-        bodies = [_rejection_json(r) for r in verdict.rejections]
+    if args.nodes is None:
+        packed = _render_packed(verdict)
+        if packed is not None:  # the hottest path: one buffer, written from the request's
+            return packed
+    passed = _names_json(verdict.passed)
+    bodies = [_rejection_json(r) for r in verdict.rejections]
     groups = list(zip(bodies, (r.resolvable for r in verdict.rejections), strict=True))
     failed = b",".join(body for body, resolvable in groups if resolvable)
     unresolvable = b",".join(body for body, resolvable in groups if not resolvable)
     if args.nodes is None:
-        # The hot path: names mode, JSON written directly from the grouped verdict.
-        return b"".join(
-            (
-                b'{"Nodes":null,"NodeNames":[',
-                passed,
-                b'],"FailedNodes":{',
-                failed,
-                b'},"FailedAndUnresolvableNodes":{',
-                unresolvable,
-                b'},"Error":""}',
-            )
-        )
+        # Names mode, JSON written directly from the grouped verdict.
+        head, after_passed, after_failed, tail = _FILTER_TEXTS
+        return b"".join((head, passed, after_passed, failed, after_failed, unresolvable, tail))
     keep = set(verdict.passed)
     items = [n for n, name in zip(args.nodes, args.node_names, strict=True) if name in keep]
     return orjson.dumps(
@@ -292,24 +283,34 @@ def filter_result(verdict: FilterVerdict, args: ExtenderArgs) -> bytes:
     )
 
 
-def _render_packed(verdict: FilterVerdict) -> tuple[bytes, list[bytes]] | None:
-    """Every group of a verdict over packed names written in one pass over the request's
-    bytes: (NodeNames inside, one ``"node":"reason",...`` body per rejection); None when the
-    verdict is not of that kind."""
+# A names-mode answer around its three sections: passed names, FailedNodes' entries and
+# FailedAndUnresolvableNodes' entries.
+_FILTER_TEXTS = (
+    b'{"Nodes":null,"NodeNames":[',
+    b'],"FailedNodes":{',
+    b'},"FailedAndUnresolvableNodes":{',
+    b'},"Error":""}',
+)
+_PASSED, _FAILED, _UNRESOLVABLE = 0, 1, 2
+
+
+def _render_packed(verdict: FilterVerdict) -> bytes | None:
+    """A names-mode answer for a verdict over packed names, written in one pass over the
+    request's bytes into one buffer; None when the verdict is not of that kind."""
     passed = verdict.passed
     if not isinstance(passed, NodeSubset):
         return None
     names, codes = passed.source
     size = max((r.reason for r in verdict.rejections), default=0)
-    suffixes: list[bytes | None] = [None] * (max(size, passed.code()) + 1)
-    suffixes[passed.code()] = b""
+    placements: list[tuple[int, bytes] | None] = [None] * (max(size, passed.code()) + 1)
+    placements[passed.code()] = (_PASSED, b"")
     for rejection in verdict.rejections:
         nodes = rejection.nodes
         if not isinstance(nodes, NodeSubset) or nodes.source[1] is not codes:
             return None
-        suffixes[nodes.code()] = b":" + orjson.dumps(rejection.message)
-    bodies = names.render_groups(codes, suffixes)
-    return bodies[passed.code()] or b"", [bodies[r.reason] or b"" for r in verdict.rejections]
+        section = _FAILED if rejection.resolvable else _UNRESOLVABLE
+        placements[nodes.code()] = (section, b":" + orjson.dumps(rejection.message))
+    return names.render_sections(codes, placements, _FILTER_TEXTS)
 
 
 def _names_json(names: Sequence[str]) -> bytes:

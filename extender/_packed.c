@@ -480,102 +480,118 @@ done:
     return out;
 }
 
-/* render_groups(buf, names, codes, suffixes) -> list: for every code k with suffixes[k] not
- * None, '"name"' + suffixes[k] for every name i with codes[i] == k, joined by ','; None for
- * the others. One pass for every group of a filter answer, instead of one pass per group. */
+/* render_sections(buf, names, codes, placements, texts) -> bytes: a whole answer in one
+ * buffer. placements[k] is None (names of code k are left out) or (section, suffix): every
+ * name i with codes[i] == k is written as '"name"' + suffix into that section, in input order,
+ * ',' between the entries of a section. The answer is texts[0] + section 0 + texts[1] + ...
+ * + texts[n], n = len(texts) - 1 sections. Filter's answer is a few sections (NodeNames and the
+ * two maps of rejected nodes) of thousands of names: sized first, then written once, with no
+ * intermediate group to copy. */
 #define MAX_GROUPS 128
-static PyObject *render_groups(PyObject *self, PyObject *args) {
+#define MAX_SECTIONS 8
+static PyObject *render_sections(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *buf, *pairs, *codes_obj, *suffixes_obj;
-    if (!PyArg_ParseTuple(args, "OOOO:render_groups", &buf, &pairs, &codes_obj, &suffixes_obj))
+    PyObject *buf, *pairs, *codes_obj, *placements_obj, *texts_obj;
+    if (!PyArg_ParseTuple(args, "OOOOO:render_sections", &buf, &pairs, &codes_obj,
+                          &placements_obj, &texts_obj))
         return NULL;
-    PyObject *suffixes = PySequence_Fast(suffixes_obj, "suffixes must be a sequence");
-    if (suffixes == NULL) return NULL;
-    Py_ssize_t groups = PySequence_Fast_GET_SIZE(suffixes);
-    if (groups > MAX_GROUPS) {
-        Py_DECREF(suffixes);
-        PyErr_SetString(PyExc_ValueError, "at most 128 groups");
-        return NULL;
-    }
-    const char *suffix[MAX_GROUPS];
-    Py_ssize_t suffix_len[MAX_GROUPS], size[MAX_GROUPS], chosen[MAX_GROUPS];
-    char *w[MAX_GROUPS];
-    PyObject *out = PyList_New(groups);
-    if (out == NULL) {
-        Py_DECREF(suffixes);
+    PyObject *placements = PySequence_Fast(placements_obj, "placements must be a sequence");
+    if (placements == NULL) return NULL;
+    PyObject *texts = PySequence_Fast(texts_obj, "texts must be a sequence");
+    if (texts == NULL) {
+        Py_DECREF(placements);
         return NULL;
     }
-    for (Py_ssize_t k = 0; k < groups; k++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(suffixes, k);
-        size[k] = chosen[k] = 0;
-        suffix[k] = NULL;
-        suffix_len[k] = 0;
-        if (item == Py_None) continue;
-        if (!PyBytes_Check(item)) {
-            Py_DECREF(suffixes);
-            Py_DECREF(out);
-            PyErr_SetString(PyExc_TypeError, "suffixes must be bytes or None");
-            return NULL;
-        }
-        suffix[k] = PyBytes_AS_STRING(item);
-        suffix_len[k] = PyBytes_GET_SIZE(item);
-    }
+    PyObject *out = NULL;
+    Py_buffer codes_view = {0};
     Names names;
-    if (get_names(buf, pairs, &names) < 0) {
-        Py_DECREF(suffixes);
-        Py_DECREF(out);
-        return NULL;
+    int have_names = 0;
+    Py_ssize_t groups = PySequence_Fast_GET_SIZE(placements);
+    Py_ssize_t sections = PySequence_Fast_GET_SIZE(texts) - 1;
+    if (groups > MAX_GROUPS || sections < 0 || sections > MAX_SECTIONS) {
+        PyErr_SetString(PyExc_ValueError, "at most 128 codes, and 1 to 9 texts");
+        goto done;
     }
-    Py_buffer codes_view;
-    if (get_buffer(codes_obj, &codes_view) < 0) {
-        release_names(&names);
-        Py_DECREF(suffixes);
-        Py_DECREF(out);
-        return NULL;
-    }
-    const signed char *codes = (const signed char *)codes_view.buf;
-    int failed = codes_view.len != names.count;
-    if (failed) PyErr_SetString(PyExc_ValueError, "codes must hold exactly one int8 per name");
-    for (Py_ssize_t i = 0; !failed && i < names.count; i++) {
-        int k = codes[i];
-        if (k < 0 || k >= groups || suffix[k] == NULL) continue;
-        size[k] += names.name[i].length + 2 + suffix_len[k] + (chosen[k] ? 1 : 0);
-        chosen[k]++;
-    }
-    for (Py_ssize_t k = 0; !failed && k < groups; k++) {
-        PyObject *group = Py_None;
-        w[k] = NULL;
-        if (suffix[k] != NULL) {
-            group = PyBytes_FromStringAndSize(NULL, size[k]);
-            if (group == NULL) {
-                failed = 1;
-                break;
-            }
-            w[k] = PyBytes_AS_STRING(group);
-        } else {
-            Py_INCREF(group);
+    int section_of[MAX_GROUPS];
+    const char *suffix[MAX_GROUPS];
+    Py_ssize_t suffix_len[MAX_GROUPS];
+    for (Py_ssize_t k = 0; k < groups; k++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(placements, k);
+        section_of[k] = -1;
+        if (item == Py_None) continue;
+        PyObject *suffix_obj;
+        Py_ssize_t section;
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nO!", &section, &PyBytes_Type,
+                                                      &suffix_obj)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "a placement is None or (section, bytes)");
+            goto done;
         }
-        PyList_SET_ITEM(out, k, group);
+        if (section < 0 || section >= sections) {
+            PyErr_SetString(PyExc_ValueError, "a placement names a section out of range");
+            goto done;
+        }
+        section_of[k] = (int)section;
+        suffix[k] = PyBytes_AS_STRING(suffix_obj);
+        suffix_len[k] = PyBytes_GET_SIZE(suffix_obj);
     }
-    for (Py_ssize_t i = 0; !failed && i < names.count; i++) {
+    Py_ssize_t total = 0;
+    for (Py_ssize_t t = 0; t <= sections; t++) {
+        PyObject *text = PySequence_Fast_GET_ITEM(texts, t);
+        if (!PyBytes_Check(text)) {
+            PyErr_SetString(PyExc_TypeError, "texts must be bytes");
+            goto done;
+        }
+        total += PyBytes_GET_SIZE(text);
+    }
+    if (get_names(buf, pairs, &names) < 0) goto done;
+    have_names = 1;
+    if (get_buffer(codes_obj, &codes_view) < 0) goto done;
+    const signed char *codes = (const signed char *)codes_view.buf;
+    if (codes_view.len != names.count) {
+        PyErr_SetString(PyExc_ValueError, "codes must hold exactly one int8 per name");
+        goto done;
+    }
+    Py_ssize_t size[MAX_SECTIONS] = {0}, count[MAX_SECTIONS] = {0};
+    for (Py_ssize_t i = 0; i < names.count; i++) {
         int k = codes[i];
-        if (k < 0 || k >= groups || w[k] == NULL) continue;
+        if (k < 0 || k >= groups || section_of[k] < 0) continue;
+        int s = section_of[k];
+        size[s] += names.name[i].length + 2 + suffix_len[k];
+        count[s]++;
+    }
+    char *cursor[MAX_SECTIONS];
+    for (Py_ssize_t s = 0; s < sections; s++) total += size[s] + (count[s] ? count[s] - 1 : 0);
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) goto done;
+    char *w = PyBytes_AS_STRING(out);
+    for (Py_ssize_t t = 0; t <= sections; t++) { /* the texts, and where each section starts */
+        PyObject *text = PySequence_Fast_GET_ITEM(texts, t);
+        memcpy(w, PyBytes_AS_STRING(text), (size_t)PyBytes_GET_SIZE(text));
+        w += PyBytes_GET_SIZE(text);
+        if (t < sections) {
+            cursor[t] = w;
+            w += size[t] + (count[t] ? count[t] - 1 : 0);
+        }
+    }
+    for (Py_ssize_t i = 0; i < names.count; i++) {
+        int k = codes[i];
+        if (k < 0 || k >= groups || section_of[k] < 0) continue;
+        int s = section_of[k];
         const Name *m = &names.name[i];
-        char *p = w[k];
+        char *p = cursor[s];
         *p++ = '"';
         p = put(p, names.base + m->offset, m->length);
         *p++ = '"';
         p = put(p, suffix[k], suffix_len[k]);
-        if (--chosen[k]) *p++ = ','; /* more of this group follow */
-        w[k] = p;
+        if (--count[s]) *p++ = ','; /* more of this section follow */
+        cursor[s] = p;
     }
-    PyBuffer_Release(&codes_view);
-    release_names(&names);
-    Py_DECREF(suffixes);
-    if (failed) {
-        Py_DECREF(out); /* frees the groups made so far; unset items are NULL */
-        return NULL;
-    }
+done:
+    if (codes_view.obj != NULL) PyBuffer_Release(&codes_view);
+    if (have_names) release_names(&names);
+    Py_DECREF(placements);
+    Py_DECREF(texts);
     return out;
 }
 
@@ -687,8 +703,8 @@ static PyMethodDef module_methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(buf, start, end) -> bytearray of (offset, length) int32 pairs, or None"},
     {"render", render, METH_VARARGS, "render(buf, names, codes, code, suffix, sep) -> bytes"},
-    {"render_groups", render_groups, METH_VARARGS,
-     "render_groups(buf, names, codes, suffixes) -> list of bytes or None per code"},
+    {"render_sections", render_sections, METH_VARARGS,
+     "render_sections(buf, names, codes, placements, texts) -> bytes"},
     {"render_scores", render_scores, METH_VARARGS, "render_scores(buf, names, scores) -> bytes"},
     {"count_codes", count_codes, METH_VARARGS, "count_codes(codes, size) -> list of counts"},
     {NULL, NULL, 0, NULL},

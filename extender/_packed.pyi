@@ -15,13 +15,14 @@ def render(
     sep: bytes,
     /,
 ) -> bytes: ...
-def render_groups(
+def render_sections(
     buf: bytes,
     pairs: bytes | bytearray,
     codes: npt.NDArray[np.int8],
-    suffixes: Sequence[bytes | None],
+    placements: Sequence[tuple[int, bytes] | None],
+    texts: Sequence[bytes],
     /,
-) -> list[bytes | None]: ...
+) -> bytes: ...
 def render_scores(
     buf: bytes, pairs: bytes | bytearray, scores: npt.NDArray[np.int64], /
 ) -> bytes: ...

@@ -13,7 +13,7 @@ from itertools import compress, repeat
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["NameTable", "count_codes", "render", "render_groups", "render_scores", "scan"]
+__all__ = ["NameTable", "count_codes", "render", "render_scores", "render_sections", "scan"]
 
 # "a","b",...: every name printable ASCII without '"' or '\'; or nothing at all.
 _PLAIN = re.compile(rb'(?:"[\x20\x21\x23-\x5b\x5d-\x7e]*"(?:,"[\x20\x21\x23-\x5b\x5d-\x7e]*")*)?')
@@ -91,24 +91,32 @@ def render_scores(buf: bytes, pairs: bytes | bytearray, scores: npt.NDArray[np.i
     )
 
 
-def render_groups(
+def render_sections(
     buf: bytes,
     pairs: bytes | bytearray,
     codes: npt.NDArray[np.int8],
-    suffixes: Sequence[bytes | None],
+    placements: Sequence[tuple[int, bytes] | None],
+    texts: Sequence[bytes],
     /,
-) -> list[bytes | None]:
+) -> bytes:
     names = _names(buf, pairs)
+    if len(placements) > 128 or not 1 <= len(texts) <= 9:
+        raise ValueError("at most 128 codes, and 1 to 9 texts")
+    for placement in placements:
+        if placement is not None and not 0 <= placement[0] < len(texts) - 1:
+            raise ValueError("a placement names a section out of range")
     if len(codes) != len(names):
         raise ValueError("codes must hold exactly one int8 per name")
-    if len(suffixes) > 128:
-        raise ValueError("at most 128 groups")
-    groups: list[list[bytes] | None] = [None if s is None else [] for s in suffixes]
+    sections: list[list[bytes]] = [[] for _ in texts[1:]]
     for name, code in zip(names, codes.tolist(), strict=True):
-        group = groups[code] if 0 <= code < len(groups) else None
-        if group is not None:
-            group.append(b'"' + name + b'"' + (suffixes[code] or b""))
-    return [None if group is None else b",".join(group) for group in groups]
+        placement = placements[code] if 0 <= code < len(placements) else None
+        if placement is not None:
+            section, suffix = placement
+            sections[section].append(b'"' + name + b'"' + suffix)
+    parts = [texts[0]]
+    for section, text in zip(sections, texts[1:], strict=True):
+        parts += [b",".join(section), text]
+    return b"".join(parts)
 
 
 def count_codes(codes: npt.NDArray[np.int8], size: int, /) -> list[int]:

@@ -29,8 +29,8 @@ try:
         NameTable,
         count_codes,
         render,
-        render_groups,
         render_scores,
+        render_sections,
         scan,
     )
 
@@ -40,8 +40,8 @@ except ImportError:  # installed without a C compiler: same answers, slower
         NameTable,
         count_codes,
         render,
-        render_groups,
         render_scores,
+        render_sections,
         scan,
     )
 
@@ -146,12 +146,16 @@ class PackedNames(NameView):
         """``'"name"' + suffix`` for every name whose code is ``code``, joined by ``sep``."""
         return render(self._body, self._pairs, codes, code, suffix, sep)
 
-    def render_groups(
-        self, codes: CodeArray, suffixes: Sequence[bytes | None]
-    ) -> list[bytes | None]:
-        """:meth:`render_where` for every code at once (``","`` between names), one pass:
-        ``suffixes[code]`` for the names of each code, None for a group not wanted."""
-        return render_groups(self._body, self._pairs, codes, suffixes)
+    def render_sections(
+        self,
+        codes: CodeArray,
+        placements: Sequence[tuple[int, bytes] | None],
+        texts: Sequence[bytes],
+    ) -> bytes:
+        """A whole answer, in one buffer: ``texts`` with the sections between them, each
+        section the names (``","`` between them) whose code is placed there:
+        ``placements[code]`` is ``(section, suffix)``, or None for names left out."""
+        return render_sections(self._body, self._pairs, codes, placements, texts)
 
     def render_scores(self, scores: npt.NDArray[np.int64]) -> bytes:
         """The inside of prioritize's answer: ``{"Host":"name","Score":s}`` per name whose

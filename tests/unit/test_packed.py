@@ -135,18 +135,68 @@ def test_render_writes_the_names_of_one_code(impl: ModuleType) -> None:
         impl.render(RENDER_BODY, pairs, RENDER_CODES[:2], 0, b"", b",")
 
 
+@dataclass
+class SectionsCase:
+    name: str
+    placements: dict[int, tuple[int, bytes]]  # code -> (section, suffix); others left out
+    texts: list[bytes]
+    answer: bytes
+
+
+SECTIONS_CASES = [
+    SectionsCase(
+        "a filter answer: names, and each code's names into its map",
+        {0: (0, b""), 4: (1, b':"m4"'), 15: (2, b':"m15"')},
+        [b"[", b"]{", b"}{", b"}"],
+        b'["a","c"]{"bb":"m4","e":"m4"}{"dd":"m15"}',
+    ),
+    SectionsCase(
+        "two codes into one section, in input order",
+        {4: (0, b":4"), 15: (0, b":15")},
+        [b"<", b">"],
+        b'<"bb":4,"dd":15,"e":4>',
+    ),
+    SectionsCase("nothing placed: the texts alone", {}, [b"[", b"][", b"]"], b"[][]"),
+    SectionsCase("one text, no section", {}, [b"{}"], b"{}"),
+    SectionsCase(
+        "an empty section between full ones",
+        {0: (0, b""), 4: (2, b"")},
+        [b"(", b")(", b")(", b")"],
+        b'("a","c")()("bb","e")',
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SECTIONS_CASES, ids=[c.name for c in SECTIONS_CASES])
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
-def test_render_groups_writes_every_wanted_code_in_one_pass(impl: ModuleType) -> None:
+def test_render_sections_writes_a_whole_answer_in_one_pass(
+    impl: ModuleType, case: SectionsCase
+) -> None:
     pairs = impl.scan(RENDER_BODY, 0, len(RENDER_BODY))
-    suffixes: list[bytes | None] = [None] * 16
-    suffixes[0], suffixes[4], suffixes[15] = b"", b':"m4"', b':"m15"'
-    groups = impl.render_groups(RENDER_BODY, pairs, RENDER_CODES, suffixes)
-    assert groups[0] == b'"a","c"'
-    assert groups[4] == b'"bb":"m4","e":"m4"'
-    assert groups[15] == b'"dd":"m15"'
-    assert [g for i, g in enumerate(groups) if i not in (0, 4, 15)] == [None] * 13
-    # A code without a suffix (or beyond the list) is left out.
-    assert impl.render_groups(RENDER_BODY, pairs, RENDER_CODES, [b""]) == [b'"a","c"']
+    placements: list[tuple[int, bytes] | None] = [None] * 16
+    for code, placement in case.placements.items():
+        placements[code] = placement
+    assert impl.render_sections(RENDER_BODY, pairs, RENDER_CODES, placements, case.texts) == (
+        case.answer
+    )
+    # A code beyond the placements is left out, as one placed None.
+    assert impl.render_sections(RENDER_BODY, pairs, RENDER_CODES, [(0, b"")], [b"", b""]) == (
+        b'"a","c"'
+    )
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_render_sections_refuses_what_it_cannot_write(impl: ModuleType) -> None:
+    pairs = impl.scan(RENDER_BODY, 0, len(RENDER_BODY))
+    with pytest.raises(ValueError, match="out of range"):
+        impl.render_sections(RENDER_BODY, pairs, RENDER_CODES, [(1, b"")], [b"", b""])
+    with pytest.raises(ValueError, match="texts"):
+        impl.render_sections(RENDER_BODY, pairs, RENDER_CODES, [], [])
+    with pytest.raises(ValueError, match="one int8 per name"):
+        impl.render_sections(RENDER_BODY, pairs, RENDER_CODES[:2], [], [b""])
+    if impl is not _packed_py:  # the twin trusts its types, as Python does
+        with pytest.raises(TypeError):
+            impl.render_sections(RENDER_BODY, pairs, RENDER_CODES, [(0, "str")], [b"", b""])
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
