@@ -93,7 +93,7 @@ def node_reasons(
     whole = 2 * len(ids) >= len(a.alive)
 
     def col(column: npt.NDArray[_T]) -> npt.NDArray[_T]:
-        return column if whole else np.take(column, ids)  # take: twice as fast as [ids]
+        return column if whole else column.take(ids)  # take: twice as fast as [ids]
 
     # Reason's order is precedence, so the reason that wins is the smallest code that applies
     # (_NONE: none does). What the nodes' specs alone decide comes from a cache; only what
@@ -109,9 +109,9 @@ def node_reasons(
         rows = np.arange(len(a.alive), dtype=np.int32) if whole else ids
         held += ip_conditions(inventory, request, rows, context)
     for failed, reason in held:  # new arrays: the cached codes are never written
-        codes = np.minimum(codes, np.where(failed, np.uint8(reason), _NONE))
+        codes = np.minimum(codes, _code_where(failed, reason))
     if whole:
-        codes = np.take(codes, ids)
+        codes = codes.take(ids)
     # _NONE (128) becomes FITS (0), every reason (< 128) stays: one cheap pass.
     return np.bitwise_and(codes, np.uint8(0x7F)).view(np.int8)
 
@@ -164,9 +164,15 @@ def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint
     # below every other reason.
     codes = np.where(a.alive, _NONE, np.uint8(Reason.UNKNOWN_NODE))
     for failed, reason in conditions:
-        np.minimum(codes, np.where(failed, np.uint8(reason), _NONE), out=codes)
+        np.minimum(codes, _code_where(failed, reason), out=codes)
     codes.flags.writeable = False
     return codes
+
+
+def _code_where(failed: npt.NDArray[np.bool_], reason: Reason) -> npt.NDArray[np.uint8]:
+    """``reason`` where ``failed``, else _NONE: ``np.where`` with two ufuncs (``where`` and
+    ``take`` go through numpy's function dispatch, a few µs a call on the filter path)."""
+    return np.subtract(_NONE, np.multiply(failed.view(np.uint8), _NONE - np.uint8(reason)))
 
 
 _NONE = np.uint8(128)  # no reason applies (yet): above every Reason, and 128 & 0x7F is FITS
@@ -248,7 +254,7 @@ def filter_ids(
         return FilterVerdict(passed=node_names), ids
     messages = reason_messages(request, config, inventory)
     if isinstance(node_names, PackedNames):
-        return _packed_verdict(node_names, codes, messages), np.compress(fits, ids)
+        return _packed_verdict(node_names, codes, messages), ids.compress(fits)
     # One stable sort by reason and one C-level gather of the names, then a slice per reason:
     # no Python step per node, and the passed nodes keep their input order.
     order = np.argsort(codes, kind="stable")
