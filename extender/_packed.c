@@ -73,6 +73,87 @@ static int get_buffer(PyObject *obj, Py_buffer *view) {
     return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
 }
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+/* For the 16 bytes at p: bit i of *quotes set where byte i is '"', of *bad where it makes a
+ * span not plain ('\\', DEL, control bytes, non-ASCII). */
+static inline void classify16(const char *p, uint32_t *quotes, uint32_t *bad) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i q = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+    /* Signed: every byte >= 0x80 is negative, so below 0x20 with the control bytes. */
+    __m128i b = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),
+                             _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\\')),
+                                          _mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f))));
+    *quotes = (uint32_t)_mm_movemask_epi8(q);
+    *bad = (uint32_t)_mm_movemask_epi8(b);
+}
+
+/* The names of base[start:end] into names (room for most), or -1 if the span is not plain.
+ * Sixty-four bytes at a time: a mask of the quotes and one of the bytes no plain span has;
+ * then one step per quote. A plain span is quotes in pairs, the first at start, the last at
+ * end - 1, and exactly one ',' between a name's closing quote and the next one's opening. */
+static Py_ssize_t scan_names(const char *base, Py_ssize_t start, Py_ssize_t end, Name *names,
+                             Py_ssize_t most) {
+    Py_ssize_t n = 0, opened = -1, closed = -1;
+    for (Py_ssize_t block = start; block < end; block += 64) {
+        const char *p = base + block;
+        char tail[64];
+        Py_ssize_t left = end - block;
+        if (left < 64) { /* the last block: what follows the span is not read */
+            memset(tail, '"', sizeof tail);
+            memcpy(tail, p, (size_t)left);
+            p = tail;
+        }
+        uint64_t quotes = 0, bad = 0;
+        for (int part = 0; part < 4; part++) {
+            uint32_t q, b;
+            classify16(p + 16 * part, &q, &b);
+            quotes |= (uint64_t)q << (16 * part);
+            bad |= (uint64_t)b << (16 * part);
+        }
+        if (left < 64) {
+            uint64_t inside = (UINT64_C(1) << left) - 1;
+            quotes &= inside;
+            bad &= inside;
+        }
+        if (bad) return -1;
+        while (quotes) {
+            Py_ssize_t at = block + __builtin_ctzll(quotes);
+            quotes &= quotes - 1;
+            if (opened < 0) { /* an opening quote: first, or right after ',' */
+                if (n == 0 ? at != start : (at != closed + 2 || base[closed + 1] != ',')) return -1;
+                opened = at;
+            } else {
+                if (n == most) return -1;
+                names[n++] = (Name){(int32_t)(opened + 1), (int32_t)(at - opened - 1)};
+                closed = at;
+                opened = -1;
+            }
+        }
+    }
+    if (opened >= 0 || (n ? closed != end - 1 : start != end)) return -1;
+    return n;
+}
+#else
+/* Without SSE2: one name at a time, eight bytes at a time (find_stop). */
+static Py_ssize_t scan_names(const char *base, Py_ssize_t start, Py_ssize_t end, Name *names,
+                             Py_ssize_t most) {
+    const char *p = base + start, *stop = base + end;
+    Py_ssize_t n = 0;
+    while (p < stop) {
+        if (n && *p++ != ',') return -1;
+        if (p >= stop || *p != '"') return -1;
+        const char *s = ++p;
+        p = find_stop(s, stop);
+        if (p == stop || *p != '"' || n == most) return -1;
+        names[n++] = (Name){(int32_t)(s - base), (int32_t)(p - s)};
+        p++;
+    }
+    return n;
+}
+#endif
+
 /* scan(buf, start, end) -> bytearray | None: the names of buf[start:end] as (offset, length)
  * int32 pairs if the span is in plain form ("a","b",... or nothing), else None. */
 static PyObject *scan(PyObject *self, PyObject *args) {
@@ -88,7 +169,6 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         return NULL;
     }
     const char *base = (const char *)view.buf;
-    const char *p = base + start, *stop = base + end;
     /* At most one name per 3 bytes ("",), plus one. */
     Py_ssize_t most = (end - start) / 3 + 1;
     PyObject *out = PyByteArray_FromStringAndSize(NULL, most * (Py_ssize_t)sizeof(Name));
@@ -96,29 +176,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         PyBuffer_Release(&view);
         return NULL;
     }
-    Name *names = (Name *)PyByteArray_AS_STRING(out);
-    Py_ssize_t n = 0;
-    int plain = 1;
-    while (p < stop) {
-        if (n && *p++ != ',') {
-            plain = 0;
-            break;
-        }
-        if (p >= stop || *p != '"') {
-            plain = 0;
-            break;
-        }
-        const char *s = ++p;
-        p = find_stop(s, stop);
-        if (p == stop || *p != '"') {
-            plain = 0;
-            break;
-        }
-        names[n++] = (Name){(int32_t)(s - base), (int32_t)(p - s)};
-        p++;
-    }
+    Py_ssize_t n = scan_names(base, start, end, (Name *)PyByteArray_AS_STRING(out), most);
     PyBuffer_Release(&view);
-    if (!plain) {
+    if (n < 0) {
         Py_DECREF(out);
         Py_RETURN_NONE;
     }

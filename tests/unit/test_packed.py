@@ -3,6 +3,7 @@ answers, and the request decoder takes the packed path exactly when it is safe."
 
 from __future__ import annotations
 
+import random
 import shutil
 from dataclasses import dataclass
 from types import ModuleType
@@ -61,6 +62,22 @@ SCANS = [
     ScanCase("no quotes", b"a,b", None),
     ScanCase("a number", b'"a",1', None),
     ScanCase("a nested list", b'"a",["b"]', None),
+    ScanCase("two names without a comma", b'"a""b"', None),
+    ScanCase("two commas", b'"a",,"b"', None),
+    ScanCase("a comma inside a name is plain", b'"a,b","c"', [b"a,b", b"c"]),
+    # The compiled scan reads 64 bytes at a time: names across and at the block edges.
+    ScanCase("a span of exactly 64 bytes", b'"' + b"x" * 62 + b'"', [b"x" * 62]),
+    ScanCase("a span of 65 bytes", b'"' + b"x" * 60 + b'",""', [b"x" * 60, b""]),
+    ScanCase(
+        "a closing quote on the last byte of a block",
+        b'"' + b"a" * 62 + b'","b"',
+        [b"a" * 62, b"b"],
+    ),
+    ScanCase(
+        "a comma on the first byte of a block", b'"' + b"a" * 61 + b'","b"', [b"a" * 61, b"b"]
+    ),
+    ScanCase("a bad byte in the second block", b'"' + b"a" * 70 + b'\x01"', None),
+    ScanCase("many short names", b",".join([b'"n"'] * 100), [b"n"] * 100),
 ]
 
 
@@ -77,6 +94,30 @@ def test_scan_finds_plain_names_and_only_those(impl: ModuleType, case: ScanCase)
     assert [body[o : o + n] for o, n in table] == case.names
     # Whatever plain form accepts is valid JSON that decodes to exactly those names.
     assert orjson.loads(body) == [n.decode() for n in case.names]
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_scan_reads_nothing_outside_its_span(impl: ModuleType) -> None:
+    body = b'\\"a","b"\xff\x00'
+    pairs = impl.scan(body, 1, len(body) - 2)
+    assert pairs is not None
+    assert np.frombuffer(pairs, dtype=np.int32).tolist() == [2, 1, 6, 1]
+
+
+@pytest.mark.skipif(native is None, reason="the compiled module was not built")
+@pytest.mark.parametrize("seed", range(8))
+def test_scan_agrees_with_the_python_twin_on_random_spans(seed: int) -> None:
+    """The twin's scan is a regular expression: the reference for what plain form is."""
+    rng = random.Random(seed)
+    pieces = [b'"', b",", b"a", b"node-", b"\\", b"\x01", b"\x7f", "é".encode(), b" "]
+    for _ in range(400):
+        names = [rng.choice([b"", b"n", b"node-0042", b"x" * rng.randint(1, 90)]) for _ in range(8)]
+        span = b",".join(b'"' + n + b'"' for n in names[: rng.randint(0, 8)])
+        for _ in range(rng.choice([0, 0, 1, 2])):  # break it, sometimes
+            at = rng.randint(0, len(span))
+            span = span[:at] + rng.choice(pieces) + span[at + rng.randint(0, 1) :]
+        body = b"[" + span + b"]"
+        assert native.scan(body, 1, len(body) - 1) == _packed_py.scan(body, 1, len(body) - 1), span
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
