@@ -259,7 +259,7 @@ def filter_result(verdict: FilterVerdict, args: ExtenderArgs) -> bytes:
     kube-scheduler decodes every entry (thousands per call), so the copy was pure cost."""
     if args.nodes is None:
         packed = _render_packed(verdict)
-        if packed is not None:  # the hottest path: one buffer, written from the request's
+        if packed is not None:  # the hottest path: one buffer, from the request's bytes
             return packed
     passed = _names_json(verdict.passed)
     bodies = [_rejection_json(r) for r in verdict.rejections]

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from app import wire
-from extender import _packed_py, packed
+from extender import _packed_py, inventory, packed, policy
 from extender.packed import PackedNames
 from tests.builders import make_node, make_pod
 from tests.unit.helpers import scheduler_with
@@ -328,6 +328,19 @@ def test_a_body_that_only_looks_packed_is_decoded_in_full_and_refused(body: byte
         wire.extender_args(body)
 
 
+@pytest.fixture(params=IMPLEMENTATIONS)
+def packed_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The service's packed path on one implementation: the compiled module or, as on an
+    install without a C compiler, the Python twin (in every module that imported from it)."""
+    impl: ModuleType = request.param
+    for name in ("NameTable", "count_codes", "render", "render_scores", "render_sections", "scan"):
+        monkeypatch.setattr(packed, name, getattr(impl, name))
+    monkeypatch.setattr(inventory, "NameTable", impl.NameTable)
+    monkeypatch.setattr(policy, "count_codes", impl.count_codes)
+    return impl
+
+
+@pytest.mark.usefixtures("packed_impl")
 def test_filter_and_prioritize_answer_the_same_for_packed_and_plain_requests() -> None:
     nodes = [make_node(f"g{i}", gpus=4 if i % 3 else 0) for i in range(9)]
     holder = make_pod("holder", gpus=4, node="g1", gpu_ids=[0, 1, 2, 3])
