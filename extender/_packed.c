@@ -14,8 +14,9 @@
  * module extender/_packed_py.py has the same functions and answers; the tests hold the two to
  * the same results.
  *
- * Memory safety does not depend on scan() having been called: every function parses its span
- * itself, never reads outside [start, end), and fails cleanly on anything unexpected.
+ * Memory safety does not depend on scan() having been called: scan() never reads outside
+ * [start, end); every other function checks each (offset, length) pair against the buffer,
+ * never reads outside the buffer, and fails cleanly on anything unexpected.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
