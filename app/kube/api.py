@@ -1,4 +1,4 @@
-"""A small async API client over httpx: JSON in, JSON out, errors mapped by status."""
+"""A small async API client: JSON in, JSON out, errors mapped by status."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
-from httpx_aiohttp import AiohttpTransport
 
 from app.kube.config import ClusterConfig
 from app.kube.errors import ApiError, ApiTransientError, error_for
+from app.kube.transport import AiohttpTransport, Transport, TransportError
 
 __all__ = ["Deadline", "KubeApi"]
 
@@ -44,28 +43,28 @@ class KubeApi:
         self,
         config: ClusterConfig,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: Transport | None = None,
         timeout: float = 10.0,
     ) -> None:
-        """``transport``: tests pass a fake. By default requests go through aiohttp's C HTTP
-        parser under httpx's API: a pod watch event then costs about half the CPU it does in
-        httpx's own pure-Python HTTP/1.1 stack (136 against 266 µs, docs/performance.md), and
-        every scheduled pod brings two of them plus a Binding."""
+        """``transport``: tests pass one that answers in-process; by default aiohttp's client
+        (see app/kube/transport.py for why not httpx)."""
         self._config = config
-        self._client = httpx.AsyncClient(
-            base_url=config.server,
-            verify=config.ssl_context,
-            transport=transport or AiohttpTransport(verify=config.ssl_context),
-            timeout=httpx.Timeout(timeout),
-            headers={"Accept": "application/json", "User-Agent": "schedext"},
-        )
+        self._transport = transport or AiohttpTransport(config.ssl_context)
+        self._timeout = timeout
+        self._fixed = {"Accept": "application/json", "User-Agent": "schedext"}
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._transport.close()
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = dict(self._fixed)
+        # Read per call: an in-cluster token is rotated under us.
         authorization = self._config.authorization()
-        return {"Authorization": authorization} if authorization else {}
+        if authorization:
+            headers["Authorization"] = authorization
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return headers
 
     # ``timeout``: this call's limit in seconds, instead of the client's default.
 
@@ -137,52 +136,51 @@ class KubeApi:
         timeout: float | None = None,
     ) -> bytes:
         try:
-            response = await self._client.request(
+            status, body = await self._transport.request(
                 method,
-                path,
+                self._config.server + path,
                 params=params,
-                content=content,
-                headers={**self._headers(), "Content-Type": content_type},
-                timeout=httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                headers=self._headers(content_type if content is not None else None),
+                body=content,
+                timeout=self._timeout if timeout is None else timeout,
             )
-        except httpx.TransportError as error:
-            raise ApiTransientError(f"{method} {path}: {type(error).__name__}: {error}") from None
-        if response.status_code >= 300:
-            raise _status_error(method, path, response.status_code, response.content)
-        return response.content
+        except TransportError as error:
+            raise ApiTransientError(f"{method} {path}: {error}") from None
+        if status >= 300:
+            raise _status_error(method, path, status, body)
+        return body
 
     @asynccontextmanager
     async def stream_lines(
         self, path: str, params: Mapping[str, str], *, read_timeout: float
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """A watch: the response body as lines (one JSON event each)."""
-        timeout = httpx.Timeout(10.0, read=read_timeout)
-        request = self._client.build_request(
-            "GET", path, params=params, headers=self._headers(), timeout=timeout
-        )
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.TransportError as error:
-            raise ApiTransientError(f"watch {path}: {type(error).__name__}: {error}") from None
-        try:
-            if response.status_code >= 300:
-                raise _status_error("GET", path, response.status_code, await response.aread())
-            yield _lines(response, path)
-        finally:
-            await response.aclose()
+            async with self._transport.stream(
+                self._config.server + path,
+                params=params,
+                headers=self._headers(),
+                connect_timeout=self._timeout,
+                read_timeout=read_timeout,
+            ) as (status, chunks):
+                if status >= 300:
+                    raise _status_error("GET", path, status, b"".join([c async for c in chunks]))
+                yield _lines(chunks, path)
+        except TransportError as error:
+            raise ApiTransientError(f"watch {path}: {error}") from None
 
 
-async def _lines(response: httpx.Response, path: str) -> AsyncIterator[bytes]:
+async def _lines(chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[bytes]:
     buffer = b""
     try:
-        async for chunk in response.aiter_bytes():
+        async for chunk in chunks:
             buffer += chunk
             *complete, buffer = buffer.split(b"\n")
             for line in complete:
                 if line.strip():
                     yield line
-    except httpx.TransportError as error:
-        raise ApiTransientError(f"watch {path} cut: {type(error).__name__}: {error}") from None
+    except TransportError as error:
+        raise ApiTransientError(f"watch {path} cut: {error}") from None
     if buffer.strip():
         yield buffer
 

@@ -49,3 +49,23 @@ def test_bench_writes_percentiles_and_ratios_per_verb_and_size(tmp_path: Path) -
         else:
             assert isinstance(row["core_p50_ms"], float)
             assert row["core_p50_ms"] > 0
+
+
+def test_api_client_bench_writes_cpu_per_operation_beside_aiohttp(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.apiclient", "--requests", "50", "--events", "300",
+         "--reps", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {row["operation"]: row for row in json.loads(out.read_text())}
+    assert set(rows) == {"binding POST", "watch event"}
+    assert rows["watch event"]["count"] == 300  # the bench fails if one is not read as a line
+    for row in rows.values():
+        assert row["kubeapi_us"] > 0
+        assert row["aiohttp_us"] > 0
+        assert math.isclose(row["ratio"], row["kubeapi_us"] / row["aiohttp_us"])

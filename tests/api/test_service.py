@@ -20,6 +20,7 @@ from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer
 from tests.builders import A100, make_node, make_pod
 from tests.e2e.harness import wait_for
+from tests.handler_transport import HandlerTransport
 from tests.unit.kube_fakes import page
 
 FILTER = orjson.dumps(fixture("filter_request_nodecache_true.json"))
@@ -65,7 +66,7 @@ class _OpenWatch(httpx.AsyncByteStream):
 
 
 class HeldBackPodsApi:
-    """An API server (httpx.MockTransport) that lists nodes at once and pods only when the
+    """An API server (a HandlerTransport) that lists nodes at once and pods only when the
     test releases them; the custom resources' CRDs are not installed (404)."""
 
     def __init__(self) -> None:
@@ -93,7 +94,7 @@ class HeldBackPodsApi:
 
     def source(self) -> ClusterSource:
         config = ClusterConfig(server="https://api.test", ssl_context=False, token="t0ken")
-        api = KubeApi(config, transport=httpx.MockTransport(self.handle))
+        api = KubeApi(config, transport=HandlerTransport(self.handle))
         return ClusterSource(api, server=config.server)
 
 

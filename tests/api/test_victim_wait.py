@@ -21,6 +21,7 @@ from tests.api.conftest import Serve
 from tests.api.server import RunningServer
 from tests.builders import H100, make_node, make_pod
 from tests.e2e.harness import wait_for
+from tests.handler_transport import HandlerTransport
 from tests.unit.kube_fakes import event, page
 
 NODE = make_node("n1", gpus=4, model=H100)
@@ -77,7 +78,7 @@ class PodWatchApi:
     def source(self) -> ClusterSource:
         config = ClusterConfig(server="https://api.test", ssl_context=False, token="t0ken")
         return ClusterSource(
-            KubeApi(config, transport=httpx.MockTransport(self.handle)), server=config.server
+            KubeApi(config, transport=HandlerTransport(self.handle)), server=config.server
         )
 
 

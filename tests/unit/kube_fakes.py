@@ -1,4 +1,4 @@
-"""Fakes for the Kubernetes I/O tests: a canned API server behind httpx.MockTransport (no
+"""Fakes for the Kubernetes I/O tests: a canned API server behind a HandlerTransport (no
 patching), and a sink that records what the watch loop delivers."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import orjson
 
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig
+from tests.handler_transport import HandlerTransport
 
 JSON = dict[str, Any]
 
@@ -66,7 +67,7 @@ class FakeApiServer:
 
     def api(self) -> KubeApi:
         config = ClusterConfig(server="https://api.test", ssl_context=False, token="t0ken")
-        return KubeApi(config, transport=httpx.MockTransport(self.handle))
+        return KubeApi(config, transport=HandlerTransport(self.handle))
 
     def watch_params(self) -> list[dict[str, str]]:
         return [dict(r.url.params) for r in self.requests if r.url.params.get("watch") == "1"]

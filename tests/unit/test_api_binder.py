@@ -23,6 +23,7 @@ from app.snapshot import Snapshot
 from app.sources import SnapshotSource
 from extender.model import BindPlan
 from tests.builders import make_node, make_pod, uid_of
+from tests.handler_transport import HandlerTransport
 from tests.unit.kube_fakes import FakeApiServer
 
 PLAN = BindPlan(
@@ -174,7 +175,7 @@ def never_answering_api(requests: list[httpx.Request]) -> KubeApi:
         raise AssertionError("unreachable")
 
     config = ClusterConfig(server="https://api.test", ssl_context=False, token="t0ken")
-    return KubeApi(config, transport=httpx.MockTransport(hang))
+    return KubeApi(config, transport=HandlerTransport(hang))
 
 
 def test_a_bind_whose_api_never_answers_fails_in_time_and_gives_the_gpus_back() -> None:

@@ -15,6 +15,7 @@ from app.kube import config as kube_config
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig, in_cluster_available, load_cluster_config
 from tests.e2e.harness import CertAuthority
+from tests.handler_transport import HandlerTransport
 
 
 class Clock:
@@ -56,7 +57,7 @@ def sent_authorization(config: ClusterConfig) -> tuple[str, str | None]:
         return httpx.Response(200, json={"kind": "NodeList", "items": []})
 
     async def one_request() -> None:
-        api = KubeApi(config, transport=httpx.MockTransport(handle))
+        api = KubeApi(config, transport=HandlerTransport(handle))
         try:
             await api.get("/api/v1/nodes")
         finally:

@@ -1,4 +1,4 @@
-"""The list+watch loop against canned API server answers (httpx.MockTransport)."""
+"""The list+watch loop against canned API server answers (a HandlerTransport)."""
 
 from __future__ import annotations
 
