@@ -72,7 +72,9 @@ class AiohttpTransport:
                 connector=aiohttp.TCPConnector(ssl=self._ssl, keepalive_timeout=KEEPALIVE_S),
                 # The API server sets no cookies; a jar would parse every answer for them.
                 cookie_jar=aiohttp.DummyCookieJar(),
-                auto_decompress=False,  # nothing asks for compression
+                # aiohttp asks for gzip, and kube-apiserver compresses answers over 128 KiB
+                # (a page of a large list): decoded here, as client-go does.
+                auto_decompress=True,
             )
         return self._session
 

@@ -111,6 +111,27 @@ def test_a_get_sends_its_query_and_no_content_type() -> None:
     assert "Content-Type" not in seen[0].headers
 
 
+def test_a_compressed_answer_is_decoded() -> None:
+    nodes = {"kind": "NodeList", "items": [{"metadata": {"name": f"n{i}"}} for i in range(3000)]}
+
+    async def big_list(request: web.Request) -> web.Response:
+        assert "gzip" in request.headers.get("Accept-Encoding", "")
+        response = web.json_response(nodes)
+        # kube-apiserver compresses a list answer over 128 KiB for a client that accepts gzip
+        response.enable_compression(web.ContentCoding.gzip)
+        return response
+
+    async def main() -> dict[str, Any]:
+        async with api_server({("GET", "/api/v1/nodes"): big_list}) as url:
+            api = KubeApi(config(url))
+            try:
+                return await api.get("/api/v1/nodes")
+            finally:
+                await api.close()
+
+    assert asyncio.run(main()) == nodes
+
+
 def test_an_error_status_is_mapped_with_the_servers_message() -> None:
     async def conflict(_: web.Request) -> web.Response:
         body = {"kind": "Status", "code": 409, "reason": "Conflict", "message": "pod is bound"}
