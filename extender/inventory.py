@@ -35,6 +35,7 @@ IdArray = npt.NDArray[np.int32]
 
 _NO_TOPOLOGY = -1
 _SPEC_DERIVED_MAX = 64  # bounds the cache below: pod shapes are few, but pods are not trusted
+_MODEL_MASKS_MAX = 256  # the same for GPU model hints, which pods write
 _T = TypeVar("_T")
 
 
@@ -244,6 +245,8 @@ class Inventory:
             for model_id, name in enumerate(self._model_names):
                 mask[model_id] = bool(name) and folded in name.casefold()
         mask.flags.writeable = False
+        if len(self._model_masks) >= _MODEL_MASKS_MAX:
+            self._model_masks.clear()
         self._model_masks[pattern] = (stamp, mask)
         return mask
 

@@ -1,7 +1,7 @@
 """Where the API server is and how to authenticate: a kubeconfig file, read with the official
 client's loader (exec plugins, client certificates, embedded data all work), or in-cluster
 credentials, read here from the pod's service-account directory; either way turned into what
-httpx needs."""
+the API client needs (a server URL, an SSL context, a token)."""
 
 from __future__ import annotations
 

@@ -239,6 +239,18 @@ def test_filter_stays_right_for_more_pod_shapes_than_it_keeps() -> None:
             assert (verdict.passed == names) is fits, (round_, memory)
 
 
+def test_filter_stays_right_for_more_model_hints_than_it_keeps() -> None:
+    """Pods write their model hints: what filter keeps per hint is bounded, never wrong."""
+    scheduler = scheduler_with([make_node(f"g{i}", gpus=8, model=H100) for i in range(2)])
+    names = ["g0", "g1"]
+    hints = [f"no-such-gpu-{i}" for i in range(600)] + ["h100", "H100", "NVIDIA"]
+    for round_ in range(2):
+        for hint in hints:
+            verdict = scheduler.filter(make_pod(gpus=1, model=hint), names)
+            assert (verdict.passed == names) is (not hint.startswith("no-such")), (round_, hint)
+    assert len(scheduler.inventory._model_masks) <= 256  # the bound itself
+
+
 def test_reasons_are_numbered_from_0_without_gaps() -> None:
     """Filter looks a reason up by its number in a tuple (faster than Reason(code))."""
     assert sorted(r.value for r in Reason) == list(range(len(Reason)))
