@@ -22,8 +22,6 @@ __all__ = ["AiohttpTransport", "Transport", "TransportError"]
 # Kept-alive connections to the API server are closed after this long idle (httpx's default,
 # which schedext used before): the server's own idle limit is longer.
 KEEPALIVE_S = 5.0
-# Watch events arrive as they happen, in chunks of any size; this bounds one read.
-CHUNK = 64 * 1024
 
 
 class TransportError(Exception):
