@@ -40,7 +40,6 @@ class Transport(Protocol):
         timeout: float,
     ) -> tuple[int, bytes]:
         """The status and whole body; raises TransportError."""
-        ...
 
     def stream(
         self,
@@ -53,9 +52,9 @@ class Transport(Protocol):
     ) -> AbstractAsyncContextManager[tuple[int, AsyncIterator[bytes]]]:
         """A GET whose body is read as it arrives: the status and the body's chunks. Raises
         TransportError, also from the chunks; ``read_timeout`` bounds each wait for data."""
-        ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Close kept-alive connections; the transport may not be used after."""
 
 
 class AiohttpTransport:
