@@ -562,13 +562,17 @@ class SchedextProcess:
             raise RuntimeError("schedext not started")
         return self.process.pid
 
-    def start(self) -> None:
+    def command(self) -> list[str]:
+        """What :meth:`start` runs (a subclass may run another extender on the same port)."""
         profiler = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
-        command = [
+        return [
             sys.executable, *profiler, "-m", "app.cli", "serve",
             "--kubeconfig", str(self.kubeconfig), "--port", str(self.port),
             "--log-level", "warning",
         ]  # fmt: skip
+
+    def start(self) -> None:
+        command = self.command()
         with self.log_path.open("ab") as log:
             self.started_at = time.monotonic()
             # our own CLI with arguments built here, not user input

@@ -6,7 +6,13 @@ alternating phases, each with a fresh kube-scheduler and a fresh namespace:
 
 - A: kube-scheduler with manifests/scheduler-config.yaml pointing at a fresh
   ``schedext serve --kubeconfig`` (filter, prioritize and bind through schedext);
-- B: the same configuration without its ``extenders:`` block (kube-scheduler alone).
+- B: the same configuration without its ``extenders:`` block (kube-scheduler alone);
+- with ``--floor``, the protocol's floor: as A, with an extender that decides nothing in
+  schedext's place (P: ``loadtests/nullextender.py``, on schedext's serving stack; G:
+  ``loadtests/goextender``, Go's standard library). What kube-scheduler loses to them is what
+  the extender protocol itself costs on this machine, whatever the extender does; A/P is
+  schedext's own share;
+- with ``--baseline DIR``, C: as A, with another checkout's schedext (before/after figures).
 
 Each phase first binds one warm-up pod (leader election, connections), then creates the pods
 (1 or 2 GPUs each, alternately) from many threads at once and watches the namespace:
@@ -23,6 +29,7 @@ scheduling work, not of a client-side rate limit; ``--shipped-client-limits`` ke
 
     python -m loadtests.throughput                       # 1,000 nodes, 2,000 pods, 3 x (A, B)
     python -m loadtests.throughput --reps 2 --json throughput.json
+    python -m loadtests.throughput --floor python,go     # adds phases P and G to every rep
 """
 
 from __future__ import annotations
@@ -30,9 +37,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
+import shutil
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -55,6 +65,10 @@ SELECTOR = "app=throughput"
 CREATE = "application/json"
 DELETE_NOW = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
 TARGET_RATIO = 0.85
+# The extenders that decide nothing (--floor), by phase letter.
+FLOORS = {"python": "P", "go": "G"}
+PHASES = ("A", "B", "C", *FLOORS.values())
+GO_EXTENDER = kubeload.ROOT / "loadtests" / "goextender"
 # kube-scheduler histograms worth a mean per phase (sum / count over the timed window).
 SCHEDULER_HISTOGRAMS = (
     "scheduler_scheduling_attempt_duration_seconds",
@@ -69,26 +83,115 @@ def main(argv: Sequence[str] | None = None) -> int:
     kubeload.exit_on_signals()
     report: JSON = {"machine": kubeload.machine_info(), "params": _params(args), "runs": []}
     started = time.monotonic()
-    with (
-        tempfile.TemporaryDirectory(prefix="schedext-throughput-") as workdir,
-        kubeload.control_plane() as cp,
-        RestPool(cp, args.concurrency) as pool,
-    ):
-        report["nodes"] = _create_nodes(pool, args.nodes)
-        phases = ("A", "B", "C") if args.baseline is not None else ("A", "B")
-        for rep in range(args.reps):
-            for phase in phases:
-                root = args.baseline.resolve() if phase == "C" else kubeload.ROOT
-                run = Phase(cp, pool, Path(workdir), args, rep=rep, phase=phase, schedext_root=root)
-                result = run.execute()
-                report["runs"].append(result)
-                _print_run(result)
+    with tempfile.TemporaryDirectory(prefix="schedext-throughput-") as workdir:
+        floors = Floors(Path(workdir), args.floor)  # builds the Go one before anything starts
+        with kubeload.control_plane() as cp, RestPool(cp, args.concurrency) as pool:
+            report["nodes"] = _create_nodes(pool, args.nodes)
+            _run_phases(cp, pool, args, workdir=Path(workdir), floors=floors, report=report)
     report["summary"] = _summary(report["runs"])
     report["total_s"] = round(time.monotonic() - started, 1)
     _print(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     return 0
+
+
+def _run_phases(
+    cp: ControlPlane,
+    pool: RestPool,
+    args: argparse.Namespace,
+    *,
+    workdir: Path,
+    floors: Floors,
+    report: JSON,
+) -> None:
+    phases = ["A", "B"]
+    if args.baseline is not None:
+        phases.append("C")
+    phases += floors.phases
+    for rep in range(args.reps):
+        for phase in phases:
+            if phase in floors.phases:
+                extender: SchedextProcess | None = floors.process(phase, cp, workdir, rep)
+            elif phase == "B":
+                extender = None
+            else:
+                root = args.baseline.resolve() if phase == "C" else kubeload.ROOT
+                log = workdir / f"schedext-{phase}{rep + 1}.log"
+                extender = SchedextProcess(cp.kubeconfig, log, root=root)
+            run = Phase(cp, pool, workdir, args, rep=rep, phase=phase, extender=extender)
+            result = run.execute()
+            report["runs"].append(result)
+            _print_run(result)
+
+
+def _floors(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(FLOORS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown floor {', '.join(unknown) or repr(text)}: choose from {', '.join(FLOORS)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+class Floors:
+    """The null extenders of ``--floor``: built (Go) and given the API server's token."""
+
+    def __init__(self, workdir: Path, names: Sequence[str]) -> None:
+        self.workdir = workdir
+        self.phases = [FLOORS[name] for name in names]
+        self.go_binary = workdir / "goextender"
+        if "G" in self.phases:
+            self._build_go()
+
+    def _build_go(self) -> None:
+        go = shutil.which("go")
+        if go is None:
+            raise SystemExit(
+                "--floor go needs the go command on PATH (the one that builds the control plane)"
+            )
+        env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
+        # go and its arguments are ours; the module has no dependencies to fetch.
+        built = subprocess.run(  # noqa: S603
+            [go, "build", "-trimpath", "-o", str(self.go_binary), "."],
+            cwd=GO_EXTENDER,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if built.returncode != 0:
+            raise SystemExit(f"building {GO_EXTENDER.name} failed:\n{built.stderr}")
+
+    def process(self, phase: str, cp: ControlPlane, workdir: Path, rep: int) -> SchedextProcess:
+        token = workdir / "floor-token"
+        if not token.exists():
+            token.touch(mode=0o600)
+            token.write_text(cp.token)
+        log = workdir / f"floor-{phase}{rep + 1}.log"
+        return NullExtenderProcess(phase, log, cp=cp, token=token, floors=self)
+
+
+class NullExtenderProcess(SchedextProcess):
+    """A null extender (phase P or G) in schedext's place: same port, readiness and stop."""
+
+    def __init__(
+        self, phase: str, log_path: Path, *, cp: ControlPlane, token: Path, floors: Floors
+    ) -> None:
+        # One P, as a sidecar limited to one CPU gets from Go's container-aware default: with
+        # more, its idle Ps spin looking for work on the CPUs the rest of the stack needs.
+        env = {"GOMAXPROCS": "1"} if phase == "G" else None
+        super().__init__(cp.kubeconfig, log_path, env=env)
+        self.phase, self.floors = phase, floors
+        self.server, self.ca_cert, self.token = cp.server, cp.ca_cert, token
+
+    def command(self) -> list[str]:
+        common = ["--port", str(self.port), "--server", self.server]
+        common += ["--ca-file", str(self.ca_cert), "--token-file", str(self.token)]
+        if self.phase == "G":
+            return [str(self.floors.go_binary), *common]  # Go's flags take "--" too
+        return [sys.executable, "-m", "loadtests.nullextender", *common]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,6 +228,14 @@ def _parser() -> argparse.ArgumentParser:
         help="another checkout of schedext (e.g. a git worktree of an earlier commit): adds a "
         "phase C per pair, kube-scheduler with that tree's schedext, for before/after figures",
     )
+    parser.add_argument(
+        "--floor",
+        type=_floors,
+        default=[],
+        metavar="python,go",
+        help="add the protocol's floor to every rep: kube-scheduler with an extender that "
+        "decides nothing, in Python on schedext's stack (phase P) and/or in Go (phase G)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     return parser
 
@@ -151,8 +262,8 @@ def _create_nodes(pool: RestPool, count: int) -> JSON:
 
 
 class Phase:
-    """One timed phase: a fresh namespace, kube-scheduler (and schedext for A), warm-up, the
-    timed batch, metrics, clean-up."""
+    """One timed phase: a fresh namespace, kube-scheduler (and its extender, but for B),
+    warm-up, the timed batch, metrics, clean-up."""
 
     def __init__(
         self,
@@ -163,20 +274,17 @@ class Phase:
         *,
         rep: int,
         phase: str,
-        schedext_root: Path = kubeload.ROOT,
+        extender: SchedextProcess | None,
     ) -> None:
-        """``phase``: A (this tree's schedext), B (no extender) or C (the baseline tree's)."""
+        """``phase``: A (this tree's schedext), B (no extender), C (the baseline tree's), P or
+        G (a null extender); ``extender``: the process kube-scheduler calls, None for B."""
         self.cp, self.pool, self.args = cp, pool, args
         self.name = f"{phase}{rep + 1}"
         self.namespace = f"throughput-{self.name.lower()}"
-        self.schedext = (
-            SchedextProcess(
-                cp.kubeconfig, workdir / f"schedext-{self.name}.log", root=schedext_root
-            )
-            if phase != "B"
-            else None
-        )
-        self.sampler = kubeload.Sampler(args.py_spy, args.py_spy_dir or workdir)
+        self.schedext = extender
+        # py-spy reads Python stacks: not those of the Go floor.
+        spy = args.py_spy if phase != "G" else None
+        self.sampler = kubeload.Sampler(spy, args.py_spy_dir or workdir)
 
     def execute(self) -> JSON:
         kubeload.create_namespace(self.pool, self.namespace)
@@ -489,31 +597,52 @@ def _median(values: Sequence[float]) -> float:
 
 
 def _summary(runs: list[JSON]) -> JSON:
-    by_phase = {p: [r for r in runs if r["phase"].startswith(p)] for p in ("A", "B", "C")}
-    a = [r["pods_per_s"] for r in by_phase["A"]]
-    b = [r["pods_per_s"] for r in by_phase["B"]]
-    pairs = [x / y for x, y in zip(a, b, strict=False) if y]
+    by_phase = {p: [r for r in runs if r["phase"].startswith(p)] for p in PHASES}
+    rates = {p: [r["pods_per_s"] for r in phase_runs] for p, phase_runs in by_phase.items()}
+    a, b = rates["A"], rates["B"]
     summary: JSON = {
         "with_schedext_pods_per_s": _median(a),
         "without_pods_per_s": _median(b),
-        "ratio_of_medians": round(_median(a) / _median(b), 3) if b else None,
-        "median_pair_ratio": round(statistics.median(pairs), 3) if pairs else None,
+        "ratio_of_medians": _ratio(a, b),
+        "median_pair_ratio": _pair_ratio(a, b),
         "target_ratio": TARGET_RATIO,
     }
-    c = [r["pods_per_s"] for r in by_phase["C"]]
+    c = rates["C"]
     if c:
         summary["baseline_pods_per_s"] = _median(c)
-        summary["baseline_ratio_of_medians"] = round(_median(c) / _median(b), 3) if b else None
+        summary["baseline_ratio_of_medians"] = _ratio(c, b)
+    for phase in FLOORS.values():
+        floor = rates[phase]
+        if floor:
+            # The floor to kube-scheduler alone, and schedext to the floor, run by run.
+            summary[f"{phase}_pods_per_s"] = _median(floor)
+            summary[f"{phase}_ratio_of_medians"] = _ratio(floor, b)
+            summary[f"{phase}_median_pair_ratio"] = _pair_ratio(floor, b)
+            summary[f"A_to_{phase}_median_pair_ratio"] = _pair_ratio(a, floor)
     for phase, phase_runs in by_phase.items():
         if not phase_runs:
             continue
         summary[f"{phase}_create_per_s"] = _median([r["create"]["per_second"] for r in phase_runs])
+        for key, process in (("machine", "machine"), ("extender", "schedext")):
+            if process in phase_runs[0]["cpu_s"]:
+                per_pod = [r["cpu_s"][process] * 1000 / r["pods"] for r in phase_runs]
+                summary[f"{phase}_{key}_cpu_ms_per_pod"] = _median(per_pod)
         for key, histogram in (
             ("algorithm", "scheduler_scheduling_algorithm_duration_seconds"),
             ("attempt", "scheduler_scheduling_attempt_duration_seconds"),
         ):
             summary[f"{phase}_{key}_mean_ms"] = _median([_mean(r, histogram) for r in phase_runs])
     return summary
+
+
+def _ratio(values: Sequence[float], to: Sequence[float]) -> float | None:
+    return round(_median(values) / _median(to), 3) if values and to else None
+
+
+def _pair_ratio(values: Sequence[float], to: Sequence[float]) -> float | None:
+    """The median of the ratios of the phases run side by side (rep i with rep i)."""
+    pairs = [x / y for x, y in zip(values, to, strict=False) if y]
+    return round(statistics.median(pairs), 3) if pairs else None
 
 
 def _mean(run: JSON, histogram: str) -> float:
@@ -567,6 +696,23 @@ def _print(report: JSON) -> None:
             f"baseline tree (phase C): {s['baseline_pods_per_s']:.0f} pods/s, ratio "
             f"{s['baseline_ratio_of_medians']:.2f} to kube-scheduler alone"
         )
+    for name, phase in FLOORS.items():
+        if f"{phase}_pods_per_s" in s:
+            print(
+                f"protocol floor, a {name} extender that decides nothing (phase {phase}): "
+                f"{s[f'{phase}_pods_per_s']:.0f} pods/s, ratio "
+                f"{s[f'{phase}_ratio_of_medians']:.2f} to kube-scheduler alone (pair median "
+                f"{s[f'{phase}_median_pair_ratio']:.2f}); schedext to it, pair median "
+                f"{s[f'A_to_{phase}_median_pair_ratio']:.2f}"
+            )
+    cpu = [
+        f"{phase} {s[f'{phase}_machine_cpu_ms_per_pod']:.1f}"
+        + (f" ({s[f'{phase}_extender_cpu_ms_per_pod']:.2f} extender)"
+           if f"{phase}_extender_cpu_ms_per_pod" in s else "")
+        for phase in PHASES
+        if f"{phase}_machine_cpu_ms_per_pod" in s
+    ]  # fmt: skip
+    print(f"median CPU ms per pod, whole machine: {', '.join(cpu)}")
     _print_attribution(report["runs"])
     for run in report["runs"]:
         kubeload.print_stacks(f"timed phase {run['phase']}", run.get("schedext_py_spy"), 20)

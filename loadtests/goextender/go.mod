@@ -1,0 +1,3 @@
+module schedext.io/loadtests/goextender
+
+go 1.22
