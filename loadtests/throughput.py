@@ -10,8 +10,8 @@ alternating phases, each with a fresh kube-scheduler and a fresh namespace:
 - with ``--floor``, the protocol's floor: as A, with an extender that decides nothing in
   schedext's place (P: ``loadtests/nullextender.py``, on schedext's serving stack; G:
   ``loadtests/goextender``, Go's standard library). What kube-scheduler loses to them is what
-  the extender protocol itself costs on this machine, whatever the extender does; A/P is
-  schedext's own share;
+  the extender protocol itself costs on this machine, whatever the extender does; A/P
+  compares schedext with the floor of its own serving stack;
 - with ``--baseline DIR``, C: as A, with another checkout's schedext (before/after figures).
 
 Each phase first binds one warm-up pod (leader election, connections), then creates the pods
@@ -112,7 +112,7 @@ def _run_phases(
     for rep in range(args.reps):
         for phase in phases:
             if phase in floors.phases:
-                extender: SchedextProcess | None = floors.process(phase, cp, workdir, rep)
+                extender: SchedextProcess | None = floors.process(phase, cp, rep)
             elif phase == "B":
                 extender = None
             else:
@@ -164,12 +164,12 @@ class Floors:
         if built.returncode != 0:
             raise SystemExit(f"building {GO_EXTENDER.name} failed:\n{built.stderr}")
 
-    def process(self, phase: str, cp: ControlPlane, workdir: Path, rep: int) -> SchedextProcess:
-        token = workdir / "floor-token"
+    def process(self, phase: str, cp: ControlPlane, rep: int) -> SchedextProcess:
+        token = self.workdir / "floor-token"
         if not token.exists():
             token.touch(mode=0o600)
             token.write_text(cp.token)
-        log = workdir / f"floor-{phase}{rep + 1}.log"
+        log = self.workdir / f"floor-{phase}{rep + 1}.log"
         return NullExtenderProcess(phase, log, cp=cp, token=token, floors=self)
 
 
@@ -200,7 +200,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--nodes", type=int, default=1000, help="8-GPU nodes (default 1000)")
     parser.add_argument("--pods", type=int, default=2000, help="pods per phase (default 2000)")
-    parser.add_argument("--reps", type=int, default=3, help="A/B pairs, alternating (default 3)")
+    parser.add_argument(
+        "--reps", type=int, default=3, help="rounds of the phases, alternating (default 3)"
+    )
     parser.add_argument("--concurrency", type=int, default=32, help="creates in flight")
     parser.add_argument("--client-qps", type=float, default=1000.0, help="kube-scheduler qps")
     parser.add_argument("--client-burst", type=int, default=2000, help="kube-scheduler burst")
