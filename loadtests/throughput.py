@@ -135,6 +135,27 @@ def _floors(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def build_go_extender(binary: Path) -> None:
+    """``go build`` of loadtests/goextender into ``binary``; RuntimeError, with go's message,
+    when it cannot be built."""
+    go = shutil.which("go")
+    if go is None:
+        raise RuntimeError("needs the go command on PATH (the one that builds the control plane)")
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
+    # go and its arguments are ours; the module has no dependencies to fetch.
+    built = subprocess.run(  # noqa: S603
+        [go, "build", "-trimpath", "-o", str(binary), "."],
+        cwd=GO_EXTENDER,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"building {GO_EXTENDER.name} failed:\n{built.stderr}")
+
+
 class Floors:
     """The null extenders of ``--floor``: built (Go) and given the API server's token."""
 
@@ -143,26 +164,10 @@ class Floors:
         self.phases = [FLOORS[name] for name in names]
         self.go_binary = workdir / "goextender"
         if "G" in self.phases:
-            self._build_go()
-
-    def _build_go(self) -> None:
-        go = shutil.which("go")
-        if go is None:
-            raise SystemExit(
-                "--floor go needs the go command on PATH (the one that builds the control plane)"
-            )
-        env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
-        # go and its arguments are ours; the module has no dependencies to fetch.
-        built = subprocess.run(  # noqa: S603
-            [go, "build", "-trimpath", "-o", str(self.go_binary), "."],
-            cwd=GO_EXTENDER,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if built.returncode != 0:
-            raise SystemExit(f"building {GO_EXTENDER.name} failed:\n{built.stderr}")
+            try:
+                build_go_extender(self.go_binary)
+            except RuntimeError as error:
+                raise SystemExit(f"--floor go: {error}") from None
 
     def process(self, phase: str, cp: ControlPlane, rep: int) -> SchedextProcess:
         token = self.workdir / "floor-token"

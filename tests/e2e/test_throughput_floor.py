@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from loadtests.throughput import build_go_extender
 from tests.null_extenders import check_decides_nothing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,20 +22,9 @@ PODS = 20
 
 @pytest.fixture(scope="module")
 def go_extender(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    go = shutil.which("go")
-    assert go is not None, "go is on PATH wherever the control plane is built"
+    """Built as the benchmark builds it (go is on PATH wherever the control plane is built)."""
     binary = tmp_path_factory.mktemp("goextender") / "goextender"
-    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
-    built = subprocess.run(
-        [go, "build", "-trimpath", "-o", str(binary), "."],
-        cwd=ROOT / "loadtests" / "goextender",
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr
+    build_go_extender(binary)
     return binary
 
 
