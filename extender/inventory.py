@@ -1,8 +1,7 @@
 """The in-memory inventory: nodes, their GPUs, and what bound pods and reservations hold.
 
-Per-node numbers live in numpy arrays indexed by a slot id, so that a filter over 5,000 node
-names is a handful of vectorised operations instead of 5,000 Python objects. Slot 0 is a
-sentinel that is never alive: unknown node names map to it and fail as "unknown node".
+Per-node numbers live in numpy columns indexed by a slot id (:mod:`extender.columns`); the
+state behind them, per node, in :class:`~extender.node_state.NodeState`.
 
 Concurrency: every change goes through the methods below (the one writer path); callers in
 the service run them on one event-loop thread, so a request computed without awaiting in
@@ -12,28 +11,30 @@ arrays.
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
-from dataclasses import dataclass
 from itertools import repeat
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from extender import names
+from extender.columns import NO_TOPOLOGY, BoolArray, Columns, IdArray, IntArray, NodeArrays
 from extender.ipam import AddressBook, IPPoolSpec, IPUse
 from extender.model import Holding, HoldingKind, NodeSpec
+from extender.node_state import NodeState, NodeView
 from extender.packed import NameTable, PackedNames
 
-__all__ = ["Inventory", "InventoryConflictError", "NodeArrays", "NodeView"]
+__all__ = [
+    "BoolArray",
+    "IdArray",
+    "IntArray",
+    "Inventory",
+    "InventoryConflictError",
+    "NodeArrays",
+    "NodeView",
+]
 
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
-IdArray = npt.NDArray[np.int32]
-
-_NO_TOPOLOGY = -1
 _SPEC_DERIVED_MAX = 64  # bounds the cache below: pod shapes are few, but pods are not trusted
 _MODEL_MASKS_MAX = 256  # the same for GPU model hints, which pods write
 _T = TypeVar("_T")
@@ -41,65 +42,6 @@ _T = TypeVar("_T")
 
 class InventoryConflictError(Exception):
     """A reservation asked for GPU indices that another pod already holds."""
-
-
-class NodeArrays(NamedTuple):
-    """Read-only per-slot columns (index with ids from :meth:`Inventory.ids`)."""
-
-    alive: BoolArray
-    gpu_total: IntArray
-    gpu_free: IntArray
-    # Most free GPUs inside one NVLink/NUMA group; -1 when the node publishes no topology.
-    max_group_free: IntArray
-    cpu_alloc: IntArray
-    cpu_free: IntArray
-    memory_alloc: IntArray
-    memory_free: IntArray
-    model: IntArray
-    gpu_memory_mib: IntArray
-    # Interned values of the rack and zone labels (0: the node has none).
-    rack: IntArray
-    zone: IntArray
-
-
-@dataclass(frozen=True, slots=True)
-class NodeView:
-    """A copy of one node's state, for bind planning and explanations."""
-
-    spec: NodeSpec
-    # Per GPU index: the UID of the pod holding it, or None.
-    holders: tuple[str | None, ...]
-    # GPUs held by pods bound without schedext's annotation: counted, index unknown.
-    anonymous_gpus: int
-    # Free indices usable now. When anonymous GPUs exist we assume, deterministically, that
-    # they sit on the highest free indices, and plan around the lower ones.
-    free_gpu_ids: tuple[int, ...]
-    cpu_free: int
-    memory_free: int
-    holdings: tuple[Holding, ...]
-
-
-@dataclass(slots=True)
-class _Applied:
-    gpu_ids: tuple[int, ...]
-    anonymous: int
-    cpu_milli: int
-    memory_bytes: int
-
-
-@dataclass(slots=True)
-class _NodeState:
-    spec: NodeSpec
-    slot: int
-    holders: list[str | None]
-    anonymous: int = 0
-    cpu_used: int = 0
-    memory_used: int = 0
-    applied: dict[str, _Applied] = dataclasses.field(default_factory=dict)
-
-    def free_ids(self) -> list[int]:
-        free = [i for i, holder in enumerate(self.holders) if holder is None]
-        return free[: max(0, len(free) - self.anonymous)]
 
 
 class Inventory:
@@ -113,7 +55,7 @@ class Inventory:
         self._rack_label, self._zone_label = rack_label, zone_label
         self._topology_ids: dict[str, int] = {"": 0}
         self._slots: dict[str, int] = {}
-        self._states: list[_NodeState | None] = [None]
+        self._states: list[NodeState | None] = [None]
         self._free_slots: list[int] = []
         self._holdings: dict[str, Holding] = {}
         self._reserved: set[str] = set()  # uids of RESERVED holdings, so expiry is cheap
@@ -125,7 +67,7 @@ class Inventory:
         self._model_nodes: list[int] = [0]
         self._models_present = 0  # bumped when a model gains its first or loses its last node
         self._model_masks: dict[str | None, tuple[int, BoolArray]] = {}
-        self._cols = _Columns(max(capacity, 2))
+        self._cols = Columns(max(capacity, 2))
         self._view: NodeArrays | None = None
         self.addresses = AddressBook()  # IP pools and who holds which address
         self._pool_masks: dict[str, tuple[tuple[int, int], BoolArray]] = {}
@@ -273,7 +215,7 @@ class Inventory:
             self._sync(state)
             return True
         slot = self._free_slots.pop() if self._free_slots else self._cols.append()
-        state = _NodeState(spec=spec, slot=slot, holders=[None] * spec.gpu_count)
+        state = NodeState(spec=spec, slot=slot, holders=[None] * spec.gpu_count)
         if slot == len(self._states):
             self._states.append(state)
         else:
@@ -283,7 +225,7 @@ class Inventory:
         self.layout += 1
         self.nodes_version += 1
         for uid in self._holdings_by_node.get(spec.name, {}):
-            self._apply(state, self._holdings[uid])
+            state.apply(self._holdings[uid])
         self._sync(state)
         return True
 
@@ -338,7 +280,7 @@ class Inventory:
         slot = self._slots.get(holding.node)
         if slot is not None:
             state = self._state(slot)
-            self._apply(state, holding)
+            state.apply(holding)
             self._sync(state)
         else:
             self._changed()
@@ -399,7 +341,7 @@ class Inventory:
 
     # -------------------------------------------------------------- internals
 
-    def _state(self, slot: int) -> _NodeState:
+    def _state(self, slot: int) -> NodeState:
         state = self._states[slot]
         assert state is not None, "slot map and node states disagree"
         return state
@@ -417,45 +359,17 @@ class Inventory:
             self._changed()
             return
         state = self._state(slot)
-        applied = state.applied.pop(holding.uid, None)
-        if applied is not None:
-            for index in applied.gpu_ids:
-                state.holders[index] = None
-            state.anonymous -= applied.anonymous
-            state.cpu_used -= applied.cpu_milli
-            state.memory_used -= applied.memory_bytes
+        state.unapply(holding.uid)
         self._sync(state)
 
-    def _apply(self, state: _NodeState, holding: Holding) -> None:
-        ids: tuple[int, ...] = ()
-        anonymous = holding.gpus
-        wanted = holding.gpu_ids
-        if (
-            wanted is not None
-            and len(wanted) == holding.gpus
-            and all(0 <= i < len(state.holders) and state.holders[i] is None for i in wanted)
-        ):
-            ids, anonymous = wanted, 0
-            for index in ids:
-                state.holders[index] = holding.uid
-        # Otherwise (no annotation, or indices out of range or already held) the pod still
-        # consumes that many GPUs: count them so that no decision overcommits the node.
-        state.anonymous += anonymous
-        state.cpu_used += holding.cpu_milli
-        state.memory_used += holding.memory_bytes
-        state.applied[holding.uid] = _Applied(
-            ids, anonymous, holding.cpu_milli, holding.memory_bytes
-        )
-
-    def _rebuild(self, state: _NodeState) -> None:
-        state.holders = [None] * state.spec.gpu_count
-        state.anonymous = state.cpu_used = state.memory_used = 0
-        state.applied.clear()
+    def _rebuild(self, state: NodeState) -> None:
+        state.reset()
         for uid in self._holdings_by_node.get(state.spec.name, {}):
-            self._apply(state, self._holdings[uid])
+            state.apply(self._holdings[uid])
 
-    def _sync(self, state: _NodeState) -> None:
-        spec, slot, cols = state.spec, state.slot, self._cols
+    def _sync(self, state: NodeState) -> None:
+        """Write the node's row: every column of :class:`NodeArrays`, derived from its state."""
+        spec, slot, cols = state.spec, state.slot, self._cols.arrays
         free = state.free_ids()
         cols.alive[slot] = True
         cols.gpu_total[slot] = spec.gpu_count
@@ -466,7 +380,7 @@ class Inventory:
                 sum(1 for i in group if i in free_set) for group in spec.gpu_groups
             )
         else:
-            cols.max_group_free[slot] = _NO_TOPOLOGY
+            cols.max_group_free[slot] = NO_TOPOLOGY
         cols.cpu_alloc[slot] = spec.cpu_milli
         cols.cpu_free[slot] = spec.cpu_milli - state.cpu_used
         cols.memory_alloc[slot] = spec.memory_bytes
@@ -503,51 +417,3 @@ class Inventory:
     def _changed(self) -> None:
         self.version += 1
         self._view = None
-
-
-class _Columns:
-    """Growable numpy columns, one row per slot."""
-
-    _NAMES = NodeArrays._fields
-
-    def __init__(self, capacity: int) -> None:
-        self.size = 1  # slot 0: the never-alive sentinel
-        self.alive = np.zeros(capacity, dtype=np.bool_)
-        for name in self._NAMES[1:]:
-            setattr(self, name, np.zeros(capacity, dtype=np.int64))
-        self.max_group_free[0] = _NO_TOPOLOGY
-
-    gpu_total: IntArray
-    gpu_free: IntArray
-    max_group_free: IntArray
-    cpu_alloc: IntArray
-    cpu_free: IntArray
-    memory_alloc: IntArray
-    memory_free: IntArray
-    model: IntArray
-    gpu_memory_mib: IntArray
-    rack: IntArray
-    zone: IntArray
-
-    def append(self) -> int:
-        if self.size == len(self.alive):
-            for name in self._NAMES:
-                old = getattr(self, name)
-                grown = np.zeros(len(old) * 2, dtype=old.dtype)
-                grown[: len(old)] = old
-                setattr(self, name, grown)
-        self.size += 1
-        return self.size - 1
-
-    def clear(self, slot: int) -> None:
-        for name in self._NAMES:
-            getattr(self, name)[slot] = 0
-        self.max_group_free[slot] = _NO_TOPOLOGY
-
-    def read_only(self) -> NodeArrays:
-        views = []
-        for name in self._NAMES:
-            view = getattr(self, name)[: self.size].view()
-            view.flags.writeable = False
-            views.append(view)
-        return NodeArrays(*views)

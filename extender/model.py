@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum, IntEnum
 
 
@@ -33,9 +33,12 @@ class IPRequest:
     identity: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PodRequest:
-    """What a pending pod needs from a node, decoded once from the pod object."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Demand:
+    """Who a pod is and what it takes from a node: the one value that a pending pod's
+    :class:`PodRequest` and a placed pod's :class:`Holding` share. A resource kind is declared
+    here, once, and decoded once (:mod:`extender.requests`); a holding made from a request
+    copies it whole (:meth:`Holding.placing`)."""
 
     uid: str
     namespace: str
@@ -43,18 +46,27 @@ class PodRequest:
     gpus: int = 0
     cpu_milli: int = 0
     memory_bytes: int = 0
-    workload: WorkloadClass = WorkloadClass.UNSPECIFIED
-    gpu_model: str | None = None
-    gpu_memory_mib: int | None = None
     priority: int = 0
-    preempt_never: bool = False
     # The pod's gang, "namespace/name" of its PodGroup, when it belongs to one.
     group: str | None = None
-    ip: IPRequest | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+_DEMAND_FIELDS = tuple(f.name for f in fields(Demand))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodRequest(Demand):
+    """What a pending pod needs from a node, decoded once from the pod object."""
+
+    workload: WorkloadClass = WorkloadClass.UNSPECIFIED
+    gpu_model: str | None = None
+    gpu_memory_mib: int | None = None
+    preempt_never: bool = False
+    ip: IPRequest | None = None
 
     @property
     def needs_gpu_node(self) -> bool:
@@ -85,35 +97,48 @@ class HoldingKind(Enum):
     BOUND = "bound"  # the pod is bound to the node
 
 
-@dataclass(frozen=True, slots=True)
-class Holding:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Holding(Demand):
     """Resources a pod holds on a node: a bound pod, or a reservation made by bind."""
 
-    uid: str
-    namespace: str
-    name: str
     node: str
     kind: HoldingKind = HoldingKind.BOUND
-    cpu_milli: int = 0
-    memory_bytes: int = 0
-    gpus: int = 0
     # The exact GPU indices, when known (from our annotation); None means "some gpus".
     gpu_ids: tuple[int, ...] | None = None
-    priority: int = 0
     expires_at: float | None = None  # only reservations expire
-    group: str | None = None  # "namespace/name" of the pod's PodGroup
     running: bool = False  # pod phase Running (PodGroup status counts it)
     ip: str | None = None  # the address it holds (schedext.io/ip), and its pool
     ip_pool: str | None = None
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    @classmethod
+    def placing(
+        cls,
+        demand: Demand,
+        *,
+        node: str,
+        kind: HoldingKind,
+        gpu_ids: tuple[int, ...],
+        expires_at: float | None = None,
+        ip: str | None = None,
+        ip_pool: str | None = None,
+    ) -> Holding:
+        """What ``demand`` holds once placed on ``node``: every field of :class:`Demand`
+        carried over as it is, so that a new resource kind needs no line here."""
+        return cls(
+            **{name: getattr(demand, name) for name in _DEMAND_FIELDS},
+            node=node,
+            kind=kind,
+            gpu_ids=gpu_ids,
+            expires_at=expires_at,
+            ip=ip,
+            ip_pool=ip_pool,
+        )
 
 
 class Reason(IntEnum):
-    """Why a node cannot host a pod, in order of precedence (the first that applies wins):
-    what no eviction can change comes before what preemption might fix."""
+    """Why a node cannot host a pod. The numbers are codes in the filter's arrays and mean
+    nothing else: a new reason takes the next number. Which reason wins when several apply is
+    :data:`PRECEDENCE`'s order; whether preemption may help, :attr:`resolvable`."""
 
     FITS = 0
     UNKNOWN_NODE = 1
@@ -144,6 +169,34 @@ class Reason(IntEnum):
         """Whether evicting pods from the node could make it fit (a preemption candidate)."""
         return self in _RESOLVABLE
 
+
+# When several reasons apply to a node, the first of these wins: what no eviction can change
+# (the node, the pod, the node's hardware, the address it can never give) before what
+# preemption might fix (free GPUs, free CPU, an address a lower-priority pod holds here).
+# Every reason but FITS stands here exactly once.
+PRECEDENCE: tuple[Reason, ...] = (
+    Reason.UNKNOWN_NODE,
+    Reason.INVALID_POD,
+    Reason.NO_GPUS,
+    Reason.GPU_MODEL,
+    Reason.GPU_MEMORY,
+    Reason.GPU_TOTAL,
+    Reason.CPU_THRESHOLD,
+    Reason.CPU_TOTAL,
+    Reason.IP_UNKNOWN_POOL,
+    Reason.IP_NO_POOL,
+    Reason.IP_NOT_IN_POOL,
+    Reason.IP_STICKY_BUSY,
+    Reason.IP_TAKEN,
+    Reason.IP_EXHAUSTED,
+    Reason.GPU_FREE,
+    Reason.CPU_FREE,
+    Reason.IP_TAKEN_HERE,
+    Reason.IP_EXHAUSTED_EVICTABLE,
+    Reason.GANG_NOT_FOUND,
+    Reason.GANG_QUORUM,
+    Reason.GANG_CAPACITY,
+)
 
 _RESOLVABLE = frozenset(
     {

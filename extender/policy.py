@@ -1,7 +1,8 @@
-"""Scheduling policies: filter, score, GPU choice and preemption pruning.
+"""The filter policy (which nodes can host a pod, and why not) and the GPU choice of bind.
 
 Every function here is purely computational: it reads an :class:`Inventory` and values, and
-returns values. The caller (the service shell) performs any effect.
+returns values. The caller (the service shell) performs any effect. Scoring lives in
+:mod:`extender.scoring`, one module per objective.
 """
 
 from __future__ import annotations
@@ -9,23 +10,21 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum
 from operator import itemgetter
 from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from extender import names
-from extender.addressing import ip_conditions, ip_context, ip_headroom, ip_messages
-from extender.inventory import IdArray, Inventory, NodeView
-from extender.model import FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
+from extender.addressing import ip_conditions, ip_context, ip_messages
+from extender.config import GpuScoring, PolicyConfig
+from extender.inventory import IdArray, Inventory
+from extender.model import PRECEDENCE, FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
+from extender.node_state import NodeView
 from extender.packed import PackedNames, count_codes
 
 __all__ = [
     "GpuScoring",
-    "GroupAffinity",
     "PolicyConfig",
     "choose_gpus",
     "filter_ids",
@@ -33,51 +32,9 @@ __all__ = [
     "node_reasons",
     "reason_messages",
     "reject_all",
-    "score_nodes",
 ]
 
 CodeArray = npt.NDArray[np.int8]
-ScoreArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-
-MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
-
-
-class GpuScoring(Enum):
-    BINPACK = "binpack"  # fill the most-allocated GPU nodes first, keep whole nodes free
-    SPREAD = "spread"  # prefer the least-allocated GPU nodes
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    """The few knobs the policies take. Validated on construction."""
-
-    gpu_resource: str = names.GPU_RESOURCE
-    cpu_intensive_min_cpu_milli: int = 2000
-    gpu_scoring: GpuScoring = GpuScoring.BINPACK
-    # Shares of the 0..10 score: how full the node's GPUs get, and whether the pod's GPUs fit
-    # inside one NVLink/NUMA group.
-    allocation_weight: int = 7
-    topology_weight: int = 3
-    # Gang members: share of the score for landing in the rack (or else the zone) of the
-    # members already placed, or, for the first member, in a rack that can hold the group.
-    rack_weight: int = 10
-    # Pods asking for an address: share of the score for the free share of the node's pool.
-    ip_weight: int = 3
-    rack_label: str = names.RACK_LABEL
-    zone_label: str = names.ZONE_LABEL
-
-    def __post_init__(self) -> None:
-        if "/" not in self.gpu_resource or not self.gpu_resource.strip():
-            raise ValueError(
-                f"gpu_resource must be an extended resource name such as {names.GPU_RESOURCE}"
-            )
-        if self.cpu_intensive_min_cpu_milli < 0:
-            raise ValueError("cpu_intensive_min_cpu_milli must be >= 0")
-        if min(self.allocation_weight, self.topology_weight, self.rack_weight, self.ip_weight) < 0:
-            raise ValueError("score weights must be >= 0")
-        if self.allocation_weight + self.topology_weight == 0:
-            raise ValueError("at least one score weight must be > 0")
 
 
 # ------------------------------------------------------------------------------- filter
@@ -95,10 +52,10 @@ def node_reasons(
     def col(column: npt.NDArray[_T]) -> npt.NDArray[_T]:
         return column if whole else column.take(ids)  # take: twice as fast as [ids]
 
-    # Reason's order is precedence, so the reason that wins is the smallest code that applies
-    # (_NONE: none does). What the nodes' specs alone decide comes from a cache; only what
-    # pods hold (free GPUs, free CPU, addresses) is evaluated per call.
-    codes = col(_spec_codes(inventory, request, config))
+    # The arrays hold each reason's rank in PRECEDENCE, so the reason that wins is the smallest
+    # rank that applies (_NONE: none does). What the nodes' specs alone decide comes from a
+    # cache; only what pods hold (free GPUs, free CPU, addresses) is evaluated per call.
+    ranks = col(_spec_ranks(inventory, request, config))
     held: list[tuple[npt.NDArray[np.bool_], Reason]] = []
     if request.gpus:
         held.append((col(a.gpu_free) < request.gpus, Reason.GPU_FREE))
@@ -108,19 +65,19 @@ def node_reasons(
     if context is not None:
         rows = np.arange(len(a.alive), dtype=np.int32) if whole else ids
         held += ip_conditions(inventory, request, rows, context)
-    for failed, reason in held:  # new arrays: the cached codes are never written
-        codes = np.minimum(codes, _code_where(failed, reason))
+    for failed, reason in held:  # new arrays: the cached ranks are never written
+        ranks = np.minimum(ranks, _rank_where(failed, reason))
     if whole:
-        codes = codes.take(ids)
-    # _NONE (128) becomes FITS (0), every reason (< 128) stays: one cheap pass.
-    return np.bitwise_and(codes, np.uint8(0x7F)).view(np.int8)
+        ranks = ranks.take(ids)
+    # Ranks become codes in one pass, _NONE becoming FITS.
+    return _CODE_OF_RANK.take(ranks)
 
 
-def _spec_codes(
+def _spec_ranks(
     inventory: Inventory, request: PodRequest, config: PolicyConfig
 ) -> npt.NDArray[np.uint8]:
-    """Per slot, the reason the nodes' specs alone give (_NONE: none), for the pod's shape:
-    computed once per shape until a node changes."""
+    """Per slot, the rank of the reason the nodes' specs alone give (_NONE: none), for the
+    pod's shape: computed once per shape until a node changes."""
     cpu_bound = request.workload is WorkloadClass.CPU_INTENSIVE
     shape = _SpecShape(
         request.needs_gpu_node,
@@ -160,22 +117,26 @@ def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint
         threshold = shape.cpu_intensive_min_cpu_milli
         conditions.append((a.cpu_alloc < threshold, Reason.CPU_THRESHOLD))
         conditions.append((a.cpu_alloc < shape.cpu_milli, Reason.CPU_TOTAL))
-    # A slot that is not alive (unused, or the sentinel of unknown names) is UNKNOWN_NODE,
-    # below every other reason.
-    codes = np.where(a.alive, _NONE, np.uint8(Reason.UNKNOWN_NODE))
+    # A slot that is not alive (unused, or the sentinel of unknown names) is UNKNOWN_NODE.
+    ranks = np.where(a.alive, _NONE, _RANK[Reason.UNKNOWN_NODE])
     for failed, reason in conditions:
-        np.minimum(codes, _code_where(failed, reason), out=codes)
-    codes.flags.writeable = False
-    return codes
+        np.minimum(ranks, _rank_where(failed, reason), out=ranks)
+    ranks.flags.writeable = False
+    return ranks
 
 
-def _code_where(failed: npt.NDArray[np.bool_], reason: Reason) -> npt.NDArray[np.uint8]:
-    """``reason`` where ``failed``, else _NONE: ``np.where`` with two ufuncs (``where`` and
-    ``take`` go through numpy's function dispatch, a few µs a call on the filter path)."""
-    return np.subtract(_NONE, np.multiply(failed.view(np.uint8), _NONE - np.uint8(reason)))
+def _rank_where(failed: npt.NDArray[np.bool_], reason: Reason) -> npt.NDArray[np.uint8]:
+    """``reason``'s rank where ``failed``, else _NONE: ``np.where`` with two ufuncs (``where``
+    and ``take`` go through numpy's function dispatch, a few µs a call on the filter path)."""
+    return np.subtract(_NONE, np.multiply(failed.view(np.uint8), _NONE - _RANK[reason]))
 
 
-_NONE = np.uint8(128)  # no reason applies (yet): above every Reason, and 128 & 0x7F is FITS
+_NONE = np.uint8(128)  # no reason applies (yet): ranks above every reason's
+_RANK = {reason: np.uint8(rank) for rank, reason in enumerate(PRECEDENCE)}
+# Rank -> Reason code, for every uint8 (a rank, or _NONE -> FITS).
+_CODE_OF_RANK = np.zeros(256, dtype=np.int8)
+_CODE_OF_RANK[: len(PRECEDENCE)] = [int(reason) for reason in PRECEDENCE]
+_CODE_OF_RANK.flags.writeable = False
 _REASONS = tuple(sorted(Reason))  # by code: indexing costs less than Reason(code)
 _FITS = np.int8(Reason.FITS)  # compared as numpy's own scalar: an IntEnum costs 5 µs a call
 _T = TypeVar("_T", bound=np.generic)
@@ -313,77 +274,6 @@ def reject_all(node_names: Sequence[str], message: str, reason: Reason) -> Filte
         known_nodes=isinstance(node_names, PackedNames),
     )
     return FilterVerdict(passed=[], rejections=(rejection,))
-
-
-# -------------------------------------------------------------------------------- score
-
-
-@dataclass(frozen=True, slots=True)
-class GroupAffinity:
-    """Where a gang member's group already is: the racks/zones of its placed members (most
-    members first), and how many GPUs its unplaced members still need."""
-
-    racks: tuple[int, ...] = ()
-    zones: tuple[int, ...] = ()
-    gpus_needed: int = 0
-
-
-def score_nodes(
-    inventory: Inventory,
-    request: PodRequest,
-    ids: IdArray,
-    config: PolicyConfig,
-    affinity: GroupAffinity | None = None,
-) -> ScoreArray:
-    """0..10 per node id. GPU pods: allocation (bin-packing or spread, per config) plus a
-    bonus where all requested GPUs fit in one NVLink/NUMA group, plus, for gang members, a
-    bonus for the rack (or zone) of the group. Pods that need no GPU prefer nodes without
-    GPUs, so that GPU nodes stay free for GPU work. Unknown nodes score 0."""
-    a = inventory.arrays
-    total = a.gpu_total[ids]
-    weights = config.allocation_weight + config.topology_weight
-    if request.gpus == 0:
-        raw = np.where(total == 0, float(weights), 0.0)
-        fits = np.ones(len(ids), dtype=np.bool_)
-    else:
-        free = a.gpu_free[ids]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            used_after = np.where(total > 0, (total - free + request.gpus) / total, 0.0)
-        allocation = np.clip(used_after, 0.0, 1.0)
-        if config.gpu_scoring is GpuScoring.SPREAD:
-            allocation = np.where(total > 0, 1.0 - allocation, 0.0)
-        one_group = (a.max_group_free[ids] >= request.gpus).astype(np.float64)
-        raw = config.allocation_weight * allocation + config.topology_weight * one_group
-        # Prioritize normally sees only filter's survivors; a node that cannot take the pod
-        # now must still not look attractive.
-        fits = free >= request.gpus
-    if affinity is not None and config.rack_weight:
-        raw = raw + config.rack_weight * _group_term(inventory, ids, affinity)
-        weights += config.rack_weight
-    context = ip_context(inventory, request)
-    if context is not None and config.ip_weight:
-        raw = raw + config.ip_weight * ip_headroom(inventory, ids, context)
-        weights += config.ip_weight
-    scores = np.where(fits, np.rint(raw / weights * MAX_SCORE), 0)
-    return np.where(a.alive[ids], scores, 0).astype(np.int64)
-
-
-def _group_term(inventory: Inventory, ids: IdArray, affinity: GroupAffinity) -> FloatArray:
-    """1 for the group's rack, 0.5 for its zone; for a group not placed yet, 1 for racks whose
-    free GPUs can hold all of it."""
-    a = inventory.arrays
-    rack, zone = a.rack[ids], a.zone[ids]
-    if affinity.racks:
-        in_rack = (rack == affinity.racks[0]) & (rack != 0)
-        in_zone = np.isin(zone, [z for z in affinity.zones if z]) if affinity.zones else False
-        return np.where(in_rack, 1.0, np.where(in_zone, 0.5, 0.0))
-    if affinity.gpus_needed <= 0:
-        return np.zeros(len(ids))
-    rack_free = np.bincount(a.rack[a.alive], weights=a.gpu_free[a.alive], minlength=1)
-    rack_free = np.concatenate(
-        [rack_free, np.zeros(max(0, int(rack.max(initial=0)) + 1 - len(rack_free)))]
-    )
-    return np.where((rack != 0) & (rack_free[rack] >= affinity.gpus_needed), 1.0, 0.0)
 
 
 # ---------------------------------------------------------------------------- GPU choice

@@ -57,8 +57,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from extender.addressing import IPContext, ip_context
-from extender.inventory import Inventory, NodeView
+from extender.inventory import Inventory
 from extender.model import Holding, HoldingKind, PodRequest, Reason, Victim
+from extender.node_state import NodeView
 from extender.policy import PolicyConfig, node_reasons
 
 __all__ = ["GangVictims", "NodeVictims", "select_victims"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from typing import Any
 
 from extender import fields, names
 from extender.fields import JSONObject
@@ -55,20 +56,12 @@ def pod_request(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> P
         )
     labels = fields.string_map(meta, "labels")
     annotations = fields.string_map(meta, "annotations")
-    priority = fields.get(spec, "priority")
     return PodRequest(
-        uid=fields.text(meta, "uid"),
-        namespace=fields.text(meta, "namespace") or "default",
-        name=fields.text(meta, "name"),
-        gpus=gpus,
-        cpu_milli=_ceil_div(totals[_CPU], NANO // 1000),
-        memory_bytes=_ceil_div(totals[_MEMORY], NANO),
+        **_demand(meta, spec, totals, gpus=gpus),
         workload=_workload(labels, annotations),
         gpu_model=_hint(annotations, labels, names.GPU_MODEL),
         gpu_memory_mib=_gpu_memory(annotations, labels),
-        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         preempt_never=fields.text(spec, "preemptionPolicy") == "Never",
-        group=group_key(meta),
         ip=_ip_request(meta, annotations),
     )
 
@@ -77,7 +70,8 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
     """What a bound, non-terminal pod holds on its node; None for pods that hold nothing."""
     spec = fields.obj(pod, "spec")
     node = fields.text(spec, "nodeName")
-    if not node or fields.text(fields.obj(pod, "status"), "phase") in _TERMINAL_PHASES:
+    phase = fields.text(fields.obj(pod, "status"), "phase")
+    if not node or phase in _TERMINAL_PHASES:
         return None
     meta = fields.obj(pod, "metadata")
     try:
@@ -92,23 +86,33 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
     if gpu_ids is not None and len(gpu_ids) != gpus:
         # The annotation is what the node agent was told to expose; trust it for the count too.
         gpus = len(gpu_ids)
-    priority = fields.get(spec, "priority")
     return Holding(
-        uid=fields.text(meta, "uid"),
-        namespace=fields.text(meta, "namespace") or "default",
-        name=fields.text(meta, "name"),
+        **_demand(meta, spec, totals, gpus=gpus),
         node=node,
         kind=HoldingKind.BOUND,
-        cpu_milli=_ceil_div(totals[_CPU], NANO // 1000),
-        memory_bytes=_ceil_div(totals[_MEMORY], NANO),
-        gpus=gpus,
         gpu_ids=gpu_ids,
-        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-        group=group_key(meta),
-        running=fields.text(fields.obj(pod, "status"), "phase") == "Running",
+        running=phase == "Running",
         ip=_held_address(annotations.get(names.IP)),
         ip_pool=annotations.get(names.IP_POOL) or None,
     )
+
+
+def _demand(
+    meta: JSONObject, spec: JSONObject, totals: Mapping[str, int], *, gpus: int
+) -> dict[str, Any]:
+    """The fields of :class:`~extender.model.Demand`, read the same way for a pending pod and
+    a bound one (``gpus``: the caller's reading of the GPU total, which differs)."""
+    priority = fields.get(spec, "priority")
+    return {
+        "uid": fields.text(meta, "uid"),
+        "namespace": fields.text(meta, "namespace") or "default",
+        "name": fields.text(meta, "name"),
+        "gpus": gpus,
+        "cpu_milli": _ceil_div(totals[_CPU], NANO // 1000),
+        "memory_bytes": _ceil_div(totals[_MEMORY], NANO),
+        "priority": priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        "group": group_key(meta),
+    }
 
 
 def statefulset_identity(meta: JSONObject) -> str | None:

@@ -13,7 +13,8 @@ import pytest
 from app.gangs import GangWaiters
 from app.metrics import Metrics
 from extender.errors import BindRefusedError
-from extender.gang import FitCache, GangEventKind, _exact_fit, fits_all
+from extender.gang import FitCache, GangEventKind, fits_all
+from extender.gang.packing import _exact_fit
 from extender.model import BindPlan, PodRequest
 from extender.policy import PolicyConfig
 from extender.scheduler import Scheduler

@@ -1,0 +1,102 @@
+"""Why a pod fits, or does not fit, each node: what ``schedext explain`` shows. Read-only: the
+pod is judged as filter would judge it over every node, without being recorded anywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from extender.gang import OPEN, GangCoordinator, GangGate
+from extender.inventory import Inventory
+from extender.model import (
+    Explanation,
+    FilterVerdict,
+    HoldingKind,
+    NodeExplanation,
+    PodRequest,
+)
+from extender.pending import PendingPods
+
+__all__ = ["explain"]
+
+# Filter's judgement of a request over named nodes, once its group let it through.
+Judge = Callable[[PodRequest, Sequence[str], GangGate], FilterVerdict]
+
+
+def explain(
+    namespace: str,
+    name: str,
+    *,
+    inventory: Inventory,
+    pending: PendingPods,
+    gangs: GangCoordinator,
+    judge: Judge,
+) -> Explanation | None:
+    """Per node, whether the pod fits and why not; None for a pod schedext does not know."""
+    key = f"{namespace}/{name}"
+    held = next((h for h in inventory.holdings() if h.key == key), None)
+    request = pending.find(namespace, name)
+    if request is None and held is None:
+        return None
+    group = request.group if request else held.group if held else None
+    status = gangs.status(group) if group else None
+    if held is not None and request is None:
+        state = "bound" if held.kind is HoldingKind.BOUND else "reserved"
+        return Explanation(
+            pod=key,
+            uid=held.uid,
+            state=state,
+            node=held.node,
+            request={"gpus": held.gpus, "gpuIds": list(held.gpu_ids or ()), "ip": held.ip},
+            group=status,
+            group_reason="",
+            nodes=(),
+        )
+    assert request is not None
+    names = sorted(inventory.node_names())
+    gate = gangs.gate(request, names) if request.group is not None else OPEN
+    verdict = gate.verdict or judge(request, names, gate)
+    failed, unresolvable = verdict.failed, verdict.unresolvable
+    nodes = tuple(
+        NodeExplanation(
+            node=node,
+            fits=node not in failed,
+            reason=failed.get(node, ""),
+            resolvable=node in failed and node not in unresolvable,
+        )
+        for node in names
+    )
+    return Explanation(
+        pod=key,
+        uid=request.uid,
+        state="reserved" if held is not None else "pending",
+        node=held.node if held is not None else None,
+        request=_describe(request),
+        group=status,
+        group_reason=verdict.rejections[0].message if gate.verdict is not None else "",
+        nodes=nodes,
+    )
+
+
+def _describe(request: PodRequest) -> dict[str, object]:
+    described: dict[str, object] = {
+        "gpus": request.gpus,
+        "cpuMilli": request.cpu_milli,
+        "memoryBytes": request.memory_bytes,
+        "priority": request.priority,
+    }
+    if request.workload.value:
+        described["workload"] = request.workload.value
+    if request.gpu_model:
+        described["gpuModel"] = request.gpu_model
+    if request.gpu_memory_mib:
+        described["gpuMemoryMiB"] = request.gpu_memory_mib
+    if request.group:
+        described["group"] = request.group
+    if request.ip is not None:
+        described["ip"] = {
+            "address": request.ip.address,
+            "pools": list(request.ip.pools),
+            "policy": request.ip.policy.value if request.ip.policy else None,
+            "identity": request.ip.identity,
+        }
+    return described

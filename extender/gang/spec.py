@@ -1,0 +1,114 @@
+"""PodGroups (scheduling.x-k8s.io/v1alpha1, scheduler-plugins' coscheduling API) reduced to
+what gangs use, and the ``minResources`` check against the cluster's free resources."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender import fields
+from extender.config import PolicyConfig
+from extender.fields import JSONObject
+from extender.inventory import Inventory
+from extender.model import Holding
+from extender.quantity import QuantityError, to_milli, to_units
+
+__all__ = ["PodGroupSpec", "min_resources_gap", "pod_group_spec"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupSpec:
+    namespace: str
+    name: str
+    min_member: int
+    timeout_s: float | None = None
+    created: str = ""  # RFC 3339 creationTimestamp: the age that decides competitions
+    uid: str = ""
+    # spec.minResources: (resource name, amount) with CPU in milli-units, the rest in units.
+    min_resources: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def age_key(self) -> tuple[str, str]:
+        """Sorts older groups first; equal timestamps fall back to the name."""
+        return (self.created or "9999", self.key)
+
+
+def pod_group_spec(obj: JSONObject) -> PodGroupSpec | None:
+    """A PodGroup (scheduling.x-k8s.io/v1alpha1) reduced to what gangs use."""
+    meta = fields.obj(obj, "metadata")
+    spec = fields.obj(obj, "spec")
+    name = fields.text(meta, "name")
+    if not name:
+        return None
+    min_member = fields.get(spec, "minMember")
+    timeout = fields.get(spec, "scheduleTimeoutSeconds")
+    return PodGroupSpec(
+        namespace=fields.text(meta, "namespace") or "default",
+        name=name,
+        min_member=min_member if isinstance(min_member, int) and min_member > 0 else 1,
+        timeout_s=float(timeout) if isinstance(timeout, int) and timeout > 0 else None,
+        created=fields.text(meta, "creationTimestamp"),
+        uid=fields.text(meta, "uid"),
+        min_resources=_min_resources(fields.obj(spec, "minResources")),
+    )
+
+
+def _min_resources(resources: JSONObject) -> tuple[tuple[str, int], ...]:
+    """spec.minResources, parsed; entries that are not positive quantities are ignored."""
+    parsed = []
+    for name, value in sorted(resources.items()):
+        if not isinstance(value, str | int | float):
+            continue
+        try:
+            amount = to_milli(value) if name == "cpu" else to_units(value)
+        except QuantityError:
+            continue
+        if amount > 0:
+            parsed.append((name, amount))
+    return tuple(parsed)
+
+
+def min_resources_gap(
+    inventory: Inventory,
+    spec: PodGroupSpec,
+    config: PolicyConfig,
+    own: Iterable[Holding] = (),
+) -> list[str]:
+    """What the cluster lacks to cover the group's minResources, as scheduler-plugins'
+    coscheduling checks it: the free GPUs (of the configured resource), CPU and memory summed
+    over all nodes, counting what the group's own members hold (``own``) as free. Other
+    resources are not tracked here and not checked. Empty when nothing is short."""
+    if not spec.min_resources:
+        return []
+    a = inventory.arrays
+    alive = a.alive
+    free = {
+        config.gpu_resource: int(np.maximum(a.gpu_free[alive], 0).sum()),
+        "cpu": int(np.maximum(a.cpu_free[alive], 0).sum()),
+        "memory": int(np.maximum(a.memory_free[alive], 0).sum()),
+    }
+    for holding in own:
+        if holding.node in inventory:
+            free[config.gpu_resource] += holding.gpus
+            free["cpu"] += holding.cpu_milli
+            free["memory"] += holding.memory_bytes
+    gaps = []
+    for name, wanted in spec.min_resources:
+        have = free.get(name)
+        if have is not None and wanted > have:
+            gaps.append(f"{name} {_amount(name, wanted)} wanted, {_amount(name, have)} free")
+    return gaps
+
+
+def _amount(name: str, value: int) -> str:
+    if name == "cpu":
+        return f"{round(value / 1000, 3):g}"
+    if name == "memory":
+        return f"{round(value / 2**30, 1):g}Gi"
+    return str(value)

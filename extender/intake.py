@@ -1,0 +1,259 @@
+"""The intake of cluster events: the one path by which what the informers see (nodes, pods,
+PodGroups, IP pools and claims, StatefulSets) changes the core's books.
+
+Per kind: an upsert and a delete for watch events, and a relist that takes a full list page by
+page and replaces that kind's state when committed. :class:`Intake` is given the books it
+updates (:class:`Books`) and nothing else, and it decides nothing. The core's facade,
+:class:`~extender.scheduler.Scheduler`, inherits these methods: they are its doors for cluster
+events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from extender import fields
+from extender.evictions import EvictionBook
+from extender.fields import JSONObject
+from extender.gang import GangBook, PodGroupSpec, pod_group_spec
+from extender.inventory import Inventory
+from extender.ipam import IPClaimSpec, IPPoolSpec, ip_claim_spec, ip_pool_spec
+from extender.model import Holding, HoldingKind, NodeSpec, PodRequest
+from extender.nodes import node_spec
+from extender.pending import PendingPods
+from extender.requests import (
+    PodRequestError,
+    group_key,
+    holding_from_pod,
+    pod_request,
+    statefulset_identity,
+)
+from extender.statefulsets import StatefulSetBook
+
+__all__ = ["Books", "Intake", "NodeRelist", "PodRelist", "SpecRelist"]
+
+Spec = TypeVar("Spec")
+
+
+@dataclass(frozen=True, slots=True)
+class Books:
+    """What cluster events change: the inventory (nodes, holdings, addresses), the pending
+    pods, the gangs' members and groups, preempt's approvals, StatefulSet identities."""
+
+    inventory: Inventory
+    pending: PendingPods
+    gangs: GangBook
+    evictions: EvictionBook
+    statefulsets: StatefulSetBook
+    gpu_resource: str
+
+
+class Intake:
+    def __init__(self, books: Books) -> None:
+        self._books = books
+
+    # ----------------------------------------------------------------- nodes
+
+    def upsert_node(self, node: JSONObject) -> bool:
+        spec = node_spec(node, gpu_resource=self._books.gpu_resource)
+        return bool(spec.name) and self._books.inventory.upsert_node(spec)
+
+    def delete_node(self, name: str) -> bool:
+        return self._books.inventory.remove_node(name)
+
+    def node_relist(self) -> NodeRelist:
+        """Replace all nodes with a full list that arrives page by page."""
+        return NodeRelist(self._books)
+
+    def replace_nodes(self, nodes: Iterable[JSONObject]) -> None:
+        _replace(self.node_relist(), nodes)
+
+    # ------------------------------------------------------------------ pods
+
+    def upsert_pod(self, pod: JSONObject) -> None:
+        _upsert_pod(self._books, pod)
+
+    def delete_pod(self, uid: str) -> None:
+        b = self._books
+        b.inventory.remove_holding(uid)
+        b.pending.forget(uid)
+        b.evictions.settle(uid)
+        b.gangs.forget(uid)
+        b.statefulsets.forget_pod(uid)
+
+    def pod_relist(self) -> PodRelist:
+        """Replace all pod state with a full list that arrives page by page."""
+        return PodRelist(self._books)
+
+    def replace_pods(self, pods: Iterable[JSONObject]) -> None:
+        _replace(self.pod_relist(), pods)
+
+    # ------------------------------------------------------------- PodGroups
+
+    def upsert_pod_group(self, obj: JSONObject) -> None:
+        spec = pod_group_spec(obj)
+        if spec is not None:
+            self._books.gangs.upsert_group(spec)
+
+    def delete_pod_group(self, obj: JSONObject) -> None:
+        spec = pod_group_spec(obj)
+        if spec is not None:
+            self._books.gangs.delete_group(spec.key)
+
+    def pod_group_relist(self) -> SpecRelist[PodGroupSpec]:
+        return SpecRelist(pod_group_spec, self._books.gangs.replace_groups)
+
+    # ------------------------------------------------------ IP pools, claims
+
+    def upsert_ip_pool(self, obj: JSONObject) -> None:
+        spec = ip_pool_spec(obj)
+        if spec is not None:
+            self._books.inventory.addresses.upsert_pool(spec)
+
+    def delete_ip_pool(self, obj: JSONObject) -> None:
+        spec = ip_pool_spec(obj)
+        if spec is not None:
+            self._books.inventory.addresses.remove_pool(spec.name)
+
+    def ip_pool_relist(self) -> SpecRelist[IPPoolSpec]:
+        return SpecRelist(ip_pool_spec, self._books.inventory.addresses.replace_pools)
+
+    def upsert_ip_claim(self, obj: JSONObject) -> None:
+        spec = ip_claim_spec(obj)
+        if spec is not None:
+            self._books.inventory.addresses.upsert_claim(spec)
+
+    def delete_ip_claim(self, obj: JSONObject) -> None:
+        name = fields.text(fields.obj(obj, "metadata"), "name")
+        self._books.inventory.addresses.remove_claim(name)
+
+    def ip_claim_relist(self) -> SpecRelist[IPClaimSpec]:
+        return SpecRelist(ip_claim_spec, self._books.inventory.addresses.replace_claims)
+
+    # ---------------------------------------------------------- StatefulSets
+
+    def set_statefulset(self, key: str, replicas: int | None) -> None:
+        """A StatefulSet's replica count ("namespace/name"); None when it is gone."""
+        self._books.statefulsets.set_replicas(key, replicas)
+
+    def replace_statefulsets(self, replicas: Mapping[str, int]) -> None:
+        self._books.statefulsets.replace_replicas(replicas)
+
+
+def _upsert_pod(b: Books, pod: JSONObject) -> None:
+    """A bound pod becomes a holding; a pending one is remembered for bind (and counted in its
+    gang); a finished one gives back what it held."""
+    meta = fields.obj(pod, "metadata")
+    uid = fields.text(meta, "uid")
+    if not uid:
+        return
+    identity = statefulset_identity(meta)
+    if identity is not None:
+        b.statefulsets.set_identity(uid, identity)
+    holding = holding_from_pod(pod, gpu_resource=b.gpu_resource)
+    if holding is not None:
+        b.inventory.upsert_holding(holding)
+        b.pending.forget(uid)
+        b.gangs.track(uid, holding.group, None)
+        b.evictions.settle(uid)
+        return
+    held = b.inventory.holding(uid)
+    if held is not None and held.kind is HoldingKind.BOUND:
+        b.inventory.remove_holding(uid)  # the pod finished
+    phase = fields.text(fields.obj(pod, "status"), "phase")
+    if fields.text(fields.obj(pod, "spec"), "nodeName") or phase in ("Succeeded", "Failed"):
+        b.pending.forget(uid)
+        b.gangs.forget(uid)
+        b.statefulsets.forget_pod(uid)
+        return
+    try:
+        request = pod_request(pod, gpu_resource=b.gpu_resource)
+    except PodRequestError:
+        b.pending.forget(uid)  # filter will report why
+        b.gangs.track(uid, group_key(meta), None)
+        return
+    b.pending.remember(request)
+    b.gangs.track(uid, request.group, request)
+
+
+class NodeRelist:
+    def __init__(self, books: Books) -> None:
+        self._books = books
+        self._specs: list[NodeSpec] = []
+
+    def add(self, nodes: Iterable[JSONObject]) -> None:
+        for node in nodes:
+            spec = node_spec(node, gpu_resource=self._books.gpu_resource)
+            if spec.name:
+                self._specs.append(spec)
+
+    def commit(self) -> None:
+        self._books.inventory.replace_nodes(self._specs)
+
+
+class PodRelist:
+    """Keeps only what each pod amounts to (a holding, or a pending request), never the pod
+    objects, so that 100,000 pods can be relisted in bounded memory."""
+
+    def __init__(self, books: Books) -> None:
+        self._books = books
+        self._bound: list[Holding] = []
+        self._live: set[str] = set()
+        self._members: list[tuple[str, str, PodRequest | None]] = []
+        self._identities: dict[str, str] = {}
+
+    def add(self, pods: Iterable[JSONObject]) -> None:
+        b = self._books
+        for pod in pods:
+            meta = fields.obj(pod, "metadata")
+            uid = fields.text(meta, "uid")
+            if not uid:
+                continue
+            self._live.add(uid)
+            identity = statefulset_identity(meta)
+            if identity is not None:
+                self._identities[uid] = identity
+            holding = holding_from_pod(pod, gpu_resource=b.gpu_resource)
+            if holding is not None:
+                self._bound.append(holding)
+                if holding.group is not None:
+                    self._members.append((uid, holding.group, None))
+                continue
+            _upsert_pod(b, pod)  # pending: remembered for bind
+            group = group_key(meta)
+            if group is not None:
+                self._members.append((uid, group, b.pending.get(uid)))
+
+    def commit(self) -> None:
+        b = self._books
+        b.inventory.replace_bound(self._bound, live=self._live)
+        b.gangs.replace_members(self._members)
+        b.statefulsets.replace_identities(self._identities)
+        for holding in self._bound:
+            b.pending.forget(holding.uid)
+
+
+class SpecRelist(Generic[Spec]):
+    """A relist of objects the core keeps as specs (PodGroups, IPPools, IPClaims)."""
+
+    def __init__(
+        self,
+        parse: Callable[[JSONObject], Spec | None],
+        replace: Callable[[Iterable[Spec]], None],
+    ) -> None:
+        self._parse, self._replace = parse, replace
+        self._specs: list[Spec] = []
+
+    def add(self, objects: Iterable[JSONObject]) -> None:
+        self._specs.extend(s for s in map(self._parse, objects) if s is not None)
+
+    def commit(self) -> None:
+        self._replace(self._specs)
+
+
+def _replace(relist: NodeRelist | PodRelist, objects: Iterable[JSONObject]) -> None:
+    """A relist of one page: every object of the kind, at once."""
+    relist.add(objects)
+    relist.commit()

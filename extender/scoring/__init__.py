@@ -1,0 +1,80 @@
+"""Prioritize: the scorers, one module per objective, summed with weights from settings.
+
+Each scorer (:class:`Scorer`) says whether it applies to a pod and rates each candidate node
+0..1. A node's score is ``rint(10 * sum(weight * rating) / sum(weight))`` over the scorers
+that apply and weigh more than 0. A GPU pod scores 0 on a node that lacks the free GPUs now
+(prioritize normally sees only filter's survivors, but such a node must never look
+attractive), and an unknown node scores 0.
+
+Adding an objective: a module here that defines ``SCORER``, and its line in :data:`SCORERS`.
+Its weight is ``policy.weights.<name>`` in settings (or its ``default_weight``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from extender.addressing import ip_context
+from extender.config import PolicyConfig
+from extender.scoring import binpack, cpu_only, gang_rack, ip_headroom, spread, topology
+from extender.scoring.gang_rack import GroupAffinity
+from extender.scoring.scorer import Candidates, FloatArray, Scorer
+
+if TYPE_CHECKING:
+    from extender.inventory import IdArray, Inventory
+    from extender.model import PodRequest
+
+__all__ = ["MAX_SCORE", "NAMES", "SCORERS", "GroupAffinity", "ScoreArray", "Scorer", "score_nodes"]
+
+ScoreArray = npt.NDArray[np.int64]
+
+MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
+
+# In the order their terms are summed.
+SCORERS: tuple[Scorer, ...] = (
+    binpack.SCORER,
+    spread.SCORER,
+    topology.SCORER,
+    cpu_only.SCORER,
+    gang_rack.SCORER,
+    ip_headroom.SCORER,
+)
+NAMES = frozenset(scorer.name for scorer in SCORERS)
+
+
+def score_nodes(
+    inventory: Inventory,
+    request: PodRequest,
+    ids: IdArray,
+    config: PolicyConfig,
+    affinity: GroupAffinity | None = None,
+) -> ScoreArray:
+    """0..10 per node id (see the module docstring)."""
+    nodes = Candidates(
+        inventory, request, ids, affinity=affinity, ip=ip_context(inventory, request)
+    )
+    raw: FloatArray | None = None
+    total = 0
+    for scorer, weight in _weighted(config):
+        if scorer.applies(nodes):
+            term = weight * scorer.score(nodes)
+            raw = term if raw is None else raw + term
+            total += weight
+    if raw is None:  # no scorer that applies weighs more than 0: no preference
+        return np.zeros(len(ids), dtype=np.int64)
+    scores = np.rint(raw / total * MAX_SCORE)
+    if request.gpus:
+        scores = np.where(nodes.column("gpu_free") >= request.gpus, scores, 0)
+    return np.where(inventory.arrays.alive[ids], scores, 0).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=16)
+def _weighted(config: PolicyConfig) -> tuple[tuple[Scorer, int], ...]:
+    """The scorers that weigh more than 0 under ``config``, with their weights."""
+    chosen = dict(config.weights)
+    weighted = ((s, chosen.get(s.name, s.default_weight(config))) for s in SCORERS)
+    return tuple((scorer, weight) for scorer, weight in weighted if weight > 0)

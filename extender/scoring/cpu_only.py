@@ -1,0 +1,23 @@
+"""CPU-only preference: pods that need no GPU prefer nodes without GPUs, so that GPU nodes stay
+free for GPU work. By default it weighs as much as the GPU objectives together (allocation and
+topology), so that a CPU pod's score spans 0..10 like a GPU pod's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from extender.scoring.scorer import Candidates, FloatArray, Scorer
+
+__all__ = ["SCORER"]
+
+
+def _score(nodes: Candidates) -> FloatArray:
+    return np.equal(nodes.column("gpu_total"), 0).astype(np.float64)
+
+
+SCORER = Scorer(
+    name="cpu_only",
+    default_weight=lambda config: config.allocation_weight + config.topology_weight,
+    applies=lambda nodes: nodes.request.gpus == 0,
+    score=_score,
+)

@@ -1,0 +1,67 @@
+"""What a scorer is (:class:`Scorer`) and what it reads (:class:`Candidates`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:  # types only: gang_rack imports this module, and config the registry
+    from extender.addressing import IPContext
+    from extender.config import PolicyConfig
+    from extender.inventory import IdArray, IntArray, Inventory
+    from extender.model import PodRequest
+    from extender.scoring.gang_rack import GroupAffinity
+
+__all__ = ["Candidates", "FloatArray", "Scorer", "for_gpu_pods"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class Candidates:
+    """The nodes being scored for one pod, and what the scorers read about them. A column is
+    gathered for these nodes once, however many scorers read it."""
+
+    __slots__ = ("_gathered", "affinity", "ids", "inventory", "ip", "request")
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        request: PodRequest,
+        ids: IdArray,
+        *,
+        affinity: GroupAffinity | None = None,
+        ip: IPContext | None = None,
+    ) -> None:
+        self.inventory, self.request, self.ids = inventory, request, ids
+        self.affinity = affinity  # a gang member's group, where it is (extender.gang)
+        self.ip = ip  # the pod's address request against the address book
+        self._gathered: dict[str, IntArray] = {}
+
+    def column(self, name: str) -> IntArray:
+        """The inventory column ``name`` (a field of NodeArrays) for these nodes."""
+        gathered = self._gathered.get(name)
+        if gathered is None:
+            gathered = self._gathered[name] = getattr(self.inventory.arrays, name)[self.ids]
+        return gathered
+
+
+@dataclass(frozen=True, slots=True)
+class Scorer:
+    """One scoring objective. Prioritize sums ``weight * score`` over the scorers that apply to
+    the pod and weigh more than 0, and scales the sum to 0..10 by their total weight."""
+
+    name: str  # the key of its weight in settings (policy.weights)
+    # Its weight when settings name none: built-in scorers read their PolicyConfig knob.
+    default_weight: Callable[[PolicyConfig], int]
+    applies: Callable[[Candidates], bool]
+    # 0..1 per candidate node (1: the best this objective can say of a node).
+    score: Callable[[Candidates], FloatArray]
+
+
+def for_gpu_pods(nodes: Candidates) -> bool:
+    """``applies`` of the objectives that weigh where a pod's GPUs go."""
+    return nodes.request.gpus > 0
