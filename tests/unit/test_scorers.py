@@ -1,0 +1,357 @@
+"""Each scorer alone: whether it applies to a pod, and its 0..1 rating of each node. Then the
+registry: weights from the config, by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from extender.addressing import ip_context
+from extender.model import PodRequest
+from extender.policy import GpuScoring, PolicyConfig
+from extender.requests import pod_request
+from extender.scheduler import Scheduler
+from extender.scoring import (
+    NAMES,
+    SCORERS,
+    GroupAffinity,
+    Scorer,
+    binpack,
+    cpu_only,
+    gang_rack,
+    ip_headroom,
+    score_nodes,
+    spread,
+    topology,
+)
+from extender.scoring.scorer import Candidates
+from tests.builders import bound_ip_pod, gang_pod, ip_pod, make_ip_pool, make_node, make_pod
+from tests.unit.helpers import scheduler_with
+
+NVLINK_2X4 = [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def rack(name: str, zone: str = "z1") -> dict[str, str]:
+    return {"topology.kubernetes.io/rack": name, "topology.kubernetes.io/zone": zone}
+
+
+@dataclass
+class Case:
+    id: str
+    nodes: list[dict[str, Any]]
+    pod: dict[str, Any]
+    expected: dict[str, float]  # node -> rating
+    bound: list[dict[str, Any]] = field(default_factory=list)
+    pools: list[dict[str, Any]] = field(default_factory=list)
+    affinity: GroupAffinity | None = None
+    # Racks named instead of interned ids (resolved against the inventory).
+    placed_racks: tuple[str, ...] = ()
+    placed_zones: tuple[str, ...] = ()
+
+
+def ratings(scorer: Scorer, case: Case) -> dict[str, float]:
+    scheduler = scheduler_with(case.nodes, case.bound)
+    for pool in case.pools:
+        scheduler.upsert_ip_pool(pool)
+    nodes = candidates(scheduler, pod_request(case.pod), case)
+    assert scorer.applies(nodes)
+    names = [n["metadata"]["name"] for n in case.nodes]
+    return dict(zip(names, scorer.score(nodes).tolist(), strict=True))
+
+
+def candidates(scheduler: Scheduler, request: PodRequest, case: Case) -> Candidates:
+    inventory = scheduler.inventory
+    names = [n["metadata"]["name"] for n in case.nodes]
+    affinity = case.affinity
+    if case.placed_racks:
+        racks = tuple(_interned(scheduler, "rack", value) for value in case.placed_racks)
+        zones = tuple(_interned(scheduler, "zone", value) for value in case.placed_zones)
+        affinity = GroupAffinity(racks=racks, zones=zones)
+    return Candidates(
+        inventory,
+        request,
+        inventory.ids(names),
+        affinity=affinity,
+        ip=ip_context(inventory, request),
+    )
+
+
+def _interned(scheduler: Scheduler, column: str, value: str) -> int:
+    """The id the inventory gave a rack or zone label value (a node with it must exist)."""
+    label = f"topology.kubernetes.io/{column}"
+    node = next(n for n in scheduler.inventory.node_names() if _label(scheduler, n, label) == value)
+    return int(getattr(scheduler.inventory.arrays, column)[scheduler.inventory.ids([node])][0])
+
+
+def _label(scheduler: Scheduler, node: str, label: str) -> str | None:
+    view = scheduler.inventory.node(node)
+    return view.spec.labels.get(label) if view is not None else None
+
+
+HALF_USED = [make_pod("b", gpus=4, node="half", gpu_ids=[0, 1, 2, 3])]
+ALLOCATION_NODES = [
+    make_node("half", gpus=8),
+    make_node("empty", gpus=8),
+    make_node("cpu"),
+    make_node("tight", gpus=4),
+]
+TIGHT_USED = [make_pod("t", gpus=3, node="tight", gpu_ids=[0, 1, 2])]
+
+BINPACK_CASES = [
+    Case(
+        "the share of GPUs used once the pod has its own; GPU-less nodes 0; capped at 1",
+        ALLOCATION_NODES,
+        make_pod(gpus=2),
+        {"half": 0.75, "empty": 0.25, "cpu": 0.0, "tight": 1.0},
+        bound=HALF_USED + TIGHT_USED,
+    ),
+    Case(
+        "a pod of one GPU on empty nodes",
+        [make_node("eight", gpus=8), make_node("two", gpus=2)],
+        make_pod(gpus=1),
+        {"eight": 0.125, "two": 0.5},
+    ),
+]
+
+SPREAD_CASES = [
+    Case(
+        "the share left free once the pod has its own; GPU-less nodes 0",
+        ALLOCATION_NODES,
+        make_pod(gpus=2),
+        {"half": 0.25, "empty": 0.75, "cpu": 0.0, "tight": 0.0},
+        bound=HALF_USED + TIGHT_USED,
+    ),
+]
+
+TOPOLOGY_CASES = [
+    Case(
+        "all the pod's GPUs inside one free NVLink group",
+        [
+            make_node("whole", gpus=8, groups=NVLINK_2X4),
+            make_node("split", gpus=8, groups=NVLINK_2X4),
+            make_node("flat", gpus=8),
+        ],
+        make_pod(gpus=4),
+        {"whole": 1.0, "split": 0.0, "flat": 0.0},
+        bound=[
+            make_pod("a", gpus=4, node="whole", gpu_ids=[0, 1, 2, 3]),
+            make_pod("b", gpus=4, node="split", gpu_ids=[0, 1, 4, 5]),
+        ],
+    ),
+    Case(
+        "a smaller pod fits a group partly used",
+        [make_node("g", gpus=8, groups=NVLINK_2X4)],
+        make_pod(gpus=2),
+        {"g": 1.0},
+        bound=[make_pod("a", gpus=5, node="g", gpu_ids=[0, 1, 2, 4, 5])],
+    ),
+]
+
+CPU_ONLY_CASES = [
+    Case(
+        "nodes without GPUs are preferred, whatever their GPUs' use",
+        [make_node("cpu"), make_node("gpu", gpus=4), make_node("busy", gpus=1)],
+        make_pod(),
+        {"cpu": 1.0, "gpu": 0.0, "busy": 0.0},
+        bound=[make_pod("b", gpus=1, node="busy", gpu_ids=[0])],
+    ),
+]
+
+GANG_RACK_CASES = [
+    Case(
+        "the group's rack 1, its zone 0.5, elsewhere and unlabelled 0",
+        [
+            make_node("here", gpus=8, labels=rack("r1", "z1")),
+            make_node("zone", gpus=8, labels=rack("r2", "z1")),
+            make_node("away", gpus=8, labels=rack("r3", "z2")),
+            make_node("bare", gpus=8),
+        ],
+        gang_pod("m", "train"),
+        {"here": 1.0, "zone": 0.5, "away": 0.0, "bare": 0.0},
+        placed_racks=("r1",),
+        placed_zones=("z1",),
+    ),
+    Case(
+        "a group not placed yet: racks whose free GPUs hold all of it",
+        [
+            make_node("a1", gpus=8, labels=rack("r1")),
+            make_node("a2", gpus=4, labels=rack("r1")),
+            make_node("b1", gpus=8, labels=rack("r2")),
+            make_node("bare", gpus=8),
+        ],
+        gang_pod("m", "train"),
+        {"a1": 1.0, "a2": 1.0, "b1": 0.0, "bare": 0.0},
+        bound=[make_pod("b", gpus=4, node="b1", gpu_ids=[0, 1, 2, 3])],
+        affinity=GroupAffinity(gpus_needed=10),
+    ),
+    Case(
+        "a group that needs nothing more prefers no rack",
+        [make_node("a1", gpus=8, labels=rack("r1"))],
+        gang_pod("m", "train"),
+        {"a1": 0.0},
+        affinity=GroupAffinity(),
+    ),
+]
+
+IP_HEADROOM_CASES = [
+    Case(
+        "the free share of the best pool selecting the node; no pool 0",
+        [
+            make_node("r0", labels=rack("r0")),
+            make_node("r1", labels=rack("r1")),
+            make_node("nopool", labels=rack("r9")),
+        ],
+        ip_pod("p", pool="p0,p1"),
+        {"r0": 0.75, "r1": 1.0, "nopool": 0.0},
+        bound=[bound_ip_pod("held", node="r0", ip="10.0.0.1", pool="p0")],
+        pools=[
+            make_ip_pool("p0", ranges=[("10.0.0.1", "10.0.0.4")], rack="r0"),
+            make_ip_pool("p1", ranges=[("10.0.1.1", "10.0.1.8")], rack="r1"),
+        ],
+    ),
+]
+
+TABLES = [
+    (binpack.SCORER, BINPACK_CASES),
+    (spread.SCORER, SPREAD_CASES),
+    (topology.SCORER, TOPOLOGY_CASES),
+    (cpu_only.SCORER, CPU_ONLY_CASES),
+    (gang_rack.SCORER, GANG_RACK_CASES),
+    (ip_headroom.SCORER, IP_HEADROOM_CASES),
+]
+
+
+@pytest.mark.parametrize("case", BINPACK_CASES, ids=lambda c: c.id)
+def test_binpack_rates_how_full_the_node_gets(case: Case) -> None:
+    assert ratings(binpack.SCORER, case) == pytest.approx(case.expected)
+
+
+@pytest.mark.parametrize("case", SPREAD_CASES, ids=lambda c: c.id)
+def test_spread_rates_how_much_stays_free(case: Case) -> None:
+    assert ratings(spread.SCORER, case) == pytest.approx(case.expected)
+
+
+@pytest.mark.parametrize("case", TOPOLOGY_CASES, ids=lambda c: c.id)
+def test_topology_rates_one_nvlink_group_for_all_the_gpus(case: Case) -> None:
+    assert ratings(topology.SCORER, case) == pytest.approx(case.expected)
+
+
+@pytest.mark.parametrize("case", CPU_ONLY_CASES, ids=lambda c: c.id)
+def test_cpu_only_rates_nodes_without_gpus(case: Case) -> None:
+    assert ratings(cpu_only.SCORER, case) == pytest.approx(case.expected)
+
+
+@pytest.mark.parametrize("case", GANG_RACK_CASES, ids=lambda c: c.id)
+def test_gang_rack_rates_the_rack_of_the_group(case: Case) -> None:
+    assert ratings(gang_rack.SCORER, case) == pytest.approx(case.expected)
+
+
+@pytest.mark.parametrize("case", IP_HEADROOM_CASES, ids=lambda c: c.id)
+def test_ip_headroom_rates_the_free_share_of_the_pool(case: Case) -> None:
+    assert ratings(ip_headroom.SCORER, case) == pytest.approx(case.expected)
+
+
+APPLIES = [
+    # (scorer, pod, applies)
+    (binpack.SCORER, make_pod(gpus=1), True),
+    (binpack.SCORER, make_pod(), False),
+    (spread.SCORER, make_pod(gpus=1), True),
+    (spread.SCORER, make_pod(), False),
+    (topology.SCORER, make_pod(gpus=2), True),
+    (topology.SCORER, make_pod(workload="GPU-intensive"), False),
+    (cpu_only.SCORER, make_pod(), True),
+    (cpu_only.SCORER, make_pod(gpus=1), False),
+    (ip_headroom.SCORER, ip_pod("p", pool="p0"), True),
+    (ip_headroom.SCORER, make_pod(gpus=1), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("scorer", "pod", "applies"),
+    APPLIES,
+    ids=[f"{s.name}-{'applies' if a else 'does not'}-{i}" for i, (s, _, a) in enumerate(APPLIES)],
+)
+def test_each_scorer_says_which_pods_it_weighs_in_on(
+    scorer: Scorer, pod: dict[str, Any], applies: bool
+) -> None:
+    scheduler = scheduler_with([make_node("n", gpus=4)])
+    scheduler.upsert_ip_pool(make_ip_pool("p0", cidr="10.0.0.0/29"))
+    request = pod_request(pod)
+    nodes = Candidates(
+        scheduler.inventory,
+        request,
+        scheduler.inventory.ids(["n"]),
+        ip=ip_context(scheduler.inventory, request),
+    )
+    assert scorer.applies(nodes) is applies
+
+
+def test_a_gang_member_is_rated_by_gang_rack_and_others_are_not() -> None:
+    scheduler = scheduler_with([make_node("n", gpus=4)])
+    request = pod_request(gang_pod("m", "train"))
+    ids = scheduler.inventory.ids(["n"])
+    member = Candidates(scheduler.inventory, request, ids, affinity=GroupAffinity())
+    assert gang_rack.SCORER.applies(member)
+    assert not gang_rack.SCORER.applies(Candidates(scheduler.inventory, request, ids))
+
+
+def test_every_scorer_has_a_table_and_a_unique_name() -> None:
+    assert {scorer.name for scorer, _ in TABLES} == NAMES
+    assert len(NAMES) == len(SCORERS)
+
+
+# ------------------------------------------------------------------ weights by name
+
+
+def scores(config: PolicyConfig, pod: dict[str, Any]) -> dict[str, int]:
+    nodes = [
+        make_node("whole", gpus=8, groups=NVLINK_2X4),
+        make_node("split", gpus=8, groups=NVLINK_2X4),
+    ]
+    bound = [
+        make_pod("a", gpus=4, node="whole", gpu_ids=[0, 1, 2, 3]),
+        make_pod("b", gpus=4, node="split", gpu_ids=[0, 1, 4, 5]),
+    ]
+    scheduler = scheduler_with(nodes, bound, config)
+    ids = scheduler.inventory.ids(["whole", "split"])
+    got = score_nodes(scheduler.inventory, pod_request(pod), ids, config)
+    return dict(zip(["whole", "split"], got.tolist(), strict=True))
+
+
+def test_a_weight_named_in_the_config_overrides_the_scorers_default() -> None:
+    pod = make_pod(gpus=4)
+    assert scores(PolicyConfig(), pod) == {"whole": 10, "split": 7}
+    # Only the NVLink bonus tells the nodes apart: without it they tie.
+    assert scores(PolicyConfig(weights=(("topology", 0),)), pod) == {"whole": 10, "split": 10}
+    # The bonus alone: all or nothing.
+    assert scores(PolicyConfig(weights=(("binpack", 0),)), pod) == {"whole": 10, "split": 0}
+
+
+def test_spread_takes_the_allocation_weight_when_chosen() -> None:
+    pod = make_pod(gpus=1)  # 5 of 8 GPUs used after: binpack 0.625, spread 0.375
+    binpacked = scores(PolicyConfig(weights=(("topology", 0),)), pod)
+    spread_out = scores(
+        PolicyConfig(gpu_scoring=GpuScoring.SPREAD, weights=(("topology", 0),)), pod
+    )
+    assert binpacked == {"whole": 6, "split": 6}
+    assert spread_out == {"whole": 4, "split": 4}
+
+
+def test_when_every_scorer_that_applies_weighs_nothing_no_node_is_preferred() -> None:
+    config = PolicyConfig(weights=(("binpack", 0), ("topology", 0)))
+    assert scores(config, make_pod(gpus=4)) == {"whole": 0, "split": 0}
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ((("bin-pack", 1),), "no scorer is named bin-pack: scorers must be binpack, cpu_only"),
+        ((("topology", -1),), "score weights must be >= 0"),
+    ],
+    ids=["an unknown name", "a negative weight"],
+)
+def test_weights_by_name_are_validated(weights: tuple[tuple[str, int], ...], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PolicyConfig(weights=weights)
