@@ -154,6 +154,9 @@ class PolicySettings(_Group):
     topology_weight: int = Field(default=3, ge=0)
     rack_weight: int = Field(default=10, ge=0)
     ip_weight: int = Field(default=3, ge=0)
+    # Any scorer's weight by its name (extender.scoring), over the knobs above; the one way to
+    # weigh a scorer that has no knob of its own. {"topology": 5, "cpu_only": 0}
+    weights: dict[str, int] = Field(default_factory=dict)
     rack_label: str = names.RACK_LABEL
     zone_label: str = names.ZONE_LABEL
 
@@ -176,9 +179,17 @@ class PolicySettings(_Group):
             topology_weight=self.topology_weight,
             rack_weight=self.rack_weight,
             ip_weight=self.ip_weight,
+            weights=tuple(sorted(self.weights.items())),
             rack_label=self.rack_label,
             zone_label=self.zone_label,
         )
+
+    @model_validator(mode="after")
+    def _policy_is_valid(self) -> PolicySettings:
+        """Build the core's config once now: what it refuses (an unknown scorer name, a
+        resource name without a domain) is a settings error, reported as one at start."""
+        self.config()
+        return self
 
 
 class BindSettings(_Group):
