@@ -25,6 +25,7 @@ import http.client
 import json
 import os
 import random
+import select
 import socket
 import subprocess
 import sys
@@ -45,6 +46,8 @@ THIS, BASELINE = "this", "baseline"
 VERBS = ("constant", "filter", "prioritize")
 CORE_VERBS = ("filter", "prioritize")
 VARIANTS = 8  # distinct node orders, cycled (kube-scheduler's order varies per cycle)
+CORE_BATCHES = 10  # the core's rounds in this many batches, the trees alternating
+CORE_TIMEOUT_S = 300.0  # for any one answer of the core's process (the pure-Python twin is slow)
 PODS = {
     "h100": payloads.make_pod("bench-pod", gpus=2, model="H100", uid="bench-pod-uid"),
     "any": payloads.make_pod("bench-pod", gpus=2, model=None, uid="bench-pod-uid"),
@@ -167,10 +170,10 @@ def _bench_size(
         }
         samples = _rounds(conns, bodies, rounds=rounds, warmup=warmup)
     # the core after the servers are gone, so that they take no CPU from it
-    core = {
-        tree: _core_times(root, cluster, pod, orders, passed[THIS], rounds=min(rounds, 1000))
-        for tree, root in trees.items()
-    }
+    core_rounds = min(rounds, 1000)
+    core = _core_times(
+        trees, cluster, pod, orders, passed[THIS], rounds=core_rounds, warmup=min(warmup, 300)
+    )
     rows: list[Row] = []
     for tree in trees:
         rows.extend(_rows(tree, size, len(passed[tree][0]), samples[tree], core[tree]))
@@ -251,37 +254,114 @@ def _add_baseline_ratios(rows: list[Row]) -> list[Row]:
 
 
 def _core_times(
-    root: Path,
+    trees: dict[str, Path],
     cluster: dict[str, Any],
     pod: dict[str, Any],
     orders: list[list[str]],
     passed: list[list[str]],
     *,
     rounds: int,
-) -> dict[str, Any]:
-    """The core alone (loadtests/corebench.py) with ``extender`` imported from ``root``: the
-    same script for every tree, in a fresh process, fed through a JSON file."""
-    with tempfile.TemporaryDirectory() as tmp:
+    warmup: int,
+) -> dict[str, dict[str, Any]]:
+    """The core alone (loadtests/corebench.py): one process per tree, ``extender`` imported
+    from it, the same script for every tree. Their batches alternate like the servers' rounds
+    (a tree timed after the other only would take all of a noisy moment); p50 over all calls.
+    """
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         data = Path(tmp) / "core.json"
-        job = {"cluster": cluster, "pod": pod, "orders": orders, "passed": passed}
-        data.write_bytes(orjson.dumps({**job, "rounds": rounds}))
-        # our own script and interpreter, arguments built here
-        result = subprocess.run(  # noqa: S603
-            [sys.executable, str(CORE_SCRIPT), str(data)],
-            cwd=root,
-            env=_env(root),
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
+        data.write_bytes(
+            orjson.dumps({"cluster": cluster, "pod": pod, "orders": orders, "passed": passed})
         )
-    if result.returncode != 0:
-        raise RuntimeError(f"core timing in {root} failed: {result.stderr[-2000:]}")
-    core: dict[str, Any] = json.loads(result.stdout)
-    # PYTHONPATH must have won over whatever schedext is installed: check, not hope
-    if not Path(core["extender"]).is_relative_to(root):
-        raise RuntimeError(f"core timing for {root} imported extender from {core['extender']}")
-    return core
+        cores = {
+            tree: stack.enter_context(_CoreProcess(data, root, Path(tmp) / f"{tree}-core.log"))
+            for tree, root in trees.items()
+        }
+        for core in cores.values():
+            core.run(warmup)  # the first calls build the name table: not measured
+        samples: dict[str, dict[str, list[float]]] = {t: {v: [] for v in CORE_VERBS} for t in cores}
+        order = list(cores)
+        for batch, size in enumerate(_split(rounds, CORE_BATCHES)):
+            for tree in order if batch % 2 == 0 else reversed(order):
+                for verb, values in cores[tree].run(size).items():
+                    samples[tree][verb].extend(values)
+    return {
+        tree: {
+            **{verb: float(np.percentile(values, 50)) for verb, values in by_verb.items()},
+            "compiled": cores[tree].compiled,
+        }
+        for tree, by_verb in samples.items()
+    }
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """``total`` in ``parts`` nearly equal positive sizes (fewer where total < parts)."""
+    return [n for i in range(parts) if (n := total // parts + (i < total % parts)) > 0]
+
+
+class _CoreProcess:
+    """loadtests/corebench.py holding the cluster with ``root``'s extender, for the
+    benchmark's life: one JSON line in answer to each batch of rounds."""
+
+    def __init__(self, data: Path, root: Path, log: Path) -> None:
+        self.data, self.root, self.log = data, root, log
+        self.compiled = False
+
+    def __enter__(self) -> _CoreProcess:
+        self._log = self.log.open("wb")
+        # our own script and interpreter, arguments built here; cwd and PYTHONPATH pick the tree
+        self.process = subprocess.Popen(  # noqa: S603
+            [sys.executable, str(CORE_SCRIPT), str(self.data)],
+            cwd=self.root,
+            env=_env(self.root),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+        )
+        try:
+            hello = self._answer()
+            # PYTHONPATH must have won over whatever schedext is installed: check, not hope
+            if not Path(hello["extender"]).is_relative_to(self.root):
+                raise RuntimeError(f"core timing for {self.root} imported {hello['extender']}")
+            self.compiled = bool(hello["compiled"])
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def run(self, rounds: int) -> dict[str, list[float]]:
+        """ms of every call per verb, over ``rounds`` rounds."""
+        if rounds <= 0:
+            return {verb: [] for verb in CORE_VERBS}
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{rounds}\n".encode())
+        self.process.stdin.flush()
+        times: dict[str, list[float]] = self._answer()
+        return times
+
+    def _answer(self, timeout: float = CORE_TIMEOUT_S) -> Any:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if ready else b""
+        if not line:
+            what = "exited" if ready else f"gave no answer within {timeout:g} s"
+            raise RuntimeError(f"core timing ({self.root}) {what}: {self._tail()}")
+        return orjson.loads(line)
+
+    def _tail(self) -> str:
+        return self.log.read_text(errors="replace")[-2000:]
+
+    def __exit__(self, *_: object) -> None:
+        assert self.process.stdin is not None
+        with contextlib.suppress(OSError):  # the end of stdin is its signal to exit
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._log.close()
 
 
 def _env(root: Path) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The core alone, for ``loadtests.bench``: filter and prioritize timed in-process, without
 HTTP and JSON, on the data the benchmark sends its servers.
 
-The benchmark runs this file as a script (not ``-m``), once per source tree, with
+The benchmark runs this file as a script (not ``-m``), one process per source tree, with
 ``PYTHONPATH`` set to that checkout: ``extender`` is then imported from it, and both trees'
 core figures come from this same code. So it imports nothing of the repository but
 ``extender``, and of it only API that has long been stable (``Scheduler()``,
@@ -11,9 +11,12 @@ baseline may be an older or a newer tree.
     python loadtests/corebench.py INPUT.json
 
 INPUT.json: ``{"cluster": {"items": [...]}, "pod": {...}, "orders": [[name, ...], ...],
-"passed": [[name, ...], ...], "rounds": N}`` (``passed[k]``: filter's answer to
-``orders[k]``). Prints one JSON object: the p50 of each verb in ms, where ``extender`` was
-imported from and whether its compiled part was there.
+"passed": [[name, ...], ...]}`` (``passed[k]``: filter's answer to ``orders[k]``). Once the
+scheduler holds the cluster it prints one JSON line: where ``extender`` was imported from and
+whether its compiled part was there. Then, for every line N read from stdin, it runs N rounds
+(filter then prioritize, cycling through the node orders) and prints one JSON line with the
+ms of every call per verb; it exits at the end of stdin. Rounds come in batches so that the
+benchmark can alternate two trees' processes batch by batch, as it alternates their servers.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
 import extender
@@ -40,45 +42,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python loadtests/corebench.py INPUT.json", file=sys.stderr)
         return 2
     data = orjson.loads(Path(args[0]).read_bytes())
-    times = core_times(
-        data["cluster"], data["pod"], data["orders"], data["passed"], rounds=data["rounds"]
+    core = Core(data["cluster"], data["pod"], data["orders"], data["passed"])
+    _say(
+        {
+            "extender": str(Path(extender.__file__).resolve().parent),
+            "compiled": importlib.util.find_spec("extender._packed") is not None,
+        }
     )
-    result = {
-        **times,
-        "extender": str(Path(extender.__file__).resolve().parent),
-        "compiled": importlib.util.find_spec("extender._packed") is not None,
-    }
-    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    for line in sys.stdin:
+        _say(core.run(int(line)))
     return 0
 
 
-def core_times(
-    cluster: dict[str, Any],
-    pod: dict[str, Any],
-    orders: list[list[str]],
-    passed: list[list[str]],
-    *,
-    rounds: int,
-) -> dict[str, float]:
-    """p50 ms of each verb over ``rounds`` calls, cycling through the node orders. The names
-    are packed, as the service's decoder packs kube-scheduler's (extender.packed)."""
-    pack = _packer()
-    packed_orders = [pack(o) for o in orders]
-    packed_passed = [pack(p) for p in passed]
-    scheduler = Scheduler()
-    items = cluster["items"]
-    scheduler.replace_nodes([i for i in items if i["kind"] == "Node"])
-    scheduler.replace_pods([i for i in items if i["kind"] == "Pod"])
-    times: dict[str, list[float]] = {"filter": [], "prioritize": []}
-    for round_ in range(rounds):
-        k = round_ % len(orders)
-        started = time.perf_counter_ns()
-        scheduler.filter(pod, packed_orders[k])
-        times["filter"].append((time.perf_counter_ns() - started) / 1e6)
-        started = time.perf_counter_ns()
-        scheduler.prioritize(pod, packed_passed[k])
-        times["prioritize"].append((time.perf_counter_ns() - started) / 1e6)
-    return {verb: float(np.percentile(values, 50)) for verb, values in times.items()}
+class Core:
+    """A scheduler holding the cluster, and the requests to time against it. The names are
+    packed, as the service's decoder packs kube-scheduler's (extender.packed)."""
+
+    def __init__(
+        self,
+        cluster: dict[str, Any],
+        pod: dict[str, Any],
+        orders: list[list[str]],
+        passed: list[list[str]],
+    ) -> None:
+        pack = _packer()
+        self.pod = pod
+        self.orders = [pack(o) for o in orders]
+        self.passed = [pack(p) for p in passed]
+        self.scheduler = Scheduler()
+        items = cluster["items"]
+        self.scheduler.replace_nodes([i for i in items if i["kind"] == "Node"])
+        self.scheduler.replace_pods([i for i in items if i["kind"] == "Pod"])
+        self.round = 0  # the node orders cycle on across batches
+
+    def run(self, rounds: int) -> dict[str, list[float]]:
+        """ms of every call, per verb, over ``rounds`` rounds."""
+        times: dict[str, list[float]] = {"filter": [], "prioritize": []}
+        for _ in range(rounds):
+            k = self.round % len(self.orders)
+            self.round += 1
+            started = time.perf_counter_ns()
+            self.scheduler.filter(self.pod, self.orders[k])
+            times["filter"].append((time.perf_counter_ns() - started) / 1e6)
+            started = time.perf_counter_ns()
+            self.scheduler.prioritize(self.pod, self.passed[k])
+            times["prioritize"].append((time.perf_counter_ns() - started) / 1e6)
+        return times
 
 
 def _packer() -> Packer:
@@ -89,6 +98,11 @@ def _packer() -> Packer:
     except ImportError:
         return lambda names: names
     return lambda names: PackedNames.of(names) or names
+
+
+def _say(message: object) -> None:
+    sys.stdout.write(orjson.dumps(message).decode() + "\n")
+    sys.stdout.flush()  # the benchmark waits for this line
 
 
 if __name__ == "__main__":
