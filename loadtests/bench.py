@@ -11,7 +11,9 @@ With ``--baseline DIR`` (another checkout of schedext, e.g. ``git worktree add -
 ../schedext-before <commit>``, its compiled part built with ``setup.py build_ext --inplace``)
 both trees' servers run on the same snapshot, each on its own connection, and every round
 sends the same bodies to both, the tree that goes first swapped every round; the core is
-timed for both. It then also prints, per size, this tree's p50 over the baseline's.
+timed for both, in alternating batches. Both servers share one CPU, and so do both cores:
+on a shared machine two CPUs can differ in speed for minutes. It then also prints, per size,
+this tree's p50 over the baseline's.
 
     python -m loadtests.bench --nodes 100,1000,5000 --rounds 2000
     python -m loadtests.bench --nodes 5000 --rounds 1000 --baseline ../schedext-before
@@ -63,12 +65,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds < 100 or not sizes or min(sizes) < 2:
         parser.error("need --rounds >= 100 and cluster sizes >= 2")
     trees = {THIS: ROOT}
+    cpu = None
     if args.baseline is not None:
         trees[BASELINE] = args.baseline
-        print(f"this tree: {_describe(ROOT)}; baseline: {_describe(args.baseline)}")
+        cpu = _shared_cpu()
+        on_cpu = f"; both trees' servers and cores on CPU {cpu}" if cpu is not None else ""
+        print(f"this tree: {_describe(ROOT)}; baseline: {_describe(args.baseline)}{on_cpu}")
     results: list[Row] = []
     for size in sizes:
-        rows = _bench_size(size, PODS[args.pod], trees, rounds=args.rounds, warmup=args.warmup)
+        rows = _bench_size(
+            size, PODS[args.pod], trees, rounds=args.rounds, warmup=args.warmup, cpu=cpu
+        )
         results.extend(rows)
     _print(results, with_tree=len(trees) > 1)
     if len(trees) > 1:
@@ -139,7 +146,13 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def _bench_size(
-    size: int, pod: dict[str, Any], trees: dict[str, Path], *, rounds: int, warmup: int
+    size: int,
+    pod: dict[str, Any],
+    trees: dict[str, Path],
+    *,
+    rounds: int,
+    warmup: int,
+    cpu: int | None,
 ) -> list[Row]:
     cluster = payloads.make_cluster(size)
     node_names = [i["metadata"]["name"] for i in cluster["items"] if i["kind"] == "Node"]
@@ -151,7 +164,7 @@ def _bench_size(
         snapshot = workdir / "cluster.json"
         snapshot.write_bytes(orjson.dumps(cluster))
         conns = {
-            tree: stack.enter_context(_connection(snapshot, workdir / f"{tree}.log", root))
+            tree: stack.enter_context(_connection(snapshot, workdir / f"{tree}.log", root, cpu))
             for tree, root in trees.items()
         }
         passed = {
@@ -172,7 +185,14 @@ def _bench_size(
     # the core after the servers are gone, so that they take no CPU from it
     core_rounds = min(rounds, 1000)
     core = _core_times(
-        trees, cluster, pod, orders, passed[THIS], rounds=core_rounds, warmup=min(warmup, 300)
+        trees,
+        cluster,
+        pod,
+        orders,
+        passed[THIS],
+        rounds=core_rounds,
+        warmup=min(warmup, 300),
+        cpu=cpu,
     )
     rows: list[Row] = []
     for tree in trees:
@@ -262,6 +282,7 @@ def _core_times(
     *,
     rounds: int,
     warmup: int,
+    cpu: int | None,
 ) -> dict[str, dict[str, Any]]:
     """The core alone (loadtests/corebench.py): one process per tree, ``extender`` imported
     from it, the same script for every tree. Their batches alternate like the servers' rounds
@@ -273,7 +294,7 @@ def _core_times(
             orjson.dumps({"cluster": cluster, "pod": pod, "orders": orders, "passed": passed})
         )
         cores = {
-            tree: stack.enter_context(_CoreProcess(data, root, Path(tmp) / f"{tree}-core.log"))
+            tree: stack.enter_context(_CoreProcess(data, root, Path(tmp) / f"{tree}.log", cpu))
             for tree, root in trees.items()
         }
         for core in cores.values():
@@ -302,21 +323,22 @@ class _CoreProcess:
     """loadtests/corebench.py holding the cluster with ``root``'s extender, for the
     benchmark's life: one JSON line in answer to each batch of rounds."""
 
-    def __init__(self, data: Path, root: Path, log: Path) -> None:
-        self.data, self.root, self.log = data, root, log
+    def __init__(self, data: Path, root: Path, log: Path, cpu: int | None = None) -> None:
+        self.data, self.root, self.log, self.cpu = data, root, log, cpu
         self.compiled = False
 
     def __enter__(self) -> _CoreProcess:
         self._log = self.log.open("wb")
         # our own script and interpreter, arguments built here; cwd and PYTHONPATH pick the tree
-        self.process = subprocess.Popen(  # noqa: S603
-            [sys.executable, str(CORE_SCRIPT), str(self.data)],
-            cwd=self.root,
-            env=_env(self.root),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-        )
+        with _pinned(self.cpu):
+            self.process = subprocess.Popen(  # noqa: S603
+                [sys.executable, str(CORE_SCRIPT), str(self.data)],
+                cwd=self.root,
+                env=_env(self.root),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+            )
         try:
             hello = self._answer()
             # PYTHONPATH must have won over whatever schedext is installed: check, not hope
@@ -362,6 +384,30 @@ class _CoreProcess:
         if self.process.stdout is not None:
             self.process.stdout.close()
         self._log.close()
+
+
+def _shared_cpu() -> int | None:
+    """The one CPU for both trees' processes in a comparison (the last this process may use).
+    A process mostly stays on the CPU it last ran on, and on a shared machine two CPUs can
+    differ in speed for minutes (a busy neighbour): two trees on two CPUs would compare the
+    CPUs. None where affinity cannot be set."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    return max(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def _pinned(cpu: int | None) -> Iterator[None]:
+    """This process on ``cpu`` alone while it starts processes, which inherit that."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -430,9 +476,11 @@ def _print_comparison(rows: list[Row]) -> None:
 
 
 @contextlib.contextmanager
-def _connection(snapshot: Path, log: Path, root: Path) -> Iterator[http.client.HTTPConnection]:
+def _connection(
+    snapshot: Path, log: Path, root: Path, cpu: int | None
+) -> Iterator[http.client.HTTPConnection]:
     """A keep-alive connection to ``root``'s schedext serving ``snapshot``."""
-    with _Server(snapshot, log, root) as server:
+    with _Server(snapshot, log, root, cpu) as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         try:
             yield conn
@@ -444,8 +492,10 @@ class _Server:
     """``schedext serve`` of the tree at ``root`` on a snapshot, on a free loopback port, for
     the benchmark's life."""
 
-    def __init__(self, snapshot: Path, log: Path, root: Path = ROOT) -> None:
-        self.snapshot, self.log, self.root = snapshot, log, root
+    def __init__(
+        self, snapshot: Path, log: Path, root: Path = ROOT, cpu: int | None = None
+    ) -> None:
+        self.snapshot, self.log, self.root, self.cpu = snapshot, log, root, cpu
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
@@ -457,9 +507,14 @@ class _Server:
         ]  # fmt: skip
         self._log = self.log.open("wb")
         # our own CLI with arguments built here, not user input; cwd and PYTHONPATH pick the tree
-        self.process = subprocess.Popen(  # noqa: S603
-            command, cwd=self.root, env=_env(self.root), stdout=self._log, stderr=subprocess.STDOUT
-        )
+        with _pinned(self.cpu):
+            self.process = subprocess.Popen(  # noqa: S603
+                command,
+                cwd=self.root,
+                env=_env(self.root),
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             self._wait_ready(timeout=120)
         except BaseException:
