@@ -5,24 +5,35 @@ then sends interleaved rounds over ONE keep-alive connection: the constant-answe
 (same server, same body, no decision: the floor), filter (names mode, node order shuffled as
 kube-scheduler's parallel filters do), and prioritize (with exactly the list filter returned,
 as kube-scheduler sends it). It prints p50/p90/p99 per verb and N, and the ratios to the floor.
-It also times the core alone, in this process, on the same data.
+It also times the core alone, in a process of its own, on the same data (loadtests/corebench.py).
+
+With ``--baseline DIR`` (another checkout of schedext, e.g. ``git worktree add --detach
+../schedext-before <commit>``, its compiled part built with ``setup.py build_ext --inplace``)
+both trees' servers run on the same snapshot, each on its own connection, and every round
+sends the same bodies to both, the tree that goes first swapped every round; the core is
+timed for both, in alternating batches. Both servers share one CPU, and so do both cores:
+on a shared machine two CPUs can differ in speed for minutes. It then also prints, per size,
+this tree's p50 over the baseline's.
 
     python -m loadtests.bench --nodes 100,1000,5000 --rounds 2000
-    schedext bench -- --nodes 5000
+    python -m loadtests.bench --nodes 5000 --rounds 1000 --baseline ../schedext-before
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
+import os
 import random
+import select
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +42,53 @@ import orjson
 
 from loadtests import payloads
 
+ROOT = Path(__file__).resolve().parents[1]  # this tree
+CORE_SCRIPT = Path(__file__).resolve().with_name("corebench.py")
+THIS, BASELINE = "this", "baseline"
+VERBS = ("constant", "filter", "prioritize")
+CORE_VERBS = ("filter", "prioritize")
 VARIANTS = 8  # distinct node orders, cycled (kube-scheduler's order varies per cycle)
+CORE_BATCHES = 10  # the core's rounds in this many batches, the trees alternating
+CORE_TIMEOUT_S = 300.0  # for any one answer of the core's process (the pure-Python twin is slow)
 PODS = {
     "h100": payloads.make_pod("bench-pod", gpus=2, model="H100", uid="bench-pod-uid"),
     "any": payloads.make_pod("bench-pod", gpus=2, model=None, uid="bench-pod-uid"),
 }
+Row = dict[str, Any]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="schedext bench", description=__doc__.split("\n\n")[0])
+    parser = _parser()
+    # "--" is dropped: the retired "schedext bench -- ..." passed it through
+    args = parser.parse_args([a for a in (argv or sys.argv[1:]) if a != "--"])
+    sizes = [int(n) for n in args.nodes.split(",") if n.strip()]
+    if args.rounds < 100 or not sizes or min(sizes) < 2:
+        parser.error("need --rounds >= 100 and cluster sizes >= 2")
+    trees = {THIS: ROOT}
+    cpu = None
+    if args.baseline is not None:
+        trees[BASELINE] = args.baseline
+        cpu = _shared_cpu()
+        on_cpu = f"; both trees' servers and cores on CPU {cpu}" if cpu is not None else ""
+        print(f"this tree: {_describe(ROOT)}; baseline: {_describe(args.baseline)}{on_cpu}")
+    results: list[Row] = []
+    for size in sizes:
+        rows = _bench_size(
+            size, PODS[args.pod], trees, rounds=args.rounds, warmup=args.warmup, cpu=cpu
+        )
+        results.extend(rows)
+    _print(results, with_tree=len(trees) > 1)
+    if len(trees) > 1:
+        _print_comparison(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--nodes", default="100,1000,5000", help="comma-separated cluster sizes")
     parser.add_argument("--rounds", type=int, default=2000, help="measured rounds per size")
     parser.add_argument("--warmup", type=int, default=300, help="unmeasured rounds first")
@@ -50,100 +99,321 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="h100: asks for 2 H100 GPUs (1 node in 3 has them, the rest are rejected with "
         "reasons: the costly answer); any: 2 GPUs of any model (most nodes pass)",
     )
+    parser.add_argument(
+        "--baseline",
+        type=_checkout,
+        metavar="DIR",
+        help="another checkout of schedext (e.g. a git worktree of an earlier commit): its "
+        "server alternates with this tree's, round by round, for before/after figures",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
-    args = parser.parse_args([a for a in (argv or sys.argv[1:]) if a != "--"])
-    sizes = [int(n) for n in args.nodes.split(",") if n.strip()]
-    if args.rounds < 100 or not sizes or min(sizes) < 2:
-        parser.error("need --rounds >= 100 and cluster sizes >= 2")
-    results: list[dict[str, Any]] = []
-    for size in sizes:
-        results.extend(_bench_size(size, PODS[args.pod], rounds=args.rounds, warmup=args.warmup))
-    _print(results)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
-    return 0
+    return parser
+
+
+def _checkout(value: str) -> Path:
+    """--baseline's type: checked before anything starts, so a typo costs no server start."""
+    path = Path(value).resolve()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value}: no such directory")
+    if not (path / "app" / "cli.py").is_file():
+        raise argparse.ArgumentTypeError(f"{value}: not a schedext checkout (no app/cli.py)")
+    return path
+
+
+def _describe(root: Path) -> str:
+    """The checkout's commit (marked when it has uncommitted changes), else its path."""
+    head = _git(root, "rev-parse", "--short", "HEAD")
+    if not head:
+        return str(root)
+    dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return f"{head}{' with uncommitted changes' if dirty else ''}"
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """git's stripped output in ``root``, None where it fails (not a checkout, no git)."""
+    try:
+        # git with fixed arguments, on a directory the user named
+        result = subprocess.run(  # noqa: S603
+            ["git", "-C", str(root), *args],  # noqa: S607 (git from PATH, as a user runs it)
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
 
 
 def _bench_size(
-    size: int, pod: dict[str, Any], *, rounds: int, warmup: int
-) -> list[dict[str, Any]]:
+    size: int,
+    pod: dict[str, Any],
+    trees: dict[str, Path],
+    *,
+    rounds: int,
+    warmup: int,
+    cpu: int | None,
+) -> list[Row]:
     cluster = payloads.make_cluster(size)
     node_names = [i["metadata"]["name"] for i in cluster["items"] if i["kind"] == "Node"]
     rng = random.Random(size)
     orders = [rng.sample(node_names, len(node_names)) for _ in range(VARIANTS)]
     filter_bodies = [orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": o}) for o in orders]
-    with tempfile.TemporaryDirectory() as workdir:
-        snapshot = Path(workdir) / "cluster.json"
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        workdir = Path(tmp)
+        snapshot = workdir / "cluster.json"
         snapshot.write_bytes(orjson.dumps(cluster))
-        with _Server(snapshot, Path(workdir) / "server.log") as server:
-            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-            passed = [orjson.loads(_post(conn, "/filter", b))["NodeNames"] for b in filter_bodies]
-            prioritize_bodies = [
-                orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": p}) for p in passed
-            ]
-            samples: dict[str, list[float]] = {"constant": [], "filter": [], "prioritize": []}
-            for round_ in range(warmup + rounds):
-                k = round_ % VARIANTS
-                timings = (
-                    ("constant", "/bench/constant", filter_bodies[k]),
-                    ("filter", "/filter", filter_bodies[k]),
-                    ("prioritize", "/prioritize", prioritize_bodies[k]),
-                )
-                for verb, path, body in timings:
-                    started = time.perf_counter_ns()
-                    _post(conn, path, body)
-                    if round_ >= warmup:
-                        samples[verb].append((time.perf_counter_ns() - started) / 1e6)
-            conn.close()
-    core = _core_times(cluster, pod, orders, passed, rounds=min(rounds, 1000))
+        conns = {
+            tree: stack.enter_context(_connection(snapshot, workdir / f"{tree}.log", root, cpu))
+            for tree, root in trees.items()
+        }
+        passed = {
+            tree: [orjson.loads(_post(conn, "/filter", b))["NodeNames"] for b in filter_bodies]
+            for tree, conn in conns.items()
+        }
+        _warn_if_answers_differ(passed)
+        # both trees get this tree's filter answers, so that their prioritize bodies are equal
+        prioritize_bodies = [
+            orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": p}) for p in passed[THIS]
+        ]
+        bodies = {
+            "constant": filter_bodies,
+            "filter": filter_bodies,
+            "prioritize": prioritize_bodies,
+        }
+        samples = _rounds(conns, bodies, rounds=rounds, warmup=warmup)
+    # the core after the servers are gone, so that they take no CPU from it
+    core_rounds = min(rounds, 1000)
+    core = _core_times(
+        trees,
+        cluster,
+        pod,
+        orders,
+        passed[THIS],
+        rounds=core_rounds,
+        warmup=min(warmup, 300),
+        cpu=cpu,
+    )
+    rows: list[Row] = []
+    for tree in trees:
+        rows.extend(_rows(tree, size, len(passed[tree][0]), samples[tree], core[tree]))
+    return _add_baseline_ratios(rows) if len(trees) > 1 else rows
+
+
+def _rounds(
+    conns: dict[str, http.client.HTTPConnection],
+    bodies: dict[str, list[bytes]],
+    *,
+    rounds: int,
+    warmup: int,
+) -> dict[str, dict[str, list[float]]]:
+    """ms per request, per tree and verb. Within a round every tree gets the same bodies, one
+    tree after the other; which goes first swaps every round, so neither always follows the
+    other's requests (and their cache effects)."""
+    paths = {"constant": "/bench/constant", "filter": "/filter", "prioritize": "/prioritize"}
+    samples: dict[str, dict[str, list[float]]] = {t: {v: [] for v in VERBS} for t in conns}
+    order = list(conns)
+    for round_ in range(warmup + rounds):
+        k = round_ % VARIANTS
+        for tree in order if round_ % 2 == 0 else reversed(order):
+            for verb in VERBS:
+                started = time.perf_counter_ns()
+                _post(conns[tree], paths[verb], bodies[verb][k])
+                if round_ >= warmup:
+                    samples[tree][verb].append((time.perf_counter_ns() - started) / 1e6)
+    return samples
+
+
+def _warn_if_answers_differ(passed: dict[str, list[list[str]]]) -> None:
+    """The trees measured different work if filter passed different nodes: say so."""
+    if len(passed) < 2:
+        return
+    this, baseline = passed[THIS], passed[BASELINE]
+    if any(sorted(a) != sorted(b) for a, b in zip(this, baseline, strict=True)):
+        print(
+            f"warning: the trees' filter answers differ ({len(this[0])} and "
+            f"{len(baseline[0])} nodes pass); both get this tree's list to prioritize",
+            file=sys.stderr,
+        )
+
+
+def _rows(
+    tree: str, size: int, feasible: int, samples: dict[str, list[float]], core: dict[str, Any]
+) -> list[Row]:
     floor = _percentiles(samples["constant"])
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     for verb, values in samples.items():
         figures = _percentiles(values)
         rows.append(
             {
                 "verb": verb,
                 "nodes": size,
-                "feasible": len(passed[0]),
+                "feasible": feasible,
                 **figures,
                 "p50_ratio": figures["p50_ms"] / floor["p50_ms"],
                 "p99_ratio": figures["p99_ms"] / floor["p99_ms"],
                 "core_p50_ms": core.get(verb),
+                "tree": tree,
+                "compiled": core["compiled"],
             }
         )
     return rows
 
 
+def _add_baseline_ratios(rows: list[Row]) -> list[Row]:
+    """On this tree's rows: p50 this / p50 baseline (after / before), served and core."""
+    baseline = {r["verb"]: r for r in rows if r["tree"] == BASELINE}
+    for row in rows:
+        if row["tree"] != THIS:
+            continue
+        before = baseline[row["verb"]]
+        row["p50_vs_baseline"] = row["p50_ms"] / before["p50_ms"]
+        core_pair = (row["core_p50_ms"], before["core_p50_ms"])
+        row["core_p50_vs_baseline"] = None if None in core_pair else core_pair[0] / core_pair[1]
+    return rows
+
+
 def _core_times(
+    trees: dict[str, Path],
     cluster: dict[str, Any],
     pod: dict[str, Any],
     orders: list[list[str]],
     passed: list[list[str]],
     *,
     rounds: int,
-) -> dict[str, float]:
-    """The core alone: the same decisions without HTTP and JSON. The names are packed, as
-    the service's decoder packs kube-scheduler's (extender.packed)."""
-    from extender.packed import PackedNames  # noqa: PLC0415
-    from extender.scheduler import Scheduler  # noqa: PLC0415
+    warmup: int,
+    cpu: int | None,
+) -> dict[str, dict[str, Any]]:
+    """The core alone (loadtests/corebench.py): one process per tree, ``extender`` imported
+    from it, the same script for every tree. Their batches alternate like the servers' rounds
+    (a tree timed after the other only would take all of a noisy moment); p50 over all calls.
+    """
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        data = Path(tmp) / "core.json"
+        data.write_bytes(
+            orjson.dumps({"cluster": cluster, "pod": pod, "orders": orders, "passed": passed})
+        )
+        cores = {
+            tree: stack.enter_context(_CoreProcess(data, root, Path(tmp) / f"{tree}.log", cpu))
+            for tree, root in trees.items()
+        }
+        for core in cores.values():
+            core.run(warmup)  # the first calls build the name table: not measured
+        samples: dict[str, dict[str, list[float]]] = {t: {v: [] for v in CORE_VERBS} for t in cores}
+        order = list(cores)
+        for batch, size in enumerate(_split(rounds, CORE_BATCHES)):
+            for tree in order if batch % 2 == 0 else reversed(order):
+                for verb, values in cores[tree].run(size).items():
+                    samples[tree][verb].extend(values)
+    return {
+        tree: {
+            **{verb: float(np.percentile(values, 50)) for verb, values in by_verb.items()},
+            "compiled": cores[tree].compiled,
+        }
+        for tree, by_verb in samples.items()
+    }
 
-    packed_orders = [PackedNames.of(o) or o for o in orders]
-    packed_passed = [PackedNames.of(p) or p for p in passed]
 
-    scheduler = Scheduler()
-    items = cluster["items"]
-    scheduler.replace_nodes([i for i in items if i["kind"] == "Node"])
-    scheduler.replace_pods([i for i in items if i["kind"] == "Pod"])
-    times: dict[str, list[float]] = {"filter": [], "prioritize": []}
-    for round_ in range(rounds):
-        k = round_ % VARIANTS
-        started = time.perf_counter_ns()
-        scheduler.filter(pod, packed_orders[k])
-        times["filter"].append((time.perf_counter_ns() - started) / 1e6)
-        started = time.perf_counter_ns()
-        scheduler.prioritize(pod, packed_passed[k])
-        times["prioritize"].append((time.perf_counter_ns() - started) / 1e6)
-    return {verb: float(np.percentile(values, 50)) for verb, values in times.items()}
+def _split(total: int, parts: int) -> list[int]:
+    """``total`` in ``parts`` nearly equal positive sizes (fewer where total < parts)."""
+    return [n for i in range(parts) if (n := total // parts + (i < total % parts)) > 0]
+
+
+class _CoreProcess:
+    """loadtests/corebench.py holding the cluster with ``root``'s extender, for the
+    benchmark's life: one JSON line in answer to each batch of rounds."""
+
+    def __init__(self, data: Path, root: Path, log: Path, cpu: int | None = None) -> None:
+        self.data, self.root, self.log, self.cpu = data, root, log, cpu
+        self.compiled = False
+
+    def __enter__(self) -> _CoreProcess:
+        self._log = self.log.open("wb")
+        # our own script and interpreter, arguments built here; cwd and PYTHONPATH pick the tree
+        with _pinned(self.cpu):
+            self.process = subprocess.Popen(  # noqa: S603
+                [sys.executable, str(CORE_SCRIPT), str(self.data)],
+                cwd=self.root,
+                env=_env(self.root),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+            )
+        try:
+            hello = self._answer()
+            # PYTHONPATH must have won over whatever schedext is installed: check, not hope
+            if not Path(hello["extender"]).is_relative_to(self.root):
+                raise RuntimeError(f"core timing for {self.root} imported {hello['extender']}")
+            self.compiled = bool(hello["compiled"])
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def run(self, rounds: int) -> dict[str, list[float]]:
+        """ms of every call per verb, over ``rounds`` rounds."""
+        if rounds <= 0:
+            return {verb: [] for verb in CORE_VERBS}
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{rounds}\n".encode())
+        self.process.stdin.flush()
+        times: dict[str, list[float]] = self._answer()
+        return times
+
+    def _answer(self, timeout: float = CORE_TIMEOUT_S) -> Any:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if ready else b""
+        if not line:
+            what = "exited" if ready else f"gave no answer within {timeout:g} s"
+            raise RuntimeError(f"core timing ({self.root}) {what}: {self._tail()}")
+        return orjson.loads(line)
+
+    def _tail(self) -> str:
+        return self.log.read_text(errors="replace")[-2000:]
+
+    def __exit__(self, *_: object) -> None:
+        assert self.process.stdin is not None
+        with contextlib.suppress(OSError):  # the end of stdin is its signal to exit
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._log.close()
+
+
+def _shared_cpu() -> int | None:
+    """The one CPU for both trees' processes in a comparison (the last this process may use).
+    A process mostly stays on the CPU it last ran on, and on a shared machine two CPUs can
+    differ in speed for minutes (a busy neighbour): two trees on two CPUs would compare the
+    CPUs. None where affinity cannot be set."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    return max(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def _pinned(cpu: int | None) -> Iterator[None]:
+    """This process on ``cpu`` alone while it starts processes, which inherit that."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _env(root: Path) -> dict[str, str]:
+    """The environment that runs ``root``'s code: it alone on PYTHONPATH, before anything
+    installed (an editable install of this tree included)."""
+    return {**os.environ, "PYTHONPATH": str(root)}
 
 
 def _post(conn: http.client.HTTPConnection, path: str, body: bytes) -> bytes:
@@ -160,28 +430,72 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     return {"p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "count": len(values)}
 
 
-def _print(rows: list[dict[str, Any]]) -> None:
+def _print(rows: list[Row], *, with_tree: bool) -> None:
+    tree_header = f"{'tree':<10}" if with_tree else ""
     header = (
-        f"{'verb':<11}{'nodes':>7}{'feasible':>9}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}"
-        f"{'p50/floor':>11}{'p99/floor':>11}{'core p50':>10}"
+        f"{tree_header}{'verb':<11}{'nodes':>7}{'feasible':>9}{'p50 ms':>9}{'p90 ms':>9}"
+        f"{'p99 ms':>9}{'p50/floor':>11}{'p99/floor':>11}{'core p50':>10}"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
+        tree = f"{r['tree']:<10}" if with_tree else ""
         core = f"{r['core_p50_ms']:.3f}" if r["core_p50_ms"] is not None else "-"
         print(
-            f"{r['verb']:<11}{r['nodes']:>7}{r['feasible']:>9}{r['p50_ms']:>9.3f}"
+            f"{tree}{r['verb']:<11}{r['nodes']:>7}{r['feasible']:>9}{r['p50_ms']:>9.3f}"
             f"{r['p90_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['p50_ratio']:>10.2f}x{r['p99_ratio']:>10.2f}x"
             f"{core:>10}"
         )
     print("floor = the constant-answer endpoint of the same server, same body, same connection")
 
 
-class _Server:
-    """``schedext serve`` on a snapshot, on a free loopback port, for the benchmark's life."""
+def _print_comparison(rows: list[Row]) -> None:
+    """Per size and verb: p50 this / p50 baseline (after / before), served and core."""
+    baseline = {(r["nodes"], r["verb"]): r for r in rows if r["tree"] == BASELINE}
+    print("\nthis / baseline (after / before), p50:")
+    for row in rows:
+        if row["tree"] != THIS:
+            continue
+        before = baseline[(row["nodes"], row["verb"])]
+        line = (
+            f"{row['verb']:<11}{row['nodes']:>7}  served {row['p50_ms']:.3f} / "
+            f"{before['p50_ms']:.3f} ms = {row['p50_vs_baseline']:.2f}x"
+        )
+        if row["core_p50_vs_baseline"] is not None:
+            line += (
+                f"   core {row['core_p50_ms']:.3f} / {before['core_p50_ms']:.3f} ms"
+                f" = {row['core_p50_vs_baseline']:.2f}x"
+            )
+        print(line)
+    for tree in (THIS, BASELINE):
+        if not any(r["compiled"] for r in rows if r["tree"] == tree):
+            print(
+                f"note: {tree} tree runs without its compiled part (extender/_packed), on the "
+                "pure-Python twin: build it with setup.py build_ext --inplace in that checkout"
+            )
 
-    def __init__(self, snapshot: Path, log: Path) -> None:
-        self.snapshot, self.log = snapshot, log
+
+@contextlib.contextmanager
+def _connection(
+    snapshot: Path, log: Path, root: Path, cpu: int | None
+) -> Iterator[http.client.HTTPConnection]:
+    """A keep-alive connection to ``root``'s schedext serving ``snapshot``."""
+    with _Server(snapshot, log, root, cpu) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+class _Server:
+    """``schedext serve`` of the tree at ``root`` on a snapshot, on a free loopback port, for
+    the benchmark's life."""
+
+    def __init__(
+        self, snapshot: Path, log: Path, root: Path = ROOT, cpu: int | None = None
+    ) -> None:
+        self.snapshot, self.log, self.root, self.cpu = snapshot, log, root, cpu
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
@@ -192,23 +506,41 @@ class _Server:
             "--port", str(self.port), "--bench-endpoints", "--log-level", "warning",
         ]  # fmt: skip
         self._log = self.log.open("wb")
-        # our own CLI with arguments built here, not user input
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)  # noqa: S603
-        deadline = time.monotonic() + 120
+        # our own CLI with arguments built here, not user input; cwd and PYTHONPATH pick the tree
+        with _pinned(self.cpu):
+            self.process = subprocess.Popen(  # noqa: S603
+                command,
+                cwd=self.root,
+                env=_env(self.root),
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            self._wait_ready(timeout=120)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_ready(self, *, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"schedext exited: {self.log.read_text()[-2000:]}")
+                raise RuntimeError(f"schedext ({self.root}) exited: {self.log.read_text()[-2000:]}")
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
             try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
                 conn.request("GET", "/readyz")
                 if conn.getresponse().status == 200:
-                    conn.close()
-                    return self
+                    return
             except OSError:
                 pass
+            finally:
+                conn.close()
             time.sleep(0.1)
-        self.__exit__()
-        raise RuntimeError("schedext did not become ready within 120 s")
+        raise RuntimeError(
+            f"schedext ({self.root}) did not become ready within {timeout:g} s: "
+            f"{self.log.read_text()[-2000:]}"
+        )
 
     def __exit__(self, *_: object) -> None:
         self.process.terminate()

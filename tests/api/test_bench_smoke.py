@@ -1,5 +1,6 @@
-"""The latency benchmark (``schedext bench``, loadtests/bench.py) runs end to end at tiny sizes
-and writes its figures: a smoke test, so no assertion is about how fast anything is."""
+"""The latency benchmark (``python -m loadtests.bench``) runs end to end at tiny sizes and writes
+its figures, also beside a baseline checkout: smoke tests, so no assertion is about how fast
+anything is."""
 
 from __future__ import annotations
 
@@ -9,19 +10,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 VERBS = ("constant", "filter", "prioritize")
 SIZES = (10, 50)
 ROUNDS = 100
+TREES = ("this", "baseline")
+REPO = Path(__file__).resolve().parents[2]  # loadtests is not installed: run from the root
 
 
 def test_bench_writes_percentiles_and_ratios_per_verb_and_size(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     sizes = ",".join(map(str, SIZES))
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "bench", "--", "--nodes", sizes,
+        [sys.executable, "-m", "loadtests.bench", "--nodes", sizes,
          "--rounds", str(ROUNDS), "--warmup", "10", "--json", str(out)],
         capture_output=True,
         text=True,
+        cwd=REPO,
         timeout=60,
         check=False,
     )  # fmt: skip
@@ -49,6 +55,68 @@ def test_bench_writes_percentiles_and_ratios_per_verb_and_size(tmp_path: Path) -
         else:
             assert isinstance(row["core_p50_ms"], float)
             assert row["core_p50_ms"] > 0
+
+
+def test_bench_with_a_baseline_measures_both_trees_and_their_ratios(tmp_path: Path) -> None:
+    """This very checkout as its own baseline: both servers, both cores, the after/before
+    ratios on this tree's rows."""
+    out = tmp_path / "out.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.bench", "--nodes", "10", "--rounds", str(ROUNDS),
+         "--warmup", "10", "--baseline", str(REPO), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "baseline: " in result.stdout
+    assert "this / baseline (after / before)" in result.stdout
+
+    rows = json.loads(out.read_text())
+    by_key = {(row["tree"], row["verb"]): row for row in rows}
+    assert set(by_key) == {(tree, verb) for tree in TREES for verb in VERBS}
+    assert len(rows) == len(by_key)
+    for key, row in by_key.items():
+        assert row["nodes"] == 10
+        assert row["count"] == ROUNDS
+        for field in ("p50_ms", "p90_ms", "p99_ms", "p50_ratio", "p99_ratio"):
+            assert isinstance(row[field], float), (key, field)
+            assert math.isfinite(row[field]), (key, field)
+            assert row[field] > 0, (key, field)
+    for verb in VERBS:
+        this, baseline = by_key[("this", verb)], by_key[("baseline", verb)]
+        assert math.isclose(this["p50_vs_baseline"], this["p50_ms"] / baseline["p50_ms"])
+        assert "p50_vs_baseline" not in baseline
+        if verb == "constant":
+            assert this["core_p50_vs_baseline"] is None
+            continue
+        for row in (this, baseline):
+            assert isinstance(row["core_p50_ms"], float), (row["tree"], verb)
+            assert row["core_p50_ms"] > 0, (row["tree"], verb)
+        assert math.isclose(
+            this["core_p50_vs_baseline"], this["core_p50_ms"] / baseline["core_p50_ms"]
+        )
+
+
+@pytest.mark.parametrize("kind", ["missing", "not a checkout"])
+def test_bench_rejects_a_baseline_that_is_not_a_checkout(tmp_path: Path, kind: str) -> None:
+    """Refused by the argument parser, before any server starts: a one-line error naming the
+    path, no traceback."""
+    baseline = tmp_path / "no-such-dir" if kind == "missing" else tmp_path
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.bench", "--nodes", "10", "--baseline", str(baseline)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert str(baseline) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
 
 
 def test_api_client_bench_writes_cpu_per_operation_beside_aiohttp(tmp_path: Path) -> None:
