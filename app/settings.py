@@ -23,7 +23,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from extender import names
+from extender import names, scoring
 from extender.policy import GpuScoring, PolicyConfig
 from extender.quantity import QuantityError, to_milli
 
@@ -188,7 +188,7 @@ class PolicySettings(_Group):
     def _policy_is_valid(self) -> PolicySettings:
         """Build the core's config once now: what it refuses (an unknown scorer name, a
         resource name without a domain) is a settings error, reported as one at start."""
-        self.config()
+        scoring.weights(self.config())
         return self
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from extender import binding, fields, policy
+from extender import binding, fields, policy, scoring
 from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
 from extender.explain import explain
@@ -61,6 +61,7 @@ class Scheduler(Intake):
         if reservation_ttl <= 0:
             raise ValueError("reservation_ttl must be > 0")
         self.config = config = config or PolicyConfig()
+        scoring.weights(config)  # a scorer named that does not exist fails here, not later
         self._reservation_ttl = reservation_ttl
         self._gang_victims = gang_victims
         self._inventory = Inventory(rack_label=config.rack_label, zone_label=config.zone_label)

@@ -13,22 +13,27 @@ Its weight is ``policy.weights.<name>`` in settings (or its ``default_weight``).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from extender.addressing import ip_context
 from extender.config import PolicyConfig
+from extender.inventory import IdArray, Inventory
+from extender.model import PodRequest
 from extender.scoring import binpack, cpu_only, gang_rack, ip_headroom, spread, topology
-from extender.scoring.gang_rack import GroupAffinity
-from extender.scoring.scorer import Candidates, FloatArray, Scorer
+from extender.scoring.scorer import Candidates, FloatArray, GroupAffinity, Scorer
 
-if TYPE_CHECKING:
-    from extender.inventory import IdArray, Inventory
-    from extender.model import PodRequest
-
-__all__ = ["MAX_SCORE", "NAMES", "SCORERS", "GroupAffinity", "ScoreArray", "Scorer", "score_nodes"]
+__all__ = [
+    "MAX_SCORE",
+    "NAMES",
+    "SCORERS",
+    "GroupAffinity",
+    "ScoreArray",
+    "Scorer",
+    "score_nodes",
+    "weights",
+]
 
 ScoreArray = npt.NDArray[np.int64]
 
@@ -59,7 +64,7 @@ def score_nodes(
     )
     raw: FloatArray | None = None
     total = 0
-    for scorer, weight in _weighted(config):
+    for scorer, weight in weights(config):
         if scorer.applies(nodes):
             term = weight * scorer.score(nodes)
             raw = term if raw is None else raw + term
@@ -73,8 +78,13 @@ def score_nodes(
 
 
 @functools.lru_cache(maxsize=16)
-def _weighted(config: PolicyConfig) -> tuple[tuple[Scorer, int], ...]:
-    """The scorers that weigh more than 0 under ``config``, with their weights."""
+def weights(config: PolicyConfig) -> tuple[tuple[Scorer, int], ...]:
+    """The scorers that weigh more than 0 under ``config``, with their weights; ValueError
+    when ``config.weights`` names a scorer that does not exist."""
+    unknown = sorted(name for name, _ in config.weights if name not in NAMES)
+    if unknown:
+        known = ", ".join(sorted(NAMES))
+        raise ValueError(f"no scorer is named {', '.join(unknown)}: scorers must be {known}")
     chosen = dict(config.weights)
     weighted = ((s, chosen.get(s.name, s.default_weight(config))) for s in SCORERS)
     return tuple((scorer, weight) for scorer, weight in weighted if weight > 0)

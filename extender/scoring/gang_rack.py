@@ -1,26 +1,14 @@
 """Gang rack affinity: a gang member prefers the rack (or else the zone) where most of its
 group already runs; the first member prefers racks whose free GPUs can hold the whole group.
-The gang coordinator says where the group is (:class:`GroupAffinity`)."""
+The gang coordinator says where the group is (:class:`~extender.scoring.scorer.GroupAffinity`)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from extender.scoring.scorer import Candidates, FloatArray, Scorer
 
-__all__ = ["SCORER", "GroupAffinity"]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupAffinity:
-    """Where a gang member's group already is: the racks/zones of its placed members (most
-    members first), and how many GPUs its unplaced members still need."""
-
-    racks: tuple[int, ...] = ()
-    zones: tuple[int, ...] = ()
-    gpus_needed: int = 0
+__all__ = ["SCORER"]
 
 
 def _score(nodes: Candidates) -> FloatArray:

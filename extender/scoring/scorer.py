@@ -4,21 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:  # types only: gang_rack imports this module, and config the registry
-    from extender.addressing import IPContext
-    from extender.config import PolicyConfig
-    from extender.inventory import IdArray, IntArray, Inventory
-    from extender.model import PodRequest
-    from extender.scoring.gang_rack import GroupAffinity
+from extender.addressing import IPContext
+from extender.config import PolicyConfig
+from extender.inventory import IdArray, IntArray, Inventory
+from extender.model import PodRequest
 
-__all__ = ["Candidates", "FloatArray", "Scorer", "for_gpu_pods"]
+__all__ = ["Candidates", "FloatArray", "GroupAffinity", "Scorer", "for_gpu_pods"]
 
 FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAffinity:
+    """Where a gang member's group already is (the gang coordinator says): the racks/zones of
+    its placed members (most members first), and how many GPUs its unplaced members still
+    need. What the ``gang_rack`` scorer rates nodes by."""
+
+    racks: tuple[int, ...] = ()
+    zones: tuple[int, ...] = ()
+    gpus_needed: int = 0
 
 
 class Candidates:

@@ -354,4 +354,4 @@ def test_when_every_scorer_that_applies_weighs_nothing_no_node_is_preferred() ->
 )
 def test_weights_by_name_are_validated(weights: tuple[tuple[str, int], ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        PolicyConfig(weights=weights)
+        Scheduler(PolicyConfig(weights=weights))
