@@ -15,50 +15,12 @@ from app.errors import BodyTimeoutError, BodyTooLargeError, ClientGoneError, Not
 from app.events import EventRecorder
 from app.gangs import GangWaiters
 from app.metrics import Metrics
+from app.readiness import Readiness
 from app.settings import Settings
 from app.victims import VictimWaits
 from extender.scheduler import Scheduler
 
-__all__ = ["Readiness", "Service"]
-
-
-@dataclass(slots=True)
-class Readiness:
-    """Whether verbs may be answered: the inventory is synced and, with leader election, this
-    replica leads. ``reason`` says why not."""
-
-    synced: bool = False
-    sync_reason: str = "inventory not synced"
-    leading: bool = True  # stays True without leader election
-    leader: str = ""
-
-    @property
-    def ready(self) -> bool:
-        return self.synced and self.leading
-
-    @property
-    def reason(self) -> str:
-        return next((why for why in self.checks().values() if why), "")
-
-    def checks(self) -> dict[str, str]:
-        """Each check of ``ready`` by name, with why it fails ("" when it passes): what
-        ``/readyz/<check>`` answers. A standby passes ``synced`` (its pod is Ready) and fails
-        ``leader`` (the Service does not select its pod, nor may it answer verbs)."""
-        return {
-            "synced": "" if self.synced else self.sync_reason,
-            "leader": ""
-            if self.leading
-            else f"not the leader (the leader is {self.leader or 'not elected yet'})",
-        }
-
-    def set_ready(self) -> None:
-        self.synced, self.sync_reason = True, ""
-
-    def set_not_ready(self, reason: str) -> None:
-        self.synced, self.sync_reason = False, reason
-
-    def set_leading(self, leading: bool, leader: str) -> None:
-        self.leading, self.leader = leading, leader
+__all__ = ["Service"]
 
 
 @dataclass(slots=True)
