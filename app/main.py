@@ -17,12 +17,12 @@ from starlette.types import Receive, Scope, Send
 
 from app import __version__, openapi
 from app.binder import Binder, InMemoryBinder
+from app.cluster import ClusterSource
 from app.events import ApiEventRecorder, EventRecorder, LogEventRecorder
 from app.gangs import GangWaiters
 from app.kube.api import KubeApi
 from app.kube.binder import ApiBinder
 from app.kube.config import in_cluster_available, load_cluster_config
-from app.kube.source import ClusterSource
 from app.metrics import Metrics
 from app.routes import explain, health, inventory, ui
 from app.routes.verbs import VerbEndpoints
