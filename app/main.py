@@ -182,14 +182,18 @@ async def _expire_reservations(service: Service) -> None:
     """Give back GPUs of binds that never completed (the bind call died mid-way), and end the
     waits of gangs past their timeout (their waiting binds also notice on their own)."""
     period = min(1.0, service.settings.bind.reservation_ttl_s / 2)
-    while True:
-        await asyncio.sleep(period)
-        for holding in service.scheduler.expire(service.clock()):
+
+    def expire(scheduler: Scheduler) -> None:
+        # Logged inside the call, so that these lines come before the gang effects' own.
+        for holding in scheduler.expire(service.clock()):
             log.warning(
                 "reservation expired",
                 extra={"pod": holding.key, "node": holding.node, "gpus": holding.gpu_ids},
             )
-        service.gangs.dispatch(service.scheduler.take_gang_events())
+
+    while True:
+        await asyncio.sleep(period)
+        service.core(expire)
 
 
 async def _bad_request(_request: Request, error: Exception) -> Response:

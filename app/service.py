@@ -7,6 +7,7 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from starlette.types import Receive, Scope
 
@@ -22,6 +23,8 @@ from extender.scheduler import Scheduler
 
 __all__ = ["Service"]
 
+_T = TypeVar("_T")
+
 
 @dataclass(slots=True)
 class Service:
@@ -35,6 +38,11 @@ class Service:
     readiness: Readiness = field(default_factory=Readiness)
     clock: Callable[[], float] = time.monotonic
     description: str = ""  # where the inventory comes from, for logs and the root page
+
+    def core(self, call: Callable[[Scheduler], _T]) -> _T:
+        """Ask the core something that may record gang events (a bind plan, an expiry): the
+        events are performed before this returns or raises (see :meth:`GangWaiters.run`)."""
+        return self.gangs.run(self.scheduler, call)
 
     def settle(self) -> None:
         """The inventory is loaded and will live as long as the process: take it out of the
