@@ -40,7 +40,6 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 COPY README.md setup.py ./
 COPY app ./app
 COPY extender ./extender
-COPY loadtests ./loadtests
 RUN pip wheel --no-deps --wheel-dir /tmp/wheels . \
     && pip install --only-binary=:all: /tmp/wheels/schedext-*.whl \
     && (cd / && python -c "import extender._packed") \

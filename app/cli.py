@@ -1,4 +1,6 @@
-"""``schedext`` command line: ``serve`` (the extender), ``bench`` (latency benchmark)."""
+"""``schedext`` command line: ``serve`` (the extender), ``explain`` (asks a running one why a
+pod fits each node). The benchmarks are not commands of the package, which does not ship them:
+they run from a source tree (``python -m loadtests.bench``)."""
 
 from __future__ import annotations
 
@@ -113,12 +115,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--json", action="store_true", help="print the raw JSON answer")
     explain.set_defaults(handler=_explain)
-
-    bench = commands.add_parser(
-        "bench", help="latency benchmark of filter and prioritize (see loadtests/bench.py)"
-    )
-    bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
-    bench.set_defaults(handler=_bench)
     return parser
 
 
@@ -306,12 +302,6 @@ def _explanation_text(answer: dict[str, Any]) -> str:
     if answer["state"] != "bound":
         lines.append(f"{len(answer['fits'])} of {len(answer['nodes'])} nodes fit")
     return "\n".join(lines)
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from loadtests.bench import main as bench_main  # noqa: PLC0415
-
-    return bench_main(args.args)
 
 
 if __name__ == "__main__":

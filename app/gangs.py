@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from app.events import EventRecorder, PodEvent
 from app.metrics import Metrics
@@ -19,6 +20,8 @@ __all__ = ["GangWaiters"]
 
 log = logging.getLogger("schedext.gangs")
 
+_T = TypeVar("_T")
+
 
 class GangWaiters:
     """One future per waiting group: None when it completes, the reason when it fails."""
@@ -27,6 +30,15 @@ class GangWaiters:
         self._metrics = metrics
         self._events = events
         self._futures: dict[str, asyncio.Future[str | None]] = {}
+
+    def run(self, scheduler: Scheduler, call: Callable[[Scheduler], _T]) -> _T:
+        """``call(scheduler)``, then the gang effects it recorded: the one place the shell
+        takes the core's gang events. In a ``finally``, because a call that raises has
+        recorded events too (a refused bind may have released its group)."""
+        try:
+            return call(scheduler)
+        finally:
+            self.dispatch(scheduler.take_gang_events())
 
     def dispatch(self, events: Iterable[GangEvent]) -> None:
         """Perform the core's gang effects: wake or fail the binds waiting for each group."""
@@ -76,8 +88,7 @@ class GangWaiters:
             # shield: one member timing out must not cancel the group's shared future.
             return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - clock()))
         except TimeoutError:
-            scheduler.time_out_group(group)
-            self.dispatch(scheduler.take_gang_events())
+            self.run(scheduler, lambda core: core.time_out_group(group))
             if future.done():
                 return future.result()
             # The group's wait had already ended some other way without this future hearing

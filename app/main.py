@@ -17,12 +17,12 @@ from starlette.types import Receive, Scope, Send
 
 from app import __version__, openapi
 from app.binder import Binder, InMemoryBinder
+from app.cluster import ClusterSource
 from app.events import ApiEventRecorder, EventRecorder, LogEventRecorder
 from app.gangs import GangWaiters
 from app.kube.api import KubeApi
 from app.kube.binder import ApiBinder
 from app.kube.config import in_cluster_available, load_cluster_config
-from app.kube.source import ClusterSource
 from app.metrics import Metrics
 from app.routes import explain, health, inventory, ui
 from app.routes.verbs import VerbEndpoints
@@ -182,14 +182,18 @@ async def _expire_reservations(service: Service) -> None:
     """Give back GPUs of binds that never completed (the bind call died mid-way), and end the
     waits of gangs past their timeout (their waiting binds also notice on their own)."""
     period = min(1.0, service.settings.bind.reservation_ttl_s / 2)
-    while True:
-        await asyncio.sleep(period)
-        for holding in service.scheduler.expire(service.clock()):
+
+    def expire(scheduler: Scheduler) -> None:
+        # Logged inside the call, so that these lines come before the gang effects' own.
+        for holding in scheduler.expire(service.clock()):
             log.warning(
                 "reservation expired",
                 extra={"pod": holding.key, "node": holding.node, "gpus": holding.gpu_ids},
             )
-        service.gangs.dispatch(service.scheduler.take_gang_events())
+
+    while True:
+        await asyncio.sleep(period)
+        service.core(expire)
 
 
 async def _bad_request(_request: Request, error: Exception) -> Response:

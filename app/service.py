@@ -7,6 +7,7 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from starlette.types import Receive, Scope
 
@@ -15,50 +16,14 @@ from app.errors import BodyTimeoutError, BodyTooLargeError, ClientGoneError, Not
 from app.events import EventRecorder
 from app.gangs import GangWaiters
 from app.metrics import Metrics
+from app.readiness import Readiness
 from app.settings import Settings
 from app.victims import VictimWaits
 from extender.scheduler import Scheduler
 
-__all__ = ["Readiness", "Service"]
+__all__ = ["Service"]
 
-
-@dataclass(slots=True)
-class Readiness:
-    """Whether verbs may be answered: the inventory is synced and, with leader election, this
-    replica leads. ``reason`` says why not."""
-
-    synced: bool = False
-    sync_reason: str = "inventory not synced"
-    leading: bool = True  # stays True without leader election
-    leader: str = ""
-
-    @property
-    def ready(self) -> bool:
-        return self.synced and self.leading
-
-    @property
-    def reason(self) -> str:
-        return next((why for why in self.checks().values() if why), "")
-
-    def checks(self) -> dict[str, str]:
-        """Each check of ``ready`` by name, with why it fails ("" when it passes): what
-        ``/readyz/<check>`` answers. A standby passes ``synced`` (its pod is Ready) and fails
-        ``leader`` (the Service does not select its pod, nor may it answer verbs)."""
-        return {
-            "synced": "" if self.synced else self.sync_reason,
-            "leader": ""
-            if self.leading
-            else f"not the leader (the leader is {self.leader or 'not elected yet'})",
-        }
-
-    def set_ready(self) -> None:
-        self.synced, self.sync_reason = True, ""
-
-    def set_not_ready(self, reason: str) -> None:
-        self.synced, self.sync_reason = False, reason
-
-    def set_leading(self, leading: bool, leader: str) -> None:
-        self.leading, self.leader = leading, leader
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -73,6 +38,11 @@ class Service:
     readiness: Readiness = field(default_factory=Readiness)
     clock: Callable[[], float] = time.monotonic
     description: str = ""  # where the inventory comes from, for logs and the root page
+
+    def core(self, call: Callable[[Scheduler], _T]) -> _T:
+        """Ask the core something that may record gang events (a bind plan, an expiry): the
+        events are performed before this returns or raises (see :meth:`GangWaiters.run`)."""
+        return self.gangs.run(self.scheduler, call)
 
     def settle(self) -> None:
         """The inventory is loaded and will live as long as the process: take it out of the

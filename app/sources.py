@@ -1,4 +1,4 @@
-"""Where the inventory comes from: a snapshot file, the embedded demo, or (``app.kube``) a
+"""Where the inventory comes from: a snapshot file, the embedded demo, or (``app.cluster``) a
 live cluster watched by informers."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from app.binder import BindError
 from app.kube.api import Deadline, KubeApi
 from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError
 from app.kube.status import SCHEDEXT_PATH
-from app.service import Readiness
+from app.readiness import Readiness
 from extender.model import ClaimPlan
 from extender.scheduler import Scheduler
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.kube.api import KubeApi
 from app.kube.errors import ApiError, ApiNotFoundError
-from app.service import Readiness
+from app.readiness import Readiness
 from extender.scheduler import Scheduler
 
 __all__ = ["PODGROUPS_PATH", "SCHEDEXT_PATH", "StatusWriter"]

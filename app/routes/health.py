@@ -11,7 +11,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__
 from app.metrics import CONTENT_TYPE
-from app.service import Readiness, Service
+from app.readiness import Readiness
+from app.service import Service
 
 __all__ = ["CloseWhenNotReady", "router"]
 

@@ -1,4 +1,5 @@
-"""The four extender verbs. Each decodes, calls one method of the core, and encodes.
+"""The four extender verbs. Each decodes, calls one method of the core (bind: the bind
+workflow of :mod:`app.bind_workflow`, which holds the gang wait and the Binding), and encodes.
 
 They are served by :class:`VerbEndpoints`, a bare ASGI layer in front of FastAPI: kube-scheduler
 calls filter and prioritize serially for every pod, and FastAPI's routing, request objects
@@ -22,12 +23,9 @@ from typing import Any
 
 import orjson
 
-from app import wire
-from app.binder import BindError
+from app import bind_workflow, wire
 from app.errors import RequestRejectedError
-from app.events import PodEvent
 from app.service import Service
-from extender.errors import BindRefusedError
 from extender.model import FilterVerdict
 
 __all__ = ["VERBS", "VerbEndpoints"]
@@ -137,70 +135,10 @@ async def _preempt(service: Service, body: bytes) -> tuple[bytes, str]:
 
 async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.binding_args(body)
-    try:
-        plan = service.scheduler.plan_bind(
-            uid=args.uid,
-            namespace=args.namespace,
-            name=args.name,
-            node=args.node,
-            now=service.clock(),
-        )
-    except BindRefusedError as error:
-        service.gangs.dispatch(service.scheduler.take_gang_events())
-        log.info(
-            "bind refused",
-            extra={
-                "pod": f"{args.namespace}/{args.name}",
-                "node": args.node,
-                "decision": "refused",
-                "reason": str(error),
-            },
-        )
-        return wire.binding_result(str(error)), "refused"
-    service.gangs.dispatch(service.scheduler.take_gang_events())
-    try:
-        if plan.group is not None:
-            failure = await service.gangs.wait(plan, service.scheduler, service.clock)
-            if failure is not None:  # the core released the group's reservations
-                service.scheduler.abort_bind(plan)  # and this one's, for certain
-                log.warning(
-                    "bind released with its gang",
-                    extra={
-                        "pod": plan.key,
-                        "node": plan.node,
-                        "decision": "gang_released",
-                        "reason": failure,
-                    },
-                )
-                return wire.binding_result(failure), "gang_released"
-        await service.binder.bind(plan)
-    except BindError as error:
-        service.scheduler.abort_bind(plan)
-        log.warning(
-            "bind failed",
-            extra={"pod": plan.key, "node": plan.node, "decision": "failed", "reason": str(error)},
-        )
-        return wire.binding_result(str(error)), "failed"
-    except BaseException:
-        service.scheduler.abort_bind(plan)  # cancelled or crashed: give the GPUs back
-        raise
-    service.scheduler.confirm_bind(plan, awaiting_watch=service.binder.confirmed_by_watch)
-    if plan.claim is not None and not plan.claim.exists:
-        message = (
-            f"schedext: address {plan.ip} of pool {plan.ip_pool} claimed for {plan.claim.owner}"
-        )
-        service.events.record(PodEvent(plan.key, "IPClaimed", message, uid=plan.uid))
-    log.info(
-        "bound",
-        extra={
-            "pod": plan.key,
-            "node": plan.node,
-            "decision": "bound",
-            "gpus": list(plan.gpu_ids),
-            "ip": plan.ip,
-        },
+    outcome = await bind_workflow.bind_pod(
+        service, uid=args.uid, namespace=args.namespace, name=args.name, node=args.node
     )
-    return wire.binding_result(), "bound"
+    return wire.binding_result(outcome.error), outcome.label
 
 
 async def _constant(_service: Service, _body: bytes) -> tuple[bytes, str]:

@@ -11,9 +11,9 @@ import httpx
 import orjson
 import pytest
 
+from app.cluster import ClusterSource
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig
-from app.kube.source import ClusterSource
 from app.service import Service
 from app.settings import load_settings
 from tests.api.conftest import Serve, fixture

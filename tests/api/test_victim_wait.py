@@ -14,9 +14,9 @@ import httpx
 import orjson
 import pytest
 
+from app.cluster import ClusterSource
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig
-from app.kube.source import ClusterSource
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
 from tests.builders import H100, make_node, make_pod

@@ -13,7 +13,7 @@ import pytest
 from app.binder import BindError
 from app.kube.binder import ApiBinder
 from app.kube.claims import ClaimReleaser
-from app.service import Readiness
+from app.readiness import Readiness
 from extender.model import BindPlan, ClaimPlan, ClaimPolicy
 from extender.scheduler import Scheduler
 from tests.unit.kube_fakes import FakeApiServer

@@ -1,5 +1,10 @@
 """The live-cluster inventory source: list+watch of everything the core decides on, plus the
-background writers (status, claim release)."""
+background writers (status, claim release) and leader election.
+
+It wires ``app.kube``'s informers and writers to the :class:`~app.service.Service` (its
+readiness, metrics and victim waits), so it belongs to the service layer, beside
+``app.sources``: ``app.kube`` itself stays plain Kubernetes I/O that knows nothing of the
+service assembled around it."""
 
 from __future__ import annotations
 
