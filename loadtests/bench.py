@@ -59,8 +59,7 @@ Row = dict[str, Any]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    # "--" is dropped: the retired "schedext bench -- ..." passed it through
-    args = parser.parse_args([a for a in (argv or sys.argv[1:]) if a != "--"])
+    args = parser.parse_args(argv)
     sizes = [int(n) for n in args.nodes.split(",") if n.strip()]
     if args.rounds < 100 or not sizes or min(sizes) < 2:
         parser.error("need --rounds >= 100 and cluster sizes >= 2")
