@@ -24,7 +24,7 @@ from pydantic_settings import (
 )
 
 from extender import names, scoring
-from extender.policy import GpuScoring, PolicyConfig
+from extender.config import GpuScoring, PolicyConfig
 from extender.quantity import QuantityError, to_milli
 
 __all__ = ["BIND_ANSWER_MARGIN_S", "Settings", "load_settings"]

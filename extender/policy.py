@@ -23,6 +23,8 @@ from extender.model import PRECEDENCE, FilterVerdict, PodRequest, Reason, Reject
 from extender.node_state import NodeView
 from extender.packed import PackedNames, count_codes
 
+# GpuScoring and PolicyConfig live in extender.config; named here too, where the filter's
+# callers have long imported them from.
 __all__ = [
     "GpuScoring",
     "PolicyConfig",
@@ -91,7 +93,7 @@ def _spec_ranks(
 
 
 class _SpecShape(NamedTuple):
-    """What of a pod the nodes' specs are judged against (the key of their cached codes)."""
+    """What of a pod the nodes' specs are judged against (the key of their cached ranks)."""
 
     needs_gpu_node: bool
     gpu_model: str | None
