@@ -18,7 +18,7 @@ from extender.config import PolicyConfig
 from extender.errors import BindRefusedError
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec, claim_name
-from extender.model import BindPlan, ClaimPlan, Holding, HoldingKind, PodRequest, Reason
+from extender.model import BindPlan, ClaimPlan, Holding, HoldingKind, PodRequest
 from extender.pending import PendingPods
 
 __all__ = ["abort", "bindable", "confirm", "plan", "reservation"]
@@ -49,9 +49,9 @@ def bindable(
         )
     if (request.namespace, request.name) != (namespace, name):
         raise BindRefusedError(f"uid {uid} belongs to pod {request.key}, not {pod}")
-    code = Reason(policy.node_reasons(inventory, request, inventory.ids([node]), config)[0])
-    if code is not Reason.FITS:
-        message = policy.reason_messages(request, config, inventory)[code]
+    rank = int(policy.node_reasons(inventory, request, inventory.ids([node]), config)[0])
+    if rank:  # any rank but FITS's
+        message = policy.reason_messages(request, config, inventory)[rank]
         raise BindRefusedError(f"pod {pod} no longer fits node {node}: {message}")
     return request
 

@@ -136,9 +136,9 @@ class Holding(Demand):
 
 
 class Reason(IntEnum):
-    """Why a node cannot host a pod. The numbers are codes in the filter's arrays and mean
-    nothing else: a new reason takes the next number. Which reason wins when several apply is
-    :data:`PRECEDENCE`'s order; whether preemption may help, :attr:`resolvable`."""
+    """Why a node cannot host a pod. The numbers name a reason and mean nothing else: a new
+    reason takes the next number. Which reason wins when several apply is :data:`PRECEDENCE`'s
+    order; whether preemption may help, :attr:`resolvable`."""
 
     FITS = 0
     UNKNOWN_NODE = 1
@@ -197,6 +197,11 @@ PRECEDENCE: tuple[Reason, ...] = (
     Reason.GANG_QUORUM,
     Reason.GANG_CAPACITY,
 )
+
+# The filter's arrays hold ranks, not Reason numbers: FITS ranks 0, and every other reason its
+# place in PRECEDENCE counted from 1, so that the reason that wins on a node is the smallest
+# rank that applies. RANKED[rank] is the reason of a rank.
+RANKED: tuple[Reason, ...] = (Reason.FITS, *PRECEDENCE)
 
 _RESOLVABLE = frozenset(
     {

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from extender.addressing import ip_conditions, ip_context, ip_messages
 from extender.config import GpuScoring, PolicyConfig
 from extender.inventory import IdArray, Inventory
-from extender.model import PRECEDENCE, FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
+from extender.model import RANKED, FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
 from extender.node_state import NodeView
 from extender.packed import PackedNames, count_codes
 
@@ -45,7 +45,8 @@ CodeArray = npt.NDArray[np.int8]
 def node_reasons(
     inventory: Inventory, request: PodRequest, ids: IdArray, config: PolicyConfig
 ) -> CodeArray:
-    """A :class:`Reason` code per node id; the first reason that applies wins."""
+    """Per node id, the rank of the reason it cannot host the pod (:data:`RANKED`; 0: it
+    fits): the first reason in PRECEDENCE that applies."""
     a = inventory.arrays
     # kube-scheduler usually names most of the cluster: then every condition is evaluated on
     # whole columns (contiguous, no gather each) and the codes are gathered once at the end.
@@ -54,9 +55,9 @@ def node_reasons(
     def col(column: npt.NDArray[_T]) -> npt.NDArray[_T]:
         return column if whole else column.take(ids)  # take: twice as fast as [ids]
 
-    # The arrays hold each reason's rank in PRECEDENCE, so the reason that wins is the smallest
-    # rank that applies (_NONE: none does). What the nodes' specs alone decide comes from a
-    # cache; only what pods hold (free GPUs, free CPU, addresses) is evaluated per call.
+    # The reason that wins is the smallest rank that applies (_NONE: none does). What the
+    # nodes' specs alone decide comes from a cache; only what pods hold (free GPUs, free CPU,
+    # addresses) is evaluated per call.
     ranks = col(_spec_ranks(inventory, request, config))
     held: list[tuple[npt.NDArray[np.bool_], Reason]] = []
     if request.gpus:
@@ -71,8 +72,8 @@ def node_reasons(
         ranks = np.minimum(ranks, _rank_where(failed, reason))
     if whole:
         ranks = ranks.take(ids)
-    # Ranks become codes in one pass, _NONE becoming FITS.
-    return _CODE_OF_RANK.take(ranks)
+    # _NONE (128) becomes FITS (rank 0), every reason's rank (< 128) stays: one cheap pass.
+    return np.bitwise_and(ranks, np.uint8(0x7F)).view(np.int8)
 
 
 def _spec_ranks(
@@ -133,21 +134,16 @@ def _rank_where(failed: npt.NDArray[np.bool_], reason: Reason) -> npt.NDArray[np
     return np.subtract(_NONE, np.multiply(failed.view(np.uint8), _NONE - _RANK[reason]))
 
 
-_NONE = np.uint8(128)  # no reason applies (yet): ranks above every reason's
-_RANK = {reason: np.uint8(rank) for rank, reason in enumerate(PRECEDENCE)}
-# Rank -> Reason code, for every uint8 (a rank, or _NONE -> FITS).
-_CODE_OF_RANK = np.zeros(256, dtype=np.int8)
-_CODE_OF_RANK[: len(PRECEDENCE)] = [int(reason) for reason in PRECEDENCE]
-_CODE_OF_RANK.flags.writeable = False
-_REASONS = tuple(sorted(Reason))  # by code: indexing costs less than Reason(code)
-_FITS = np.int8(Reason.FITS)  # compared as numpy's own scalar: an IntEnum costs 5 µs a call
+_NONE = np.uint8(128)  # no reason applies (yet): above every rank, and 128 & 0x7F is FITS
+_RANK = {reason: np.uint8(rank) for rank, reason in enumerate(RANKED)}
+_FITS = np.int8(0)  # FITS's rank, as numpy's own scalar: comparing with an IntEnum costs 5 µs
 _T = TypeVar("_T", bound=np.generic)
 
 
 def reason_messages(
     request: PodRequest, config: PolicyConfig, inventory: Inventory | None = None
 ) -> list[str]:
-    """Human reasons indexed by :class:`Reason`. They name the pod's need, not the node, so
+    """Human reasons indexed by rank (:data:`RANKED`). They name the pod's need, not the node, so
     that kube-scheduler's event aggregates them ("0/50 nodes are available: 12 ..."); address
     reasons name the pool, the address and who holds it."""
     messages = list(
@@ -162,7 +158,7 @@ def reason_messages(
     context = ip_context(inventory, request) if inventory is not None else None
     if context is not None:
         for reason, message in ip_messages(context).items():
-            messages[reason] = message
+            messages[_RANK[reason]] = message
     return messages
 
 
@@ -192,7 +188,7 @@ def _messages(
         Reason.GPU_FREE: f"schedext: fewer than {gpus} free GPUs",
         Reason.CPU_FREE: f"schedext: under {_cpu(cpu_milli)} CPU free",
     }
-    return tuple(messages.get(reason, f"schedext: {reason.name.lower()}") for reason in Reason)
+    return tuple(messages.get(reason, f"schedext: {reason.name.lower()}") for reason in RANKED)
 
 
 def filter_nodes(
@@ -227,18 +223,19 @@ def filter_ids(
     passed: list[str] = []
     rejections: list[Rejection] = []
     for start, end in itertools.pairwise(cuts):
-        code = Reason(int(ranked[start]))
+        rank = int(ranked[start])
+        reason = RANKED[rank]
         group = list(names[start:end])
-        if code is Reason.FITS:
+        if reason is Reason.FITS:
             passed = group
             continue
         rejections.append(
             Rejection(
-                message=messages[code],
-                resolvable=code.resolvable,
+                message=messages[rank],
+                resolvable=reason.resolvable,
                 nodes=group,
-                reason=code,
-                known_nodes=code is not Reason.UNKNOWN_NODE,
+                reason=reason,
+                known_nodes=reason is not Reason.UNKNOWN_NODE,
             )
         )
     return FilterVerdict(passed=passed, rejections=tuple(rejections)), ids[fits]
@@ -250,17 +247,17 @@ def _packed_verdict(names: PackedNames, codes: CodeArray, messages: list[str]) -
     counts = count_codes(codes, len(messages))
     rejections = tuple(
         Rejection(
-            message=messages[code],
-            resolvable=_REASONS[code].resolvable,
-            nodes=names.subset(codes, code, count),
-            reason=_REASONS[code],
+            message=messages[rank],
+            resolvable=RANKED[rank].resolvable,
+            nodes=names.subset(codes, rank, count),
+            reason=RANKED[rank],
             # Plain names need no escaping, known to the inventory or not.
             known_nodes=True,
         )
-        for code, count in enumerate(counts)
-        if count and code != Reason.FITS
+        for rank, count in enumerate(counts)
+        if count and rank != 0
     )
-    passed = names.subset(codes, Reason.FITS, counts[Reason.FITS])
+    passed = names.subset(codes, 0, counts[0])
     return FilterVerdict(passed=passed, rejections=rejections)
 
 

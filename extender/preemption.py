@@ -58,7 +58,7 @@ from enum import Enum
 
 from extender.addressing import IPContext, ip_context
 from extender.inventory import Inventory
-from extender.model import Holding, HoldingKind, PodRequest, Reason, Victim
+from extender.model import RANKED, Holding, HoldingKind, PodRequest, Reason, Victim
 from extender.node_state import NodeView
 from extender.policy import PolicyConfig, node_reasons
 
@@ -128,7 +128,7 @@ def _victims_on(
     context: IPContext | None,
     gang_victims: GangVictims,
 ) -> list[Holding] | None:
-    code = Reason(int(node_reasons(inventory, request, inventory.ids([node]), config)[0]))
+    code = RANKED[int(node_reasons(inventory, request, inventory.ids([node]), config)[0])]
     view = inventory.node(node)
     if view is None or (code is not Reason.FITS and not code.resolvable):
         return None

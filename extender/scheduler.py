@@ -38,7 +38,7 @@ from extender.pending import PendingPods
 from extender.policy import PolicyConfig
 from extender.preemption import GangVictims, NodeVictims, select_victims
 from extender.requests import PodRequestError, pod_request
-from extender.scoring import ScoreArray, score_nodes
+from extender.scoring import ScoreArray
 from extender.statefulsets import StatefulSetBook
 
 __all__ = ["Scheduler"]
@@ -61,7 +61,8 @@ class Scheduler(Intake):
         if reservation_ttl <= 0:
             raise ValueError("reservation_ttl must be > 0")
         self.config = config = config or PolicyConfig()
-        scoring.weights(config)  # a scorer named that does not exist fails here, not later
+        # The weighted scorers, resolved once (a scorer named that does not exist fails here).
+        self._scorers = scoring.weights(config)
         self._reservation_ttl = reservation_ttl
         self._gang_victims = gang_victims
         self._inventory = Inventory(rack_label=config.rack_label, zone_label=config.zone_label)
@@ -124,7 +125,8 @@ class Scheduler(Intake):
         except PodRequestError:
             return np.zeros(len(node_names), dtype=np.int64)
         affinity = self._gangs.affinity(request) if request.group is not None else None
-        return score_nodes(self._inventory, request, self._ids(node_names), self.config, affinity)
+        ids = self._ids(node_names)
+        return scoring.score_nodes(self._inventory, request, ids, self._scorers, affinity)
 
     def preempt(
         self,

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from extender import policy
 from extender.config import PolicyConfig
 from extender.inventory import Inventory
-from extender.model import PodRequest, Reason
+from extender.model import RANKED, PodRequest, Reason
 
 __all__ = ["FitCache", "fits_all", "member_nodes"]
 
@@ -383,6 +383,6 @@ def _greedy_fit(
     return True
 
 
-# Indexed by Reason code: the reasons a node may have now and still be usable by the group.
-_DYNAMIC = np.zeros(max(Reason) + 1, dtype=np.bool_)
-_DYNAMIC[[Reason.FITS, Reason.GPU_FREE, Reason.CPU_FREE]] = True
+# Indexed by a reason's rank (what node_reasons gives): the reasons a node may have now and
+# still be usable by the group.
+_DYNAMIC = np.array([r in (Reason.FITS, Reason.GPU_FREE, Reason.CPU_FREE) for r in RANKED])

@@ -12,7 +12,7 @@ Its weight is ``policy.weights.<name>`` in settings (or its ``default_weight``).
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -55,16 +55,17 @@ def score_nodes(
     inventory: Inventory,
     request: PodRequest,
     ids: IdArray,
-    config: PolicyConfig,
+    scorers: Sequence[tuple[Scorer, int]],
     affinity: GroupAffinity | None = None,
 ) -> ScoreArray:
-    """0..10 per node id (see the module docstring)."""
+    """0..10 per node id (see the module docstring); ``scorers`` as :func:`weights` gives
+    them for a config."""
     nodes = Candidates(
         inventory, request, ids, affinity=affinity, ip=ip_context(inventory, request)
     )
     raw: FloatArray | None = None
     total = 0
-    for scorer, weight in weights(config):
+    for scorer, weight in scorers:
         if scorer.applies(nodes):
             term = weight * scorer.score(nodes)
             raw = term if raw is None else raw + term
@@ -77,10 +78,10 @@ def score_nodes(
     return np.where(inventory.arrays.alive[ids], scores, 0).astype(np.int64)
 
 
-@functools.lru_cache(maxsize=16)
 def weights(config: PolicyConfig) -> tuple[tuple[Scorer, int], ...]:
-    """The scorers that weigh more than 0 under ``config``, with their weights; ValueError
-    when ``config.weights`` names a scorer that does not exist."""
+    """The scorers that weigh more than 0 under ``config``, with their weights, in the order
+    their terms are summed; ValueError when ``config.weights`` names a scorer that does not
+    exist. Resolved once per config by its user (the scheduler), not per call."""
     unknown = sorted(name for name, _ in config.weights if name not in NAMES)
     if unknown:
         known = ", ".join(sorted(NAMES))

@@ -33,7 +33,7 @@ class Candidates:
     """The nodes being scored for one pod, and what the scorers read about them. A column is
     gathered for these nodes once, however many scorers read it."""
 
-    __slots__ = ("_gathered", "affinity", "ids", "inventory", "ip", "request")
+    __slots__ = ("_arrays", "_gathered", "affinity", "ids", "inventory", "ip", "request")
 
     def __init__(
         self,
@@ -47,13 +47,14 @@ class Candidates:
         self.inventory, self.request, self.ids = inventory, request, ids
         self.affinity = affinity  # a gang member's group, where it is (extender.gang)
         self.ip = ip  # the pod's address request against the address book
+        self._arrays = inventory.arrays
         self._gathered: dict[str, IntArray] = {}
 
     def column(self, name: str) -> IntArray:
         """The inventory column ``name`` (a field of NodeArrays) for these nodes."""
         gathered = self._gathered.get(name)
         if gathered is None:
-            gathered = self._gathered[name] = getattr(self.inventory.arrays, name)[self.ids]
+            gathered = self._gathered[name] = getattr(self._arrays, name)[self.ids]
         return gathered
 
 

@@ -19,17 +19,24 @@ TREES = ("this", "baseline")
 REPO = Path(__file__).resolve().parents[2]  # loadtests is not installed: run from the root
 
 
-def test_bench_writes_percentiles_and_ratios_per_verb_and_size(tmp_path: Path) -> None:
-    out = tmp_path / "out.json"
-    sizes = ",".join(map(str, SIZES))
-    result = subprocess.run(
-        [sys.executable, "-m", "loadtests.bench", "--nodes", sizes,
-         "--rounds", str(ROUNDS), "--warmup", "10", "--json", str(out)],
+def bench(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m loadtests.bench ARGS`` from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "loadtests.bench", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
-        timeout=60,
+        timeout=timeout,
         check=False,
+    )
+
+
+def test_bench_writes_percentiles_and_ratios_per_verb_and_size(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    sizes = ",".join(map(str, SIZES))
+    result = bench(
+        "--nodes", sizes, "--rounds", str(ROUNDS), "--warmup", "10", "--json", str(out),
+        timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "p50/floor" in result.stdout
@@ -61,14 +68,9 @@ def test_bench_with_a_baseline_measures_both_trees_and_their_ratios(tmp_path: Pa
     """This very checkout as its own baseline: both servers, both cores, the after/before
     ratios on this tree's rows."""
     out = tmp_path / "out.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "loadtests.bench", "--nodes", "10", "--rounds", str(ROUNDS),
-         "--warmup", "10", "--baseline", str(REPO), "--json", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
+    result = bench(
+        "--nodes", "10", "--rounds", str(ROUNDS), "--warmup", "10", "--baseline", str(REPO),
+        "--json", str(out), timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "baseline: " in result.stdout
@@ -105,14 +107,7 @@ def test_bench_rejects_a_baseline_that_is_not_a_checkout(tmp_path: Path, kind: s
     """Refused by the argument parser, before any server starts: a one-line error naming the
     path, no traceback."""
     baseline = tmp_path / "no-such-dir" if kind == "missing" else tmp_path
-    result = subprocess.run(
-        [sys.executable, "-m", "loadtests.bench", "--nodes", "10", "--baseline", str(baseline)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=30,
-        check=False,
-    )
+    result = bench("--nodes", "10", "--baseline", str(baseline), timeout=30)
     assert result.returncode != 0
     assert str(baseline) in result.stderr
     assert "Traceback" not in result.stderr

@@ -25,6 +25,7 @@ from extender.scoring import (
     score_nodes,
     spread,
     topology,
+    weights,
 )
 from extender.scoring.scorer import Candidates
 from tests.builders import bound_ip_pod, gang_pod, ip_pod, make_ip_pool, make_node, make_pod
@@ -316,7 +317,7 @@ def scores(config: PolicyConfig, pod: dict[str, Any]) -> dict[str, int]:
     ]
     scheduler = scheduler_with(nodes, bound, config)
     ids = scheduler.inventory.ids(["whole", "split"])
-    got = score_nodes(scheduler.inventory, pod_request(pod), ids, config)
+    got = score_nodes(scheduler.inventory, pod_request(pod), ids, weights(config))
     return dict(zip(["whole", "split"], got.tolist(), strict=True))
 
 
