@@ -16,13 +16,13 @@ from extender.model import (
 )
 from extender.pending import PendingPods
 
-__all__ = ["explain"]
+__all__ = ["explain_pod"]
 
 # Filter's judgement of a request over named nodes, once its group let it through.
 Judge = Callable[[PodRequest, Sequence[str], GangGate], FilterVerdict]
 
 
-def explain(
+def explain_pod(
     namespace: str,
     name: str,
     *,

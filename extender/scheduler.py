@@ -18,7 +18,7 @@ import numpy as np
 from extender import binding, fields, policy, scoring
 from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
-from extender.explain import explain
+from extender.explain import explain_pod
 from extender.fields import JSONObject
 from extender.gang import OPEN, GangCoordinator, GangEvent, GangGate, PodGroupSpec
 from extender.intake import Books, Intake
@@ -202,7 +202,7 @@ class Scheduler(Intake):
 
     def explain(self, namespace: str, name: str) -> Explanation | None:
         """Per node, whether the pod fits and why not; None for a pod schedext does not know."""
-        return explain(
+        return explain_pod(
             namespace, name, inventory=self._inventory, pending=self._pending,
             gangs=self._gangs, judge=lambda r, names, gate: self._judge(r, names, gate)[0],
         )  # fmt: skip
