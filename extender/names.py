@@ -11,6 +11,12 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 # Written by schedext's bind, read back on every restart: the durable record of which GPU
 # indices a pod holds ("0,1").
 GPU_IDS: Final = "schedext.io/gpu-ids"
+# The same GPUs by UUID, written beside them when the node agent published UUIDs: the node
+# agent hands a container exactly these.
+GPU_UUIDS: Final = "schedext.io/gpu-uuids"
+# Written by the node agent when it gave a pod's containers their GPUs (UUIDs, "GPU-a,GPU-b"),
+# so that a restarted agent never hands the same GPUs to another pod.
+GPU_ALLOCATED: Final = "schedext.io/gpu-allocated"
 
 # Pod hints (annotations, or labels as a fallback).
 GPU_MODEL: Final = "schedext.io/gpu-model"
@@ -20,7 +26,10 @@ WORKLOAD_TYPE: Final = "workload-type"
 # Node facts.
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL: Final = "nvidia.com/gpu.memory"
+# Published by the node agent (extender.devices.document): NVLink groups, UUIDs and health
+# (on change), and live use (at a bounded rate).
 GPU_TOPOLOGY: Final = "schedext.io/gpu-topology"
+GPU_USE: Final = "schedext.io/gpu-use"
 
 # Gangs (scheduler-plugins coscheduling compatible).
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
