@@ -24,7 +24,7 @@ from app.kube.api import KubeApi
 from app.kube.errors import ApiError, ApiNotFoundError
 from extender import names
 
-__all__ = ["ApiEventRecorder", "EventRecorder", "LogEventRecorder", "PodEvent"]
+__all__ = ["ApiEventRecorder", "EventRecorder", "LogEventRecorder", "NodeEvent", "PodEvent"]
 
 log = logging.getLogger("schedext.events")
 
@@ -39,6 +39,18 @@ class PodEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """An event on a Node (``kubectl describe node`` shows it): a node agent's annotation that
+    schedext could not read."""
+
+    node: str
+    reason: str
+    message: str
+    warning: bool = True
+    uid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Requeue:
     """Have kube-scheduler retry this pod (an update of the pod is a cluster event for it)."""
 
@@ -47,7 +59,7 @@ class Requeue:
 
 
 class EventRecorder(Protocol):
-    def record(self, event: PodEvent) -> None: ...
+    def record(self, event: PodEvent | NodeEvent) -> None: ...
 
     def requeue(self, pod: str, uid: str) -> None: ...
 
@@ -59,11 +71,9 @@ class EventRecorder(Protocol):
 class LogEventRecorder:
     """Without an API server (demo, snapshot) events are log lines."""
 
-    def record(self, event: PodEvent) -> None:
-        log.info(
-            "event",
-            extra={"pod": event.pod, "reason": event.reason, "event_message": event.message},
-        )
+    def record(self, event: PodEvent | NodeEvent) -> None:
+        subject = {"pod": event.pod} if isinstance(event, PodEvent) else {"node": event.node}
+        log.info("event", extra={**subject, "reason": event.reason, "event_message": event.message})
 
     def requeue(self, pod: str, uid: str) -> None:
         log.info("requeue", extra={"pod": pod, "uid": uid})
@@ -78,18 +88,18 @@ class LogEventRecorder:
 class ApiEventRecorder:
     def __init__(self, api: KubeApi, *, capacity: int = 1000) -> None:
         self._api = api
-        self._queue: asyncio.Queue[PodEvent | Requeue] = asyncio.Queue(maxsize=capacity)
+        self._queue: asyncio.Queue[PodEvent | NodeEvent | Requeue] = asyncio.Queue(maxsize=capacity)
         self._task: asyncio.Task[None] | None = None
         self._instance = socket.gethostname()
         self.dropped = 0
 
-    def record(self, event: PodEvent) -> None:
+    def record(self, event: PodEvent | NodeEvent) -> None:
         self._put(event)
 
     def requeue(self, pod: str, uid: str) -> None:
         self._put(Requeue(pod, uid))
 
-    def _put(self, item: PodEvent | Requeue) -> None:
+    def _put(self, item: PodEvent | NodeEvent | Requeue) -> None:
         try:
             self._queue.put_nowait(item)
         except asyncio.QueueFull:
@@ -114,7 +124,8 @@ class ApiEventRecorder:
                     await self._post(item)
             except ApiError as error:
                 what = "requeue" if isinstance(item, Requeue) else "record event for"
-                log.warning("cannot %s %s: %s", what, item.pod, error)
+                subject = item.node if isinstance(item, NodeEvent) else item.pod
+                log.warning("cannot %s %s: %s", what, subject, error)
 
     async def _touch(self, requeue: Requeue) -> None:
         """Merge-patch the annotation; the UID makes it a no-op error on a pod re-created
@@ -127,20 +138,27 @@ class ApiEventRecorder:
         except ApiNotFoundError:
             return
 
-    async def _post(self, event: PodEvent) -> None:
-        namespace, _, name = event.pod.partition("/")
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {
+    async def _post(self, event: PodEvent | NodeEvent) -> None:
+        involved: dict[str, str]
+        if isinstance(event, NodeEvent):
+            # Node events live in "default", as the kubelet's own do.
+            namespace, name = "default", event.node
+            involved = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": event.uid}
+        else:
+            namespace, _, name = event.pod.partition("/")
+            involved = {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "namespace": namespace,
                 "name": name,
                 "uid": event.uid,
-            },
+            }
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": involved,
             "reason": event.reason,
             "message": event.message,
             "type": "Warning" if event.warning else "Normal",

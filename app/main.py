@@ -24,6 +24,7 @@ from app.kube.api import KubeApi
 from app.kube.binder import ApiBinder
 from app.kube.config import in_cluster_available, load_cluster_config
 from app.metrics import Metrics
+from app.node_problems import NodeProblemReporter
 from app.routes import explain, health, inventory, ui
 from app.routes.verbs import VerbEndpoints
 from app.service import Service
@@ -179,9 +180,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 async def _expire_reservations(service: Service) -> None:
-    """Give back GPUs of binds that never completed (the bind call died mid-way), and end the
-    waits of gangs past their timeout (their waiting binds also notice on their own)."""
+    """Give back GPUs of binds that never completed (the bind call died mid-way), end the
+    waits of gangs past their timeout (their waiting binds also notice on their own), stop
+    trusting stale live-use samples, and report node annotations that could not be read."""
     period = min(1.0, service.settings.bind.reservation_ttl_s / 2)
+
+    problems = NodeProblemReporter(service.events)
 
     def expire(scheduler: Scheduler) -> None:
         # Logged inside the call, so that these lines come before the gang effects' own.
@@ -190,6 +194,8 @@ async def _expire_reservations(service: Service) -> None:
                 "reservation expired",
                 extra={"pod": holding.key, "node": holding.node, "gpus": holding.gpu_ids},
             )
+        scheduler.age_live_use(time.time())
+        problems.check(scheduler.inventory.problems)
 
     while True:
         await asyncio.sleep(period)

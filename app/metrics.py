@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from extender import names
 from extender.scheduler import Scheduler
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -168,13 +169,35 @@ class _InventoryCollector(Collector):
         free = GaugeMetricFamily(
             "schedext_inventory_gpus_free", "Free GPUs, by model.", labels=["model"]
         )
+        unhealthy = GaugeMetricFamily(
+            "schedext_inventory_gpus_unhealthy",
+            "GPUs the node agents marked unhealthy (never handed out), by model.",
+            labels=["model"],
+        )
         for model_id in np.unique(a.model[alive & (a.gpu_total > 0)]).tolist():
             on_model = alive & (a.model == model_id)
             label = inventory.model_name(model_id) or "unknown"
             total.add_metric([label], int(a.gpu_total[on_model].sum()))
             free.add_metric([label], int(a.gpu_free[on_model].sum()))
+            bad = a.gpu_total[on_model] - a.gpu_healthy[on_model]
+            unhealthy.add_metric([label], int(bad.sum()))
         yield total
         yield free
+        yield unhealthy
+        unreadable = GaugeMetricFamily(
+            "schedext_node_annotations_unreadable",
+            "Nodes whose agent annotation was not read (malformed or a newer version), by "
+            "annotation; such a node is used without it.",
+            labels=["annotation"],
+        )
+        for annotation in (names.GPU_TOPOLOGY, names.GPU_USE):
+            count = sum(
+                1
+                for why in inventory.problems.values()
+                if any(p.startswith(annotation + ":") for p in why)
+            )
+            unreadable.add_metric([annotation], count)
+        yield unreadable
         pending = GaugeMetricFamily(
             "schedext_pending_pods", "Pending pods remembered between filter and bind."
         )

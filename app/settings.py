@@ -159,6 +159,9 @@ class PolicySettings(_Group):
     weights: dict[str, int] = Field(default_factory=dict)
     rack_label: str = names.RACK_LABEL
     zone_label: str = names.ZONE_LABEL
+    # The node agent's live-use samples older than this are ignored (the live_use scorer,
+    # weight 0 unless weights.live_use says otherwise).
+    live_use_stale_s: float = Field(default=120.0, gt=0)
 
     @field_validator("cpu_intensive_min_cpu")
     @classmethod
@@ -182,6 +185,7 @@ class PolicySettings(_Group):
             weights=tuple(sorted(self.weights.items())),
             rack_label=self.rack_label,
             zone_label=self.zone_label,
+            live_use_stale_s=self.live_use_stale_s,
         )
 
     @model_validator(mode="after")

@@ -19,7 +19,7 @@ import orjson
 
 from app.errors import RequestRejectedError
 from extender import fields
-from extender.model import FilterVerdict, Rejection, Victim
+from extender.model import RANKED, FilterVerdict, Rejection, Victim
 from extender.packed import NameView, NodeSubset, PackedNames
 from extender.preemption import NodeVictims
 
@@ -301,8 +301,8 @@ def _render_packed(verdict: FilterVerdict) -> bytes | None:
     if not isinstance(passed, NodeSubset):
         return None
     names, codes = passed.source
-    size = max((r.reason for r in verdict.rejections), default=0)
-    placements: list[tuple[int, bytes] | None] = [None] * (max(size, passed.code()) + 1)
+    # One place per rank (a node subset's code is its reason's rank, not the reason's number).
+    placements: list[tuple[int, bytes] | None] = [None] * len(RANKED)
     placements[passed.code()] = (_PASSED, b"")
     for rejection in verdict.rejections:
         nodes = rejection.nodes

@@ -66,11 +66,13 @@ def reservation(
     if gpu_ids is None:  # cannot happen after bindable(), unless state is corrupt
         raise BindRefusedError(f"pod {request.key}: no free GPUs left on node {node}")
     pool, address = _address(inventory, request, node) or (None, None)
+    uuids = view.spec.gpu_uuids if view is not None else ()
     return Holding.placing(
         request,
         node=node,
         kind=HoldingKind.RESERVED,
         gpu_ids=gpu_ids,
+        gpu_uuids=tuple(uuids[i] for i in gpu_ids) if uuids and gpu_ids else None,
         expires_at=expires_at,
         ip=address,
         ip_pool=pool,
@@ -80,6 +82,9 @@ def reservation(
 def plan(inventory: Inventory, request: PodRequest, holding: Holding) -> BindPlan:
     """The effects for the shell: the Binding's annotations, and the sticky claim to write."""
     annotations = {names.GPU_IDS: ",".join(map(str, holding.gpu_ids))} if holding.gpu_ids else {}
+    if holding.gpu_ids and holding.gpu_uuids:
+        # The node agent gives the container exactly these (indices can be renumbered).
+        annotations[names.GPU_UUIDS] = ",".join(holding.gpu_uuids)
     if holding.ip is not None and holding.ip_pool is not None:
         annotations |= {names.IP: holding.ip, names.IP_POOL: holding.ip_pool}
     return BindPlan(

@@ -30,6 +30,8 @@ class NodeArrays(NamedTuple):
 
     alive: BoolArray
     gpu_total: IntArray
+    # GPUs the node agent has not marked unhealthy (never handed out; see NodeState.free_ids).
+    gpu_healthy: IntArray
     gpu_free: IntArray
     # Most free GPUs inside one NVLink/NUMA group; NO_TOPOLOGY when the node publishes none.
     max_group_free: IntArray
@@ -42,6 +44,12 @@ class NodeArrays(NamedTuple):
     # Interned values of the rack and zone labels (0: the node has none).
     rack: IntArray
     zone: IntArray
+    # The node agent's live use of the node's free GPUs (means, percent), the sample's time
+    # (Unix seconds, 0: none) and whether it is fresh (1) or stale or absent (0).
+    use_util: IntArray
+    use_memory: IntArray
+    use_at: IntArray
+    use_fresh: IntArray
 
 
 # The columns whose type is not int64, and those whose empty slot is not 0.

@@ -40,6 +40,9 @@ class PolicyConfig:
     weights: tuple[tuple[str, int], ...] = ()
     rack_label: str = names.RACK_LABEL
     zone_label: str = names.ZONE_LABEL
+    # The node agent's live-use samples older than this are ignored (the live_use scorer
+    # treats the node as unknown): an agent that stopped writing must not steer placement.
+    live_use_stale_s: float = 120.0
 
     def __post_init__(self) -> None:
         if "/" not in self.gpu_resource or not self.gpu_resource.strip():
@@ -54,3 +57,5 @@ class PolicyConfig:
             raise ValueError("at least one score weight must be > 0")
         if any(weight < 0 for _, weight in self.weights):
             raise ValueError("score weights must be >= 0")
+        if self.live_use_stale_s <= 0:
+            raise ValueError("live_use_stale_s must be > 0")

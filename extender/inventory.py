@@ -11,9 +11,11 @@ arrays.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
-from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from itertools import repeat
+from types import MappingProxyType
 from typing import TypeVar
 
 import numpy as np
@@ -51,8 +53,11 @@ class Inventory:
         capacity: int = 64,
         rack_label: str = names.RACK_LABEL,
         zone_label: str = names.ZONE_LABEL,
+        use_stale_s: float = 120.0,
     ) -> None:
         self._rack_label, self._zone_label = rack_label, zone_label
+        self._use_stale_s = use_stale_s
+        self._now = 0.0  # the latest wall-clock time age_use() was given
         self._topology_ids: dict[str, int] = {"": 0}
         self._slots: dict[str, int] = {}
         self._states: list[NodeState | None] = [None]
@@ -76,6 +81,9 @@ class Inventory:
         self.layout = 0  # bumped when the name -> id mapping changes (nodes added or removed)
         self._names: tuple[int, NameTable] | None = None  # (layout, table) for packed names
         self._spec_derived: dict[Hashable, object] = {}
+        # Nodes whose agent documents were not read, and why (reported by the shell as Node
+        # events and a metric); a few entries at most, kept as changes come.
+        self._problems: dict[str, tuple[str, ...]] = {}
         self._spec_derived_version = 0
 
     # ----------------------------------------------------------------- reads
@@ -122,6 +130,11 @@ class Inventory:
         if self._view is None:
             self._view = self._cols.read_only()
         return self._view
+
+    @property
+    def problems(self) -> Mapping[str, tuple[str, ...]]:
+        """Per node, why its topology or live-use annotation was ignored (read-only)."""
+        return MappingProxyType(self._problems)
 
     def node_names(self) -> list[str]:
         return list(self._slots)
@@ -196,14 +209,34 @@ class Inventory:
 
     def upsert_node(self, spec: NodeSpec) -> bool:
         """Add or update a node; False when nothing that matters changed."""
+        problems = tuple(p for p in (spec.topology_problem, spec.use_problem) if p)
+        if problems:
+            self._problems[spec.name] = problems
+        else:
+            self._problems.pop(spec.name, None)
         slot = self._slots.get(spec.name)
         if slot is not None:
             state = self._state(slot)
             if state.spec == spec:
                 return False
-            gpu_shape_same = (state.spec.gpu_count, state.spec.gpu_groups) == (
+            if (
+                dataclasses.replace(state.spec, gpu_use=spec.gpu_use, use_problem=spec.use_problem)
+                == spec
+            ):
+                # Only the live-use sample changed (every few seconds per node): no spec
+                # derived answer depends on it, so the caches of filter stay.
+                state.spec = spec
+                self._sync_use(state)
+                self._changed()
+                return True
+            gpu_shape_same = (
+                state.spec.gpu_count,
+                state.spec.gpu_groups,
+                state.spec.gpu_uuids,
+            ) == (
                 spec.gpu_count,
                 spec.gpu_groups,
+                spec.gpu_uuids,
             )
             if state.spec.gpu_model != spec.gpu_model:
                 self._count_model(state.spec.gpu_model, -1)
@@ -232,6 +265,7 @@ class Inventory:
     def remove_node(self, name: str) -> bool:
         """Forget a node. Holdings on it stay: its pods are still there until deleted."""
         slot = self._slots.pop(name, None)
+        self._problems.pop(name, None)
         if slot is None:
             return False
         self._count_model(self._state(slot).spec.gpu_model, -1)
@@ -373,6 +407,7 @@ class Inventory:
         free = state.free_ids()
         cols.alive[slot] = True
         cols.gpu_total[slot] = spec.gpu_count
+        cols.gpu_healthy[slot] = spec.gpu_healthy
         cols.gpu_free[slot] = len(free)
         if spec.gpu_groups:
             free_set = set(free)
@@ -389,7 +424,39 @@ class Inventory:
         cols.gpu_memory_mib[slot] = spec.gpu_memory_mib or 0
         cols.rack[slot] = self._topology_id(spec.labels.get(self._rack_label, ""))
         cols.zone[slot] = self._topology_id(spec.labels.get(self._zone_label, ""))
+        self._sync_use(state, free)
         self._changed()
+
+    def _sync_use(self, state: NodeState, free: list[int] | None = None) -> None:
+        """The live-use columns: the means over the GPUs a pod would get (the free ones) of
+        the agent's last sample, when there is one."""
+        spec, slot, cols = state.spec, state.slot, self._cols.arrays
+        sample = spec.gpu_use
+        by_index = {u.index: u for u in sample.gpus} if sample is not None else {}
+        rows = [by_index[i] for i in (state.free_ids() if free is None else free) if i in by_index]
+        if sample is None or not rows:
+            cols.use_util[slot] = cols.use_memory[slot] = cols.use_at[slot] = 0
+            cols.use_fresh[slot] = 0
+            return
+        memory = spec.gpu_memory_mib or 0
+        cols.use_util[slot] = round(sum(u.utilisation for u in rows) / len(rows))
+        cols.use_memory[slot] = (
+            min(100, round(100 * sum(u.memory_used_mib for u in rows) / (memory * len(rows))))
+            if memory
+            else 0
+        )
+        cols.use_at[slot] = int(sample.at)
+        cols.use_fresh[slot] = int(sample.at >= self._now - self._use_stale_s)
+
+    def age_use(self, now: float) -> None:
+        """Stop trusting the live-use samples that grew stale by ``now`` (wall-clock Unix
+        seconds, as the agent stamps them; vectorised, called about once a second)."""
+        self._now = now
+        cols = self._cols.arrays
+        stale = (cols.use_fresh == 1) & (cols.use_at < now - self._use_stale_s)
+        if stale.any():
+            cols.use_fresh[stale] = 0
+            self._changed()
 
     def _model_id(self, model: str | None) -> int:
         if not model:

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum, IntEnum
 
+from extender.devices.document import UseSample
+
 
 class WorkloadClass(Enum):
     """The ``workload-type`` label: which kind of node a pod is meant for."""
@@ -90,6 +92,17 @@ class NodeSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     # Why the node's topology annotation was ignored, if it was (shown by explain).
     topology_problem: str | None = None
+    # From the node agent's topology document (version 2): each GPU's UUID by index (empty
+    # when not published), and the GPUs it found unhealthy, with why.
+    gpu_uuids: tuple[str, ...] = ()
+    gpu_unhealthy: tuple[tuple[int, str], ...] = ()
+    # The node agent's last sample of its GPUs' use (None: none published or unreadable).
+    gpu_use: UseSample | None = None
+    use_problem: str | None = None
+
+    @property
+    def gpu_healthy(self) -> int:
+        return self.gpu_count - len(self.gpu_unhealthy)
 
 
 class HoldingKind(Enum):
@@ -105,6 +118,9 @@ class Holding(Demand):
     kind: HoldingKind = HoldingKind.BOUND
     # The exact GPU indices, when known (from our annotation); None means "some gpus".
     gpu_ids: tuple[int, ...] | None = None
+    # The same GPUs by UUID (schedext.io/gpu-uuids), when bind wrote them: they win over the
+    # indices where the node publishes UUIDs.
+    gpu_uuids: tuple[str, ...] | None = None
     expires_at: float | None = None  # only reservations expire
     running: bool = False  # pod phase Running (PodGroup status counts it)
     ip: str | None = None  # the address it holds (schedext.io/ip), and its pool
@@ -118,6 +134,7 @@ class Holding(Demand):
         node: str,
         kind: HoldingKind,
         gpu_ids: tuple[int, ...],
+        gpu_uuids: tuple[str, ...] | None = None,
         expires_at: float | None = None,
         ip: str | None = None,
         ip_pool: str | None = None,
@@ -129,6 +146,7 @@ class Holding(Demand):
             node=node,
             kind=kind,
             gpu_ids=gpu_ids,
+            gpu_uuids=gpu_uuids,
             expires_at=expires_at,
             ip=ip,
             ip_pool=ip_pool,
@@ -163,6 +181,7 @@ class Reason(IntEnum):
     GANG_NOT_FOUND = 19
     GANG_QUORUM = 20
     GANG_CAPACITY = 21  # the group does not fit now: evicting pods may help
+    GPU_UNHEALTHY = 22  # the node agent marked GPUs unhealthy: too few healthy ones remain
 
     @property
     def resolvable(self) -> bool:
@@ -181,6 +200,7 @@ PRECEDENCE: tuple[Reason, ...] = (
     Reason.GPU_MODEL,
     Reason.GPU_MEMORY,
     Reason.GPU_TOTAL,
+    Reason.GPU_UNHEALTHY,
     Reason.CPU_THRESHOLD,
     Reason.CPU_TOTAL,
     Reason.IP_UNKNOWN_POOL,

@@ -49,7 +49,10 @@ class NodeState:
     applied: dict[str, Applied] = dataclasses.field(default_factory=dict)
 
     def free_ids(self) -> list[int]:
-        free = [i for i, holder in enumerate(self.holders) if holder is None]
+        """Indices no pod holds and the node agent has not marked unhealthy: an unhealthy GPU
+        is never handed out, and still counts as held by a pod that has it."""
+        unhealthy = {index for index, _ in self.spec.gpu_unhealthy}
+        free = [i for i, h in enumerate(self.holders) if h is None and i not in unhealthy]
         return free[: max(0, len(free) - self.anonymous)]
 
     def apply(self, holding: Holding) -> None:
@@ -57,7 +60,7 @@ class NodeState:
         as many anonymous GPUs, and its CPU and memory."""
         ids: tuple[int, ...] = ()
         anonymous = holding.gpus
-        wanted = holding.gpu_ids
+        wanted = self._by_uuid(holding) or holding.gpu_ids
         if (
             wanted is not None
             and len(wanted) == holding.gpus
@@ -72,6 +75,17 @@ class NodeState:
         self.cpu_used += holding.cpu_milli
         self.memory_used += holding.memory_bytes
         self.applied[holding.uid] = Applied(ids, anonymous, holding.cpu_milli, holding.memory_bytes)
+
+    def _by_uuid(self, holding: Holding) -> tuple[int, ...] | None:
+        """The holding's GPUs by the UUIDs bind wrote, where the node published UUIDs: indices
+        may change order across a reboot or a GPU swap, UUIDs do not."""
+        if not holding.gpu_uuids or not self.spec.gpu_uuids:
+            return None
+        index = {uuid: i for i, uuid in enumerate(self.spec.gpu_uuids)}
+        found = [index.get(uuid) for uuid in holding.gpu_uuids]
+        if any(i is None for i in found):
+            return None
+        return tuple(sorted(i for i in found if i is not None))
 
     def unapply(self, uid: str) -> None:
         """Take away what the holding of ``uid`` added, if anything."""

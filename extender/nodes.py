@@ -1,24 +1,31 @@
 """Decoding a node object into a :class:`NodeSpec`.
 
 GPU facts come from the node's allocatable ``nvidia.com/gpu`` count and NVIDIA GPU feature
-discovery labels; NVLink/NUMA domains from an optional ``schedext.io/gpu-topology`` annotation
-that a node agent publishes, e.g. ``{"groups": [[0, 1, 2, 3], [4, 5, 6, 7]]}``.
+discovery labels; NVLink/NUMA domains, GPU UUIDs and health from an optional
+``schedext.io/gpu-topology`` annotation that the node agent publishes (or a person writes:
+``{"groups": [[0, 1, 2, 3], [4, 5, 6, 7]]}``), and live use from ``schedext.io/gpu-use``
+(:mod:`extender.devices.document`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Mapping
 from fractions import Fraction
 
 from extender import fields, names
+from extender.devices.document import (
+    DocumentError,
+    Topology,
+    UseSample,
+    decode_topology,
+    decode_use,
+)
 from extender.fields import JSONObject
 from extender.model import NodeSpec
 from extender.quantity import QuantityError, parse_quantity
 
-__all__ = ["node_spec", "parse_topology"]
+__all__ = ["node_spec", "parse_topology", "read_topology", "read_use"]
 
 
 # What the API server allows in a node name (a DNS subdomain). Names are checked on the way in
@@ -38,7 +45,8 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
     annotations = fields.string_map(meta, "annotations")
     # A fractional GPU count is not a thing; round down to whole devices.
     gpu_count = max(0, math.floor(_quantity(allocatable.get(gpu_resource))))
-    groups, problem = parse_topology(annotations.get(names.GPU_TOPOLOGY), gpu_count)
+    topology, problem = read_topology(annotations.get(names.GPU_TOPOLOGY), gpu_count)
+    use, use_problem = read_use(annotations.get(names.GPU_USE), gpu_count)
     memory_label = labels.get(names.GPU_MEMORY_LABEL, "")
     return NodeSpec(
         name=name if _NODE_NAME.fullmatch(name) else "",
@@ -48,9 +56,13 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
         gpu_count=gpu_count,
         gpu_model=labels.get(names.GPU_PRODUCT_LABEL) or None,
         gpu_memory_mib=int(memory_label) if memory_label.isdigit() else None,
-        gpu_groups=groups,
+        gpu_groups=topology.groups,
         labels=labels,
         topology_problem=problem,
+        gpu_uuids=topology.uuids() if len(topology.gpus) == gpu_count else (),
+        gpu_unhealthy=topology.unhealthy(),
+        gpu_use=use,
+        use_problem=use_problem,
     )
 
 
@@ -58,44 +70,38 @@ GpuGroups = tuple[tuple[int, ...], ...]
 
 
 def parse_topology(raw: str | None, gpu_count: int) -> tuple[GpuGroups, str | None]:
-    """GPU groups from the topology annotation, and why it was rejected if it was.
+    """GPU groups from the topology annotation, and why it was rejected if it was."""
+    topology, problem = read_topology(raw, gpu_count)
+    return topology.groups, problem
+
+
+def read_topology(raw: str | None, gpu_count: int) -> tuple[Topology, str | None]:
+    """The node agent's topology document (any version this core reads), and why it was
+    rejected if it was.
 
     A rejected annotation leaves the node usable without topology: a wrong hint must not take
-    GPUs out of service.
+    GPUs out of service. (A GPU the agent marked unhealthy in a document we cannot read is
+    still guarded by the device plugin, which never hands it out.)
     """
     if raw is None:
-        return (), None
+        return _NO_TOPOLOGY, None
     try:
-        return _groups(raw, gpu_count), None
-    except _TopologyError as error:
-        return (), f"{names.GPU_TOPOLOGY}: {error}"
+        return decode_topology(raw, gpu_count), None
+    except DocumentError as error:
+        return _NO_TOPOLOGY, f"{names.GPU_TOPOLOGY}: {error}"
 
 
-class _TopologyError(ValueError):
-    pass
-
-
-def _groups(raw: str, gpu_count: int) -> GpuGroups:
+def read_use(raw: str | None, gpu_count: int) -> tuple[UseSample | None, str | None]:
+    """The node agent's live-use sample, and why it was rejected if it was."""
+    if raw is None:
+        return None, None
     try:
-        document = json.loads(raw)
-    except ValueError:
-        raise _TopologyError("not JSON") from None
-    groups = document.get("groups") if isinstance(document, Mapping) else None
-    if not isinstance(groups, list) or not all(isinstance(g, list) and g for g in groups):
-        raise _TopologyError('expected {"groups": [[gpu indices], ...]}')
-    seen: set[int] = set()
-    parsed: list[tuple[int, ...]] = []
-    for group in groups:
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in group):
-            raise _TopologyError("GPU indices must be integers")
-        members = tuple(sorted(group))
-        if any(i < 0 or i >= gpu_count for i in members):
-            raise _TopologyError(f"GPU index outside 0..{gpu_count - 1}")
-        if seen.intersection(members) or len(set(members)) != len(members):
-            raise _TopologyError("a GPU is listed twice")
-        seen.update(members)
-        parsed.append(members)
-    return tuple(parsed)
+        return decode_use(raw, gpu_count), None
+    except DocumentError as error:
+        return None, f"{names.GPU_USE}: {error}"
+
+
+_NO_TOPOLOGY = Topology(groups=(), version=0)
 
 
 def _quantity(raw: object) -> Fraction:

@@ -116,6 +116,7 @@ def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint
             conditions.append((a.gpu_memory_mib < shape.gpu_memory_mib, Reason.GPU_MEMORY))
         if shape.gpus:
             conditions.append((a.gpu_total < shape.gpus, Reason.GPU_TOTAL))
+            conditions.append((a.gpu_healthy < shape.gpus, Reason.GPU_UNHEALTHY))
     if shape.cpu_milli is not None and shape.cpu_intensive_min_cpu_milli is not None:
         threshold = shape.cpu_intensive_min_cpu_milli
         conditions.append((a.cpu_alloc < threshold, Reason.CPU_THRESHOLD))
@@ -181,6 +182,8 @@ def _messages(
         Reason.GPU_MODEL: f"schedext: GPU model is not {gpu_model}",
         Reason.GPU_MEMORY: f"schedext: GPU memory under {gpu_memory_mib} MiB",
         Reason.GPU_TOTAL: f"schedext: node has fewer than {gpus} GPUs",
+        # Replaced per node by _name_unhealthy, which names the GPUs and why.
+        Reason.GPU_UNHEALTHY: f"schedext: fewer than {gpus} healthy GPUs",
         Reason.CPU_THRESHOLD: (
             f"schedext: CPU-intensive needs {_cpu(cpu_intensive_min_cpu_milli)}+ CPU nodes"
         ),
@@ -213,7 +216,8 @@ def filter_ids(
         return FilterVerdict(passed=node_names), ids
     messages = reason_messages(request, config, inventory)
     if isinstance(node_names, PackedNames):
-        return _packed_verdict(node_names, codes, messages), ids.compress(fits)
+        verdict = _packed_verdict(node_names, codes, messages)
+        return _name_unhealthy(verdict, inventory, request), ids.compress(fits)
     # One stable sort by reason and one C-level gather of the names, then a slice per reason:
     # no Python step per node, and the passed nodes keep their input order.
     order = np.argsort(codes, kind="stable")
@@ -238,7 +242,34 @@ def filter_ids(
                 known_nodes=reason is not Reason.UNKNOWN_NODE,
             )
         )
-    return FilterVerdict(passed=passed, rejections=tuple(rejections)), ids[fits]
+    verdict = FilterVerdict(passed=passed, rejections=tuple(rejections))
+    return _name_unhealthy(verdict, inventory, request), ids[fits]
+
+
+def _name_unhealthy(
+    verdict: FilterVerdict, inventory: Inventory, request: PodRequest
+) -> FilterVerdict:
+    """Each node turned away for unhealthy GPUs gets its own message naming them and why
+    ("GPU 3 unhealthy: XID 79: GPU fell off the bus"): the operator must see which device to
+    replace. Such nodes are few, so a group per node costs nothing that matters."""
+    if not any(r.reason is Reason.GPU_UNHEALTHY for r in verdict.rejections):
+        return verdict
+    rejections: list[Rejection] = []
+    for rejection in verdict.rejections:
+        if rejection.reason is not Reason.GPU_UNHEALTHY:
+            rejections.append(rejection)
+            continue
+        for name in rejection.nodes:
+            view = inventory.node(name)
+            spec = view.spec if view is not None else None
+            bad = spec.gpu_unhealthy if spec is not None else ()
+            gpus = "; ".join(f"GPU {index} unhealthy: {why}" for index, why in bad)
+            healthy = spec.gpu_healthy if spec is not None else 0
+            message = f"schedext: {gpus} ({healthy} healthy, pod needs {request.gpus})"
+            rejections.append(
+                Rejection(message, resolvable=False, nodes=[name], reason=Reason.GPU_UNHEALTHY)
+            )
+    return FilterVerdict(passed=verdict.passed, rejections=tuple(rejections))
 
 
 def _packed_verdict(names: PackedNames, codes: CodeArray, messages: list[str]) -> FilterVerdict:

@@ -86,11 +86,13 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
     if gpu_ids is not None and len(gpu_ids) != gpus:
         # The annotation is what the node agent was told to expose; trust it for the count too.
         gpus = len(gpu_ids)
+    uuids = gpu_uuids_annotation(annotations.get(names.GPU_UUIDS))
     return Holding(
         **_demand(meta, spec, totals, gpus=gpus),
         node=node,
         kind=HoldingKind.BOUND,
         gpu_ids=gpu_ids,
+        gpu_uuids=uuids if gpu_ids is not None and uuids and len(uuids) == len(gpu_ids) else None,
         running=phase == "Running",
         ip=_held_address(annotations.get(names.IP)),
         ip_pool=annotations.get(names.IP_POOL) or None,
@@ -197,6 +199,19 @@ def gpu_ids_annotation(value: str | None) -> tuple[int, ...] | None:
         return None
     ids = tuple(sorted({int(p) for p in parts}))
     return ids if len(ids) == len(parts) else None
+
+
+_MAX_UUIDS = 64  # more than any node has GPUs: a longer list is not ours
+
+
+def gpu_uuids_annotation(value: str | None) -> tuple[str, ...] | None:
+    """Parse ``schedext.io/gpu-uuids`` ("GPU-a,GPU-b"); None when absent or unreadable."""
+    if value is None or len(value) > _MAX_UUIDS * 64:
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    if not parts or len(parts) > _MAX_UUIDS or not all(parts) or len(set(parts)) != len(parts):
+        return None
+    return tuple(parts)
 
 
 def _effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:

@@ -65,7 +65,11 @@ class Scheduler(Intake):
         self._scorers = scoring.weights(config)
         self._reservation_ttl = reservation_ttl
         self._gang_victims = gang_victims
-        self._inventory = Inventory(rack_label=config.rack_label, zone_label=config.zone_label)
+        self._inventory = Inventory(
+            rack_label=config.rack_label,
+            zone_label=config.zone_label,
+            use_stale_s=config.live_use_stale_s,
+        )
         self._pending = PendingPods(pending_capacity)
         self._gangs = GangCoordinator(
             self._inventory, config, default_timeout_s=gang_timeout_s, max_wait_s=gang_max_wait_s
@@ -188,6 +192,11 @@ class Scheduler(Intake):
     def abort_bind(self, plan: BindPlan) -> None:
         """The bind failed: give the reserved resources back."""
         binding.abort(self._inventory, plan)
+
+    def age_live_use(self, wall_now: float) -> None:
+        """Ignore node agents' live-use samples older than ``live_use_stale_s`` at
+        ``wall_now`` (Unix seconds: samples carry the agent's wall-clock time)."""
+        self._inventory.age_use(wall_now)
 
     def expire(self, now: float) -> list[Holding]:
         """Drop stale reservations and end the waits of gangs past their timeout."""

@@ -12,6 +12,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from extender import names
+from extender.devices import (
+    Gpu,
+    GpuHealth,
+    GpuUse,
+    Topology,
+    UseSample,
+    encode_topology,
+    encode_use,
+)
 
 _uids = itertools.count(1)
 
@@ -259,3 +268,38 @@ def ip_pod(
 def bound_ip_pod(name: str, *, node: str, ip: str, pool: str, **kwargs: Any) -> dict[str, Any]:
     annotations = {names.IP: ip, names.IP_POOL: pool, **kwargs.pop("annotations", {})}
     return make_pod(name, node=node, annotations=annotations, **kwargs)
+
+
+def agent_annotations(
+    gpus: int,
+    *,
+    groups: Sequence[Sequence[int]] = (),
+    unhealthy: dict[int, str] | None = None,
+    uuid_prefix: str = "GPU-n",
+    uuids: Sequence[str] | None = None,
+    use: dict[int, tuple[int, int]] | None = None,
+    use_at: float = 1_000_000.0,
+) -> dict[str, str]:
+    """The node agent's annotations, written by its own encoders: its topology document
+    (UUIDs, health, groups) and, with
+    ``use`` ({index: (utilisation %, MiB used)}), a live-use sample taken at ``use_at``."""
+    bad = unhealthy or {}
+    ids = list(uuids) if uuids is not None else [f"{uuid_prefix}-{i}" for i in range(gpus)]
+    topology = Topology(
+        groups=tuple(tuple(g) for g in groups),
+        gpus=tuple(
+            Gpu(
+                index=i,
+                uuid=ids[i],
+                health=GpuHealth(False, bad[i]) if i in bad else GpuHealth(),
+            )
+            for i in range(gpus)
+        ),
+    )
+    annotations = {names.GPU_TOPOLOGY: encode_topology(topology)}
+    if use is not None:
+        sample = UseSample(
+            at=use_at, gpus=tuple(GpuUse(i, u, m) for i, (u, m) in sorted(use.items()))
+        )
+        annotations[names.GPU_USE] = encode_use(sample)
+    return annotations

@@ -27,6 +27,13 @@ async def inventory(request: Request) -> Response:
             continue
         holders = {h.uid: h for h in view.holdings}
         group_of = {i: g for g, members in enumerate(view.spec.gpu_groups) for i in members}
+        uuids = view.spec.gpu_uuids
+        unhealthy = dict(view.spec.gpu_unhealthy)
+        sample = view.spec.gpu_use
+        use = {
+            u.index: {"utilisation": u.utilisation, "memoryUsedMiB": u.memory_used_mib}
+            for u in (sample.gpus if sample is not None else ())
+        }
         nodes.append(
             {
                 "name": name,
@@ -35,9 +42,12 @@ async def inventory(request: Request) -> Response:
                 "gpus": [
                     {
                         "index": index,
+                        "uuid": uuids[index] if index < len(uuids) else None,
                         "group": group_of.get(index),
                         "holder": holders[uid].key if uid in holders else None,
                         "reserved": uid in holders and holders[uid].kind.value == "reserved",
+                        "unhealthy": unhealthy.get(index),
+                        "use": use.get(index),
                     }
                     for index, uid in enumerate(view.holders)
                 ],
@@ -45,6 +55,8 @@ async def inventory(request: Request) -> Response:
                 "freeGpus": len(view.free_gpu_ids),
                 "cpuMilli": {"allocatable": view.spec.cpu_milli, "free": view.cpu_free},
                 "topologyProblem": view.spec.topology_problem,
+                "useProblem": view.spec.use_problem,
+                "useSampledAt": sample.at if sample is not None else None,
             }
         )
     book = inv.addresses

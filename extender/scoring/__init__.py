@@ -21,7 +21,7 @@ from extender.addressing import ip_context
 from extender.config import PolicyConfig
 from extender.inventory import IdArray, Inventory
 from extender.model import PodRequest
-from extender.scoring import binpack, cpu_only, gang_rack, ip_headroom, spread, topology
+from extender.scoring import binpack, cpu_only, gang_rack, ip_headroom, live_use, spread, topology
 from extender.scoring.scorer import Candidates, FloatArray, GroupAffinity, Scorer
 
 __all__ = [
@@ -47,6 +47,7 @@ SCORERS: tuple[Scorer, ...] = (
     cpu_only.SCORER,
     gang_rack.SCORER,
     ip_headroom.SCORER,
+    live_use.SCORER,
 )
 NAMES = frozenset(scorer.name for scorer in SCORERS)
 

@@ -7,7 +7,7 @@ import pytest
 from extender.model import Reason
 from extender.packed import PackedNames
 from extender.policy import PolicyConfig
-from tests.builders import A100, H100, T4, make_node, make_pod
+from tests.builders import A100, H100, T4, agent_annotations, make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
 FITS = "fits"
@@ -25,7 +25,29 @@ class FilterCase:
     config: PolicyConfig = field(default_factory=PolicyConfig)
 
 
+XID79 = "XID 79: GPU fell off the bus"
+
 CASES = [
+    FilterCase(
+        "a GPU the node agent marked unhealthy is never free; the healthy rest still fit",
+        make_pod(gpus=2),
+        [make_node("g1", gpus=4, annotations=agent_annotations(4, unhealthy={3: XID79}))],
+        {"g1": (FITS, "")},
+        bound=[make_pod("holder", gpus=1, node="g1", gpu_ids=[0])],
+    ),
+    FilterCase(
+        "too few healthy GPUs is unresolvable, naming the GPU and why",
+        make_pod(gpus=4),
+        [make_node("g1", gpus=4, annotations=agent_annotations(4, unhealthy={3: XID79}))],
+        {"g1": (UNRESOLVABLE, f"GPU 3 unhealthy: {XID79} (3 healthy, pod needs 4)")},
+    ),
+    FilterCase(
+        "enough healthy GPUs but pods hold them: busy (evicting helps)",
+        make_pod(gpus=2),
+        [make_node("g1", gpus=4, annotations=agent_annotations(4, unhealthy={3: XID79}))],
+        {"g1": (BUSY, "fewer than 2 free GPUs")},
+        bound=[make_pod("holder", gpus=2, node="g1", gpu_ids=[0, 1])],
+    ),
     FilterCase(
         "gpu pod fits a node with enough free gpus",
         make_pod(gpus=2),

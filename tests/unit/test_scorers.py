@@ -22,13 +22,22 @@ from extender.scoring import (
     cpu_only,
     gang_rack,
     ip_headroom,
+    live_use,
     score_nodes,
     spread,
     topology,
     weights,
 )
 from extender.scoring.scorer import Candidates
-from tests.builders import bound_ip_pod, gang_pod, ip_pod, make_ip_pool, make_node, make_pod
+from tests.builders import (
+    agent_annotations,
+    bound_ip_pod,
+    gang_pod,
+    ip_pod,
+    make_ip_pool,
+    make_node,
+    make_pod,
+)
 from tests.unit.helpers import scheduler_with
 
 NVLINK_2X4 = [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -214,6 +223,27 @@ IP_HEADROOM_CASES = [
     ),
 ]
 
+LIVE_USE_CASES = [
+    Case(
+        "idle free GPUs 1, busy and full ones 0, half 0.5; no sample 0.5",
+        [
+            make_node("idle", gpus=2, annotations=agent_annotations(2, use={0: (0, 0), 1: (0, 0)})),
+            make_node("busy", gpus=1, annotations=agent_annotations(1, use={0: (100, 81559)})),
+            make_node("half", gpus=1, annotations=agent_annotations(1, use={0: (50, 40780)})),
+            make_node("silent", gpus=1),
+        ],
+        make_pod(gpus=1),
+        {"idle": 1.0, "busy": 0.0, "half": 0.5, "silent": 0.5},
+    ),
+    Case(
+        "only the free GPUs count: a busy GPU a pod holds is not the new pod's",
+        [make_node("n", gpus=2, annotations=agent_annotations(2, use={0: (100, 0), 1: (20, 0)}))],
+        make_pod(gpus=1),
+        {"n": 0.9},
+        bound=[make_pod("b", gpus=1, node="n", gpu_ids=[0])],
+    ),
+]
+
 TABLES = [
     (binpack.SCORER, BINPACK_CASES),
     (spread.SCORER, SPREAD_CASES),
@@ -221,6 +251,7 @@ TABLES = [
     (cpu_only.SCORER, CPU_ONLY_CASES),
     (gang_rack.SCORER, GANG_RACK_CASES),
     (ip_headroom.SCORER, IP_HEADROOM_CASES),
+    (live_use.SCORER, LIVE_USE_CASES),
 ]
 
 
@@ -254,6 +285,39 @@ def test_ip_headroom_rates_the_free_share_of_the_pool(case: Case) -> None:
     assert ratings(ip_headroom.SCORER, case) == pytest.approx(case.expected)
 
 
+@pytest.mark.parametrize("case", LIVE_USE_CASES, ids=lambda c: c.id)
+def test_live_use_rates_how_idle_the_free_gpus_were(case: Case) -> None:
+    assert ratings(live_use.SCORER, case) == pytest.approx(case.expected)
+
+
+def test_a_stale_live_use_sample_is_ignored_and_a_fresh_one_counts_again() -> None:
+    busy = agent_annotations(1, use={0: (100, 81559)}, use_at=1000.0)
+    scheduler = scheduler_with([make_node("n", gpus=1, annotations=busy)])
+    request = pod_request(make_pod(gpus=1))
+
+    def rating() -> float:
+        nodes = Candidates(scheduler.inventory, request, scheduler.inventory.ids(["n"]))
+        return float(live_use.SCORER.score(nodes)[0])
+
+    assert rating() == 0.0
+    scheduler.age_live_use(1000.0 + 121)  # past the default live_use_stale_s of 120
+    assert rating() == live_use.UNKNOWN
+    fresh = agent_annotations(1, use={0: (100, 81559)}, use_at=1000.0 + 130)
+    scheduler.upsert_node(make_node("n", gpus=1, annotations=fresh))
+    assert rating() == 0.0
+
+
+def test_a_new_live_use_sample_keeps_the_nodes_spec_caches() -> None:
+    scheduler = scheduler_with(
+        [make_node("n", gpus=1, annotations=agent_annotations(1, use={0: (0, 0)}))]
+    )
+    version = scheduler.inventory.nodes_version
+    again = agent_annotations(1, use={0: (90, 10)}, use_at=2_000_000.0)
+    assert scheduler.upsert_node(make_node("n", gpus=1, annotations=again))
+    assert scheduler.inventory.nodes_version == version
+    assert int(scheduler.inventory.arrays.use_util[scheduler.inventory.ids(["n"])][0]) == 90
+
+
 APPLIES = [
     # (scorer, pod, applies)
     (binpack.SCORER, make_pod(gpus=1), True),
@@ -266,6 +330,8 @@ APPLIES = [
     (cpu_only.SCORER, make_pod(gpus=1), False),
     (ip_headroom.SCORER, ip_pod("p", pool="p0"), True),
     (ip_headroom.SCORER, make_pod(gpus=1), False),
+    (live_use.SCORER, make_pod(gpus=1), True),
+    (live_use.SCORER, make_pod(), False),
 ]
 
 
