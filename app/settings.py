@@ -161,7 +161,7 @@ class PolicySettings(_Group):
     zone_label: str = names.ZONE_LABEL
     # The node agent's live-use samples older than this are ignored (the live_use scorer,
     # weight 0 unless weights.live_use says otherwise).
-    live_use_stale_s: float = Field(default=120.0, gt=0)
+    live_use_stale_s: float = Field(default=300.0, gt=0)
 
     @field_validator("cpu_intensive_min_cpu")
     @classmethod

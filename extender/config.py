@@ -42,7 +42,7 @@ class PolicyConfig:
     zone_label: str = names.ZONE_LABEL
     # The node agent's live-use samples older than this are ignored (the live_use scorer
     # treats the node as unknown): an agent that stopped writing must not steer placement.
-    live_use_stale_s: float = 120.0
+    live_use_stale_s: float = 300.0
 
     def __post_init__(self) -> None:
         if "/" not in self.gpu_resource or not self.gpu_resource.strip():

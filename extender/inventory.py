@@ -53,7 +53,7 @@ class Inventory:
         capacity: int = 64,
         rack_label: str = names.RACK_LABEL,
         zone_label: str = names.ZONE_LABEL,
-        use_stale_s: float = 120.0,
+        use_stale_s: float = 300.0,
     ) -> None:
         self._rack_label, self._zone_label = rack_label, zone_label
         self._use_stale_s = use_stale_s

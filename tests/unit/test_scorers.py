@@ -300,9 +300,9 @@ def test_a_stale_live_use_sample_is_ignored_and_a_fresh_one_counts_again() -> No
         return float(live_use.SCORER.score(nodes)[0])
 
     assert rating() == 0.0
-    scheduler.age_live_use(1000.0 + 121)  # past the default live_use_stale_s of 120
+    scheduler.age_live_use(1000.0 + 301)  # past the default live_use_stale_s of 300
     assert rating() == live_use.UNKNOWN
-    fresh = agent_annotations(1, use={0: (100, 81559)}, use_at=1000.0 + 130)
+    fresh = agent_annotations(1, use={0: (100, 81559)}, use_at=1000.0 + 310)
     scheduler.upsert_node(make_node("n", gpus=1, annotations=fresh))
     assert rating() == 0.0
 

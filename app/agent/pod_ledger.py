@@ -1,0 +1,123 @@
+"""The pods on this node that ask for GPUs, as the device plugin needs them: a list+watch of
+the node's own pods (``spec.nodeName`` field selector, so the agent reads only its node's
+share of the cluster), and the allocation record written on each pod.
+
+The record (``schedext.io/gpu-allocated``) is what makes allocation survive a restart of the
+agent: a new agent reads it back from the list, and never gives the same pod's GPUs to
+another pod. It is written before ``Allocate`` answers, and the ledger's own view takes it at
+once, so a second ``Allocate`` in the next millisecond sees it too."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from app.kube.api import KubeApi
+from app.kube.errors import ApiNotFoundError
+from app.kube.watch import Relist, Resource
+from extender import names
+from extender.devices.allocation import NodePod
+from extender.devices.pods import node_pod
+
+__all__ = ["ApiPodLedger", "node_pods_resource"]
+
+log = logging.getLogger("schedext.agent")
+
+JSON = dict[str, Any]
+
+
+def node_pods_resource(node: str) -> Resource:
+    """This node's live pods (terminal ones hold no device)."""
+    return Resource(
+        name="pods",
+        path="/api/v1/pods",
+        field_selector=(f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"),
+    )
+
+
+class ApiPodLedger:
+    """The node's GPU pods by UID, kept by a watch (this object is its sink)."""
+
+    def __init__(self, api: KubeApi, *, gpu_resource: str = names.GPU_RESOURCE) -> None:
+        self._api = api
+        self._gpu_resource = gpu_resource
+        self._pods: dict[str, NodePod] = {}
+        self.synced = False
+
+    # ------------------------------------------------------------ the plugin's side
+
+    def pods(self) -> Sequence[NodePod]:
+        return tuple(self._pods.values())
+
+    async def record(self, pod: NodePod, uuids: tuple[str, ...]) -> None:
+        """Add ``uuids`` to the pod's allocation record, on the pod (with its UID as a
+        precondition: a pod re-created under the same name is another pod) and here."""
+        allocated = tuple(dict.fromkeys((*pod.allocated, *uuids)))
+        body = {
+            "metadata": {
+                "uid": pod.uid,
+                "annotations": {names.GPU_ALLOCATED: ",".join(allocated)},
+            }
+        }
+        try:
+            await self._api.merge_patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", body)
+        except ApiNotFoundError:
+            # Gone already: the kubelet will not start its containers either.
+            log.warning("pod gone before its GPUs were recorded", extra={"pod": pod.key})
+            raise
+        current = self._pods.get(pod.uid, pod)
+        self._pods[pod.uid] = dataclasses.replace(current, allocated=allocated)
+
+    # ------------------------------------------------------------ the watch's side
+
+    @property
+    def relist(self) -> Callable[[], Relist]:
+        return lambda: _Relist(self)
+
+    @property
+    def upsert(self) -> Callable[[JSON], object]:
+        return self._upsert
+
+    @property
+    def delete(self) -> Callable[[JSON], object]:
+        return self._delete
+
+    def _upsert(self, pod: JSON) -> None:
+        decoded = node_pod(pod, gpu_resource=self._gpu_resource)
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if decoded is None:
+            self._pods.pop(uid, None)
+            return
+        known = self._pods.get(uid)
+        if known is not None and len(known.allocated) > len(decoded.allocated):
+            # Our own record is ahead of the watch (written, not yet seen): keep it.
+            decoded = dataclasses.replace(decoded, allocated=known.allocated)
+        self._pods[uid] = decoded
+
+    def _delete(self, pod: JSON) -> None:
+        self._pods.pop(str((pod.get("metadata") or {}).get("uid", "")), None)
+
+    def _replace(self, pods: Iterable[JSON]) -> None:
+        ahead = {uid: p.allocated for uid, p in self._pods.items()}
+        self._pods = {}
+        for pod in pods:
+            self._upsert(pod)
+        for uid, allocated in ahead.items():
+            current = self._pods.get(uid)
+            if current is not None and len(allocated) > len(current.allocated):
+                self._pods[uid] = dataclasses.replace(current, allocated=allocated)
+        self.synced = True
+
+
+class _Relist:
+    def __init__(self, ledger: ApiPodLedger) -> None:
+        self._ledger = ledger
+        self._items: list[JSON] = []
+
+    def add(self, items: Iterable[JSON]) -> None:
+        self._items.extend(items)
+
+    def commit(self) -> None:
+        self._ledger._replace(self._items)

@@ -1,0 +1,51 @@
+"""A pod object, as the node agent needs it: a :class:`NodePod` (what it asks for, what
+schedext chose, what the agent already gave it)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from extender import fields, names
+from extender.devices.allocation import NodePod
+from extender.fields import JSONObject
+from extender.requests import gpu_uuids_annotation, holding_from_pod
+
+__all__ = ["node_pod"]
+
+
+def node_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> NodePod | None:
+    """The pod as the agent's device plugin sees it; None when it asks for no GPU or is done."""
+    holding = holding_from_pod(pod, gpu_resource=gpu_resource)
+    if holding is None or holding.gpus <= 0:
+        return None
+    meta = fields.obj(pod, "metadata")
+    annotations = fields.string_map(meta, "annotations")
+    allocated = gpu_uuids_annotation(annotations.get(names.GPU_ALLOCATED)) or ()
+    return NodePod(
+        uid=holding.uid,
+        namespace=holding.namespace,
+        name=holding.name,
+        gpus=holding.gpus,
+        gpu_ids=holding.gpu_ids,
+        gpu_uuids=holding.gpu_uuids,
+        allocated=allocated,
+        bound_at=_bound_at(pod),
+    )
+
+
+def _bound_at(pod: JSONObject) -> float:
+    """When the Binding was written: the API server stamps the PodScheduled condition then
+    (second precision); the creation time stands in where it is missing."""
+    for condition in fields.objects(fields.obj(pod, "status"), "conditions"):
+        if fields.text(condition, "type") == "PodScheduled":
+            at = _time(fields.text(condition, "lastTransitionTime"))
+            if at is not None:
+                return at
+    return _time(fields.text(fields.obj(pod, "metadata"), "creationTimestamp")) or 0.0
+
+
+def _time(text: str) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
