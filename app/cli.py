@@ -1,5 +1,5 @@
 """``schedext`` command line: ``serve`` (the extender), ``explain`` (asks a running one why a
-pod fits each node). The benchmarks are not commands of the package, which does not ship them:
+pod fits each node), ``agent`` (the node agent, :mod:`app.agent.command`). The benchmarks are not commands of the package, which does not ship them:
 they run from a source tree (``python -m loadtests.bench``)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app import __version__, logs
+from app.agent.command import add_command as add_agent_command
 from app.settings import Settings, load_settings
 from app.snapshot import SnapshotError
 
@@ -115,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--json", action="store_true", help="print the raw JSON answer")
     explain.set_defaults(handler=_explain)
+    add_agent_command(commands)
     return parser
 
 

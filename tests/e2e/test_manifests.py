@@ -59,8 +59,12 @@ def kube(control_plane: ControlPlane) -> Iterator[Kube]:
     client = Kube(control_plane)
     # Applied for real: namespaced objects need it, and its Pod Security labels make the API
     # server check the pod templates of the Deployments against "restricted".
-    (namespace,) = documents(MANIFESTS / "namespace.yaml")
-    client.apply(namespace, dry_run=False)
+    # (Every Namespace under manifests/: the node agent's has its own, schedext-node.)
+    for path in sorted(MANIFESTS.rglob("*.yaml")):
+        if path == SCHEDULER_CONFIG:
+            continue
+        for namespace in (d for d in documents(path) if d["kind"] == "Namespace"):
+            client.apply(namespace, dry_run=False)
     try:
         yield client
     finally:

@@ -1,0 +1,124 @@
+"""``schedext agent``: the node agent's command line (registered by :mod:`app.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from app import logs
+from app.agent.nvml import Nvml, NvmlError
+from app.agent.settings import AgentSettings
+
+__all__ = ["add_command"]
+
+log = logging.getLogger("schedext.agent")
+
+
+def add_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    agent = commands.add_parser(
+        "agent",
+        help="run the node agent (NVML, the GPU device plugin, the Node's GPU annotations)",
+        description=(
+            "Run on each GPU node (a DaemonSet): read the GPUs through NVML, publish their "
+            "topology, health and use on the Node, and serve the kubelet device plugin that "
+            "gives each container exactly the GPUs schedext chose. Settings also come from "
+            "SCHEDEXT_AGENT_* environment variables."
+        ),
+    )
+    agent.add_argument("--node-name", help="this node's name (default: $SCHEDEXT_AGENT_NODE_NAME)")
+    agent.add_argument("--kubeconfig", type=Path, help="credentials (default: in-cluster)")
+    agent.add_argument("--resource-name", help="the resource to register (nvidia.com/gpu)")
+    agent.add_argument("--device-plugin-dir", type=Path, help="the kubelet's plugin directory")
+    agent.add_argument("--socket-name", help="this plugin's socket file name")
+    agent.add_argument("--poll-s", type=float, help="seconds between health and use reads")
+    agent.add_argument("--probe-port", type=int, help="/healthz, /readyz and /metrics port")
+    agent.add_argument("--probe-host", help="address of the probe port (default 0.0.0.0)")
+    agent.add_argument("--nvml-replay", type=Path, help="replay recorded NVML answers (tests)")
+    agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    agent.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    flags = {
+        key: value
+        for key in (
+            "node_name", "kubeconfig", "resource_name", "device_plugin_dir", "socket_name",
+            "poll_s", "probe_port", "probe_host", "nvml_replay", "log_level",
+        )
+        if (value := getattr(args, key)) is not None
+    }  # fmt: skip
+    try:
+        settings = AgentSettings(**flags)
+    except ValidationError as error:
+        print(f"schedext agent: invalid settings:\n{error}", file=sys.stderr)  # noqa: T201
+        return 2
+    logs.configure(settings.log_level)
+    try:
+        nvml = _open_nvml(settings)
+    except (NvmlError, ValueError, OSError) as error:
+        print(f"schedext agent: {error}", file=sys.stderr)  # noqa: T201
+        return 1
+    try:
+        return asyncio.run(_serve(settings, nvml))
+    except NvmlError as error:
+        print(f"schedext agent: cannot read the GPUs: {error}", file=sys.stderr)  # noqa: T201
+        return 1
+    except ValueError as error:  # credentials
+        print(f"schedext agent: {error}", file=sys.stderr)  # noqa: T201
+        return 1
+    finally:
+        nvml.close()
+
+
+def _open_nvml(settings: AgentSettings) -> Nvml:
+    if settings.nvml_replay is not None:
+        from app.agent.replay import ReplayBackend  # noqa: PLC0415 (tests and demos only)
+
+        return ReplayBackend(settings.nvml_replay)
+    # Imported here: loading the NVML binding is the driver's business, not the CLI's.
+    from app.agent.pynvml_backend import PynvmlBackend  # noqa: PLC0415
+
+    return PynvmlBackend()
+
+
+async def _serve(settings: AgentSettings, nvml: Nvml) -> int:
+    # Imported here: `schedext serve` parses this module's flags, and must not load gRPC.
+    from app.agent.probes import AgentState, probe_app  # noqa: PLC0415
+    from app.agent.runner import Agent  # noqa: PLC0415
+    from app.kube.api import KubeApi  # noqa: PLC0415
+    from app.kube.config import load_cluster_config  # noqa: PLC0415
+
+    api = KubeApi(load_cluster_config(settings.kubeconfig))
+    agent = Agent(settings, nvml, api)
+    state = AgentState(
+        ready=agent.ready,
+        gpus=lambda: agent.devices.current() if agent.devices is not None else (),
+        writes=lambda: agent.publisher.writes,
+    )
+    from aiohttp import web  # noqa: PLC0415
+
+    runner = web.AppRunner(probe_app(state), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.probe_host, settings.probe_port)
+    await site.start()
+    main = asyncio.current_task()
+    assert main is not None
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, main.cancel)
+    try:
+        await agent.run()
+    except asyncio.CancelledError:
+        log.info("schedext agent stopping")
+    finally:
+        await runner.cleanup()
+        with contextlib.suppress(Exception):
+            await api.close()
+    return 0

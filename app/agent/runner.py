@@ -1,0 +1,202 @@
+"""The node agent's one process: read the GPUs through NVML, publish them on the Node, keep
+the device plugin registered with the kubelet, and watch health.
+
+What runs, as tasks of one event loop (plus the XID watch's own thread):
+- at start, the GPUs are read (:func:`~app.agent.discovery.read_node`; NVML failing here
+  ends the process with a clear message) and the topology document is written when the Node
+  does not carry it already;
+- the pod watch (this node's pods) feeds the ledger the plugin allocates from;
+- the device plugin serves and re-registers when the kubelet restarts;
+- every ``poll_s``: health is read again (ECC, retired pages, lost GPUs) and use is sampled.
+  A health change goes to ListAndWatch at once and to the Node's topology document, which
+  the extender's node watch turns into "never hand out this GPU";
+- an XID event marks its GPU unhealthy at once. XIDs are sticky: the GPU stays unhealthy until
+  the agent restarts (after the node's GPUs were reset or replaced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+from app.agent.discovery import read_node, sample_use
+from app.agent.memory import StaticDevices
+from app.agent.node_publisher import NodePublisher
+from app.agent.nvml import Nvml, NvmlError
+from app.agent.plugin import DevicePlugin
+from app.agent.pod_ledger import ApiPodLedger, node_pods_resource
+from app.agent.registration import Endpoint, serve
+from app.agent.settings import AgentSettings
+from app.agent.xid_watch import GpuFault, XidWatch
+from app.kube.api import KubeApi
+from app.kube.errors import ApiError
+from app.kube.watch import WatchHooks, watch_forever
+from extender.devices import Gpu, GpuHealth, Topology, UseSample
+from extender.devices.links import nvlink_groups
+from extender.devices.publishing import UseGate
+
+__all__ = ["Agent"]
+
+log = logging.getLogger("schedext.agent")
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        nvml: Nvml,
+        api: KubeApi,
+        *,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings, self._nvml, self._api, self._wall = settings, nvml, api, wall
+        self.ledger = ApiPodLedger(api, gpu_resource=settings.resource_name)
+        gate = UseGate(
+            interval_s=settings.use_interval_s,
+            threshold=settings.use_threshold,
+            refresh_s=settings.use_refresh_s,
+        )
+        self._gate = gate
+        self.publisher = NodePublisher(api, settings.node_name, gate)
+        self._wake = asyncio.Event()  # a health change: publish now, not at the next poll
+        self.devices: StaticDevices | None = None
+        self._driver = ""
+        self._faults: dict[int, GpuHealth] = {}  # sticky: from XID events
+        self.published = asyncio.Event()  # the topology is on the Node
+        self.polled = asyncio.Event()  # set after each poll (tests wait on it, bounded)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(
+            directory=self.settings.device_plugin_dir,
+            socket_name=self.settings.socket_name,
+            resource_name=self.settings.resource_name,
+        )
+
+    def ready(self) -> bool:
+        """Readiness: the GPUs are published, the node's pods are listed, the plugin listens."""
+        return (
+            self.published.is_set() and self.ledger.synced and self.endpoint.socket.exists()
+        )
+
+    async def run(self) -> None:
+        """Until cancelled. Raises :class:`NvmlError` when the GPUs cannot be read at start."""
+        self._driver, gpus = await asyncio.to_thread(read_node, self._nvml)
+        if not gpus:
+            raise NvmlError(0, "NVML lists no GPU on this node")
+        self.devices = StaticDevices(gpus, nvlink_groups(gpus))
+        self._gate.memory_mib = tuple(g.memory_mib for g in gpus)
+        log.info(
+            "GPUs read",
+            extra={
+                "node": self.settings.node_name,
+                "driver": self._driver,
+                "gpus": [f"{g.index}: {g.model} {g.uuid}" for g in gpus],
+                "groups": [list(g) for g in self.devices.groups()],
+            },
+        )
+        loop = asyncio.get_running_loop()
+        xids = XidWatch(
+            self._nvml,
+            [g.index for g in gpus],
+            lambda fault: loop.call_soon_threadsafe(self._fault, fault),
+        )
+        plugin = DevicePlugin(self.devices, self.ledger)
+        tasks = [
+            asyncio.create_task(self._publish_forever(), name="agent-publish"),
+            asyncio.create_task(
+                watch_forever(
+                    self._api, node_pods_resource(self.settings.node_name), self.ledger,
+                    hooks=WatchHooks(),
+                ),
+                name="agent-pods",
+            ),
+            asyncio.create_task(serve(plugin, self.endpoint), name="agent-plugin"),
+        ]
+        xids.start()
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # a task that ended raises its error here
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await asyncio.to_thread(xids.stop, 5.0)
+
+    # ------------------------------------------------------------------ health
+
+    def _fault(self, fault: GpuFault) -> None:
+        """An XID or a lost GPU, from the watch's thread (handed over to the loop)."""
+        log.warning(
+            "GPU unhealthy",
+            extra={"gpu": fault.index, "xid": fault.xid, "reason": fault.health.reason},
+        )
+        self._faults[fault.index] = fault.health
+        self._apply(self._current())
+
+    def _current(self) -> tuple[Gpu, ...]:
+        assert self.devices is not None
+        return self.devices.current()
+
+    def _apply(self, read: tuple[Gpu, ...]) -> None:
+        """Take a fresh read of the GPUs (with the sticky XID faults over it) if health
+        changed: ListAndWatch sends it, and the next publish writes the Node."""
+        assert self.devices is not None
+        merged = tuple(
+            dataclasses.replace(g, health=self._faults[g.index])
+            if g.index in self._faults and g.health.healthy
+            else g
+            for g in read
+        )
+        if [g.health for g in merged] != [g.health for g in self.devices.current()]:
+            self.devices.set_gpus(merged)
+            self._wake.set()
+
+    # ------------------------------------------------------------------ publishing
+
+    async def _publish_forever(self) -> None:
+        await self._retrying(self.publisher.start)
+        while True:
+            assert self.devices is not None
+            topology = Topology(
+                groups=self.devices.groups(), gpus=self.devices.current(), driver=self._driver
+            )
+            with contextlib.suppress(ApiError):
+                await self._retrying(lambda t=topology: self.publisher.topology(t))
+                self.published.set()
+                use = await asyncio.to_thread(sample_use, self._nvml)
+                try:
+                    await self.publisher.use(UseSample(at=self._wall(), gpus=use))
+                except ApiError as error:
+                    log.warning("cannot write live use", extra={"error": str(error)})
+            self.polled.set()
+            self.polled = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.poll_s)
+            self._wake.clear()
+            try:
+                _, read = await asyncio.to_thread(read_node, self._nvml)
+            except NvmlError as error:
+                log.warning("cannot read the GPUs again", extra={"error": str(error)})
+                continue
+            self._apply(read)
+
+    async def _retrying(self, call: Callable[[], object]) -> None:
+        delay = 0.5
+        while True:
+            try:
+                result = call()
+                if asyncio.iscoroutine(result):
+                    await result
+                return
+            except ApiError as error:
+                log.warning("Node write failed; retrying", extra={"error": str(error)})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
