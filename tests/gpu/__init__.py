@@ -1,0 +1,1 @@
+"""Tests that read real NVML; skipped on machines without an NVIDIA driver."""
