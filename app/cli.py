@@ -1,6 +1,7 @@
 """``schedext`` command line: ``serve`` (the extender), ``explain`` (asks a running one why a
-pod fits each node), ``agent`` (the node agent, :mod:`app.agent.command`). The benchmarks are not commands of the package, which does not ship them:
-they run from a source tree (``python -m loadtests.bench``)."""
+pod fits each node), ``agent`` (the node agent, :mod:`app.agent.command`). The benchmarks are
+not commands of the package, which does not ship them: they run from a source tree
+(``python -m loadtests.bench``)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -79,9 +80,7 @@ class Agent:
 
     def ready(self) -> bool:
         """Readiness: the GPUs are published, the node's pods are listed, the plugin listens."""
-        return (
-            self.published.is_set() and self.ledger.synced and self.endpoint.socket.exists()
-        )
+        return self.published.is_set() and self.ledger.synced and self.endpoint.socket.exists()
 
     async def run(self) -> None:
         """Until cancelled. Raises :class:`NvmlError` when the GPUs cannot be read at start."""
@@ -103,14 +102,16 @@ class Agent:
         xids = XidWatch(
             self._nvml,
             [g.index for g in gpus],
-            lambda fault: loop.call_soon_threadsafe(self._fault, fault),
+            lambda fault: self._from_thread(loop, fault),
         )
         plugin = DevicePlugin(self.devices, self.ledger)
         tasks = [
             asyncio.create_task(self._publish_forever(), name="agent-publish"),
             asyncio.create_task(
                 watch_forever(
-                    self._api, node_pods_resource(self.settings.node_name), self.ledger,
+                    self._api,
+                    node_pods_resource(self.settings.node_name),
+                    self.ledger,
                     hooks=WatchHooks(),
                 ),
                 name="agent-pods",
@@ -131,6 +132,9 @@ class Agent:
             await asyncio.to_thread(xids.stop, 5.0)
 
     # ------------------------------------------------------------------ health
+
+    def _from_thread(self, loop: asyncio.AbstractEventLoop, fault: GpuFault) -> None:
+        loop.call_soon_threadsafe(self._fault, fault)
 
     def _fault(self, fault: GpuFault) -> None:
         """An XID or a lost GPU, from the watch's thread (handed over to the loop)."""
@@ -169,7 +173,7 @@ class Agent:
                 groups=self.devices.groups(), gpus=self.devices.current(), driver=self._driver
             )
             with contextlib.suppress(ApiError):
-                await self._retrying(lambda t=topology: self.publisher.topology(t))
+                await self._retrying(functools.partial(self.publisher.topology, topology))
                 self.published.set()
                 use = await asyncio.to_thread(sample_use, self._nvml)
                 try:
