@@ -1,0 +1,1 @@
+"""The node agent (schedext agent): NVML, the Node documents and the kubelet device plugin."""
