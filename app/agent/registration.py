@@ -4,9 +4,9 @@ runs: :func:`serve` is one asyncio task.
 The kubelet learns of a plugin only through ``Registration.Register`` on its ``kubelet.sock``,
 and forgets it whenever it restarts: it then deletes every socket in the device-plugin
 directory, ours included, and waits for plugins to register again. So the task watches our
-socket file and the kubelet's (by inode: a restarted kubelet's socket is a new file) and, on
-any change, serves on a fresh socket and registers again. A kubelet that is not there yet is
-retried with a bounded, growing backoff.
+socket file and the kubelet's (by inode and change time: a restarted kubelet's socket is a new
+file) and, on any change, serves on a fresh socket and registers again. A kubelet that is not
+there yet is retried with a bounded, growing backoff.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ log = logging.getLogger("schedext.agent.registration")
 API_VERSION = "v1beta1"
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET = "kubelet.sock"
+
+_FileId = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ async def serve(plugin: DevicePlugin, endpoint: Endpoint | None = None) -> None:
     while True:
         server = await _start(plugin, endpoint)
         try:
-            ours = _inode(endpoint.socket)
+            ours = _identity(endpoint.socket)
             kubelet = await _register(endpoint)
             await _until_replaced(endpoint, ours, kubelet)
             log.info("kubelet restarted: registering again", extra={"socket": endpoint.socket})
@@ -74,7 +76,7 @@ async def serve(plugin: DevicePlugin, endpoint: Endpoint | None = None) -> None:
             # Shielded: a cancellation mid-stop must still leave no server behind.
             await asyncio.shield(server.stop(endpoint.stop_grace_s))
             with contextlib.suppress(FileNotFoundError):
-                if _inode(endpoint.socket) == ours:
+                if _identity(endpoint.socket) == ours:
                     endpoint.socket.unlink()
 
 
@@ -91,8 +93,8 @@ async def _start(plugin: DevicePlugin, endpoint: Endpoint) -> grpc.aio.Server:
     return server
 
 
-async def _register(endpoint: Endpoint) -> int | None:
-    """Register until the kubelet accepts; returns the inode of the kubelet socket that did."""
+async def _register(endpoint: Endpoint) -> _FileId | None:
+    """Register until the kubelet accepts; returns which kubelet socket file did."""
     request = api_pb2.RegisterRequest(
         version=API_VERSION,
         endpoint=endpoint.socket_name,  # relative to the kubelet's device-plugin directory
@@ -103,7 +105,7 @@ async def _register(endpoint: Endpoint) -> int | None:
     )
     delay = endpoint.retry_first_s
     while True:
-        kubelet = _inode(endpoint.kubelet_socket)
+        kubelet = _identity(endpoint.kubelet_socket)
         if kubelet is not None:
             try:
                 async with grpc.aio.insecure_channel(f"unix://{endpoint.kubelet_socket}") as ch:
@@ -126,20 +128,25 @@ async def _register(endpoint: Endpoint) -> int | None:
         delay = min(delay * 2, endpoint.retry_max_s)
 
 
-async def _until_replaced(endpoint: Endpoint, ours: int | None, kubelet: int | None) -> None:
+async def _until_replaced(
+    endpoint: Endpoint, ours: _FileId | None, kubelet: _FileId | None
+) -> None:
     """Return once our socket file is gone or replaced, or the kubelet's socket is a new file
     (a missing kubelet socket alone is not a restart: it reappears, then differs)."""
     while True:
         await asyncio.sleep(endpoint.poll_s)
-        if _inode(endpoint.socket) != ours:
+        if _identity(endpoint.socket) != ours:
             return
-        now = _inode(endpoint.kubelet_socket)
+        now = _identity(endpoint.kubelet_socket)
         if now is not None and now != kubelet:
             return
 
 
-def _inode(path: Path) -> int | None:
+def _identity(path: Path) -> _FileId | None:
+    """Which file is at ``path``: its inode and change time, since a filesystem reuses a freed
+    inode number at once (ext4 does), and a restarted kubelet's socket may get its old one."""
     try:
-        return path.stat().st_ino
+        status = path.stat()
     except FileNotFoundError:
         return None
+    return (status.st_ino, status.st_ctime_ns)

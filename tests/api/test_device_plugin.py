@@ -361,3 +361,18 @@ def test_registers_once_the_kubelet_appears(
         assert request.resource_name == "nvidia.com/gpu"
 
     run(directory, scenario, kubelet_first=False)
+
+
+def test_registers_again_when_only_the_kubelet_socket_is_new(directory: Path) -> None:
+    async def scenario(h: Harness) -> None:
+        # A kubelet that restarted without sweeping the directory: its socket is a new file.
+        # Moved aside, not deleted (gRPC's stop would), so that the new socket cannot reuse its
+        # inode number within the clock tick that stamps change times (the plugin checks both).
+        h.kubelet.socket.rename(directory / "old-kubelet.sock")
+        await h.kubelet.stop()
+        h.kubelet = FakeKubelet(directory)
+        await h.kubelet.start()
+        await h.kubelet.registered()
+        assert h.endpoint.socket.exists()
+
+    run(directory, scenario)
