@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from extender.addressing import ip_conditions, ip_context, ip_messages
 from extender.config import GpuScoring, PolicyConfig
+from extender.devices.placement import pick_gpus
 from extender.inventory import IdArray, Inventory
 from extender.model import RANKED, FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
 from extender.node_state import NodeView
@@ -313,27 +314,9 @@ def choose_gpus(node: NodeView, count: int) -> tuple[int, ...] | None:
     """Which GPU indices to give a pod: inside the smallest group that can hold them all
     (best fit keeps larger groups whole for larger pods), else spanning as few groups as
     possible, taking the fullest groups first; lowest indices first within a group. None when
-    the node lacks ``count`` free GPUs."""
-    free = node.free_gpu_ids
-    if count <= 0:
-        return ()
-    if len(free) < count:
-        return None
-    free_set = set(free)
-    groups = [[i for i in group if i in free_set] for group in node.spec.gpu_groups] or [list(free)]
-    grouped = {i for group in groups for i in group}
-    groups += [[i] for i in free if i not in grouped]  # GPUs outside any published group
-    groups = [g for g in groups if g]
-    fitting = [g for g in groups if len(g) >= count]
-    if fitting:
-        best = min(fitting, key=lambda g: (len(g), g[0]))
-        return tuple(best[:count])
-    chosen: list[int] = []
-    for group in sorted(groups, key=lambda g: (-len(g), g[0])):
-        chosen.extend(group[: count - len(chosen)])
-        if len(chosen) == count:
-            break
-    return tuple(sorted(chosen))
+    the node lacks ``count`` free GPUs. The rule itself is shared with the node agent
+    (:func:`extender.devices.placement.pick_gpus`)."""
+    return pick_gpus(node.free_gpu_ids, node.spec.gpu_groups, count)
 
 
 def _cpu(milli: int) -> str:

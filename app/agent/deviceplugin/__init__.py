@@ -1,0 +1,1 @@
+"""The kubelet device-plugin API, as generated from the upstream proto."""

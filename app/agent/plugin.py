@@ -1,0 +1,170 @@
+"""The kubelet device plugin (API v1beta1) for the GPU resource: it lists this node's GPUs by
+UUID with their health, and gives each container exactly the GPUs schedext chose for its pod.
+
+Every decision is the core's (``extender.devices.allocation``); this module turns gRPC calls
+into those decisions and their answers into gRPC. Allocations are serialized by one lock and
+recorded on the pod before they are answered: two never race for a GPU, and nothing is handed
+out that a restarted agent could hand out again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+import grpc
+
+from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from app.agent.ports import Devices, PodLedger
+from extender.devices.allocation import AllocationError, grant, preferred
+from extender.devices.gpus import Gpu
+from extender.names import GPU_ALLOCATED
+
+__all__ = ["CONTROL_DEVICES", "HEALTHY", "UNHEALTHY", "DevicePlugin"]
+
+log = logging.getLogger("schedext.agent.plugin")
+
+# The kubelet's own spelling (deviceplugin/v1beta1/constants.go).
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+# Every CUDA process opens these beside its GPUs' /dev/nvidiaN.
+CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+
+_Context = grpc.aio.ServicerContext[object, object]
+
+
+class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
+    """One instance per agent; :func:`app.agent.registration.serve` puts it on a socket.
+
+    ``env_names``: the variables that carry the granted UUIDs (the NVIDIA container runtime
+    reads ``NVIDIA_VISIBLE_DEVICES``). ``minors``: GPU index -> ``/dev/nvidiaN`` minor, where
+    they differ (NVML's minor number); by default the index. ``dev_root``: the host's /dev.
+    """
+
+    def __init__(
+        self,
+        devices: Devices,
+        ledger: PodLedger,
+        *,
+        env_names: Sequence[str] = ("NVIDIA_VISIBLE_DEVICES",),
+        minors: Mapping[int, int] | None = None,
+        dev_root: str = "/dev",
+        control_devices: Sequence[str] = CONTROL_DEVICES,
+    ) -> None:
+        self._devices = devices
+        self._ledger = ledger
+        self._env_names = tuple(env_names)
+        self._minors = dict(minors or {})
+        self._dev_root = dev_root.rstrip("/")
+        self._control_devices = tuple(control_devices)
+        self._lock = asyncio.Lock()
+
+    async def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: _Context
+    ) -> api_pb2.DevicePluginOptions:
+        return api_pb2.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    async def ListAndWatch(
+        self, request: api_pb2.Empty, context: _Context
+    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        # Ends only when the kubelet hangs up or the server stops (both cancel this).
+        version = 0
+        while True:
+            version = await self._devices.changed(version)
+            yield api_pb2.ListAndWatchResponse(
+                devices=[_device(gpu) for gpu in self._devices.current()]
+            )
+
+    async def GetPreferredAllocation(
+        self, request: api_pb2.PreferredAllocationRequest, context: _Context
+    ) -> api_pb2.PreferredAllocationResponse:
+        pods = self._ledger.pods()
+        gpus = self._devices.current()
+        groups = self._devices.groups()
+        answers = [
+            api_pb2.ContainerPreferredAllocationResponse(
+                deviceIDs=preferred(
+                    pods,
+                    gpus,
+                    groups,
+                    available=list(ask.available_deviceIDs),
+                    must_include=list(ask.must_include_deviceIDs),
+                    size=ask.allocation_size,
+                )
+            )
+            for ask in request.container_requests
+        ]
+        return api_pb2.PreferredAllocationResponse(container_responses=answers)
+
+    async def Allocate(
+        self, request: api_pb2.AllocateRequest, context: _Context
+    ) -> api_pb2.AllocateResponse:
+        answers = []
+        async with self._lock:
+            for ask in request.container_requests:
+                gpus = self._devices.current()
+                try:
+                    granted = grant(
+                        self._ledger.pods(), gpus, self._devices.groups(), list(ask.devices_ids)
+                    )
+                except AllocationError as error:
+                    log.warning("allocation refused", extra={"reason": str(error)})
+                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+                if granted.pod is None:
+                    # The pod watch has not shown the pod yet: the kubelet's own choice, which
+                    # is healthy and unclaimed, but cannot be recorded on a pod.
+                    log.warning(
+                        "allocated to an unseen pod", extra={"uuids": ",".join(granted.uuids)}
+                    )
+                else:
+                    try:
+                        await self._ledger.record(granted.pod, granted.uuids)
+                    except Exception as error:  # noqa: BLE001 - any failure refuses the RPC
+                        message = f"could not record GPUs on pod {granted.pod.key}: {error}"
+                        log.warning("allocation not recorded", extra={"reason": message})
+                        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+                    log.info(
+                        "allocated",
+                        extra={"pod": granted.pod.key, "uuids": ",".join(granted.uuids)},
+                    )
+                answers.append(self._answer(gpus, granted.uuids))
+        return api_pb2.AllocateResponse(container_responses=answers)
+
+    async def PreStartContainer(
+        self, request: api_pb2.PreStartContainerRequest, context: _Context
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()
+
+    def _answer(
+        self, gpus: Sequence[Gpu], uuids: tuple[str, ...]
+    ) -> api_pb2.ContainerAllocateResponse:
+        index_by_uuid = {gpu.uuid: gpu.index for gpu in gpus}
+        visible = ",".join(uuids)
+        nodes = [f"nvidia{self._minors.get(index_by_uuid[u], index_by_uuid[u])}" for u in uuids]
+        return api_pb2.ContainerAllocateResponse(
+            envs=dict.fromkeys(self._env_names, visible),
+            devices=[
+                api_pb2.DeviceSpec(
+                    container_path=f"/dev/{name}",
+                    host_path=f"{self._dev_root}/{name}",
+                    permissions="rw",
+                )
+                for name in (*nodes, *self._control_devices)
+            ],
+            # Shown by the runtime (crictl inspect): which GPUs this container was given.
+            annotations={GPU_ALLOCATED: visible},
+        )
+
+
+def _device(gpu: Gpu) -> api_pb2.Device:
+    topology = (
+        api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=gpu.numa_node)])
+        if gpu.numa_node is not None
+        else None
+    )
+    return api_pb2.Device(
+        ID=gpu.uuid, health=HEALTHY if gpu.health.healthy else UNHEALTHY, topology=topology
+    )

@@ -1,0 +1,40 @@
+"""The committed device-plugin stubs are exactly what scripts/gen-deviceplugin makes of the
+committed api.proto: a hand edit, or a proto change without regeneration, fails here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = Path("app/agent/deviceplugin/v1beta1")
+STUBS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
+
+
+def test_committed_stubs_match_a_fresh_generation(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(ROOT / "scripts/gen-deviceplugin"), "--out", str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in STUBS:
+        fresh = (tmp_path / PACKAGE / name).read_text()
+        committed = (ROOT / PACKAGE / name).read_text()
+        assert committed == fresh, f"{PACKAGE / name} drifted: run scripts/gen-deviceplugin"
+
+
+@pytest.mark.parametrize("name", ["api.proto", "api_pb2.pyi"])
+def test_the_proto_and_message_stubs_ship_in_the_package(name: str) -> None:
+    # setuptools only copies non-Python files named in package-data; a wheel without the .pyi
+    # leaves its users' type checks blind, without the .proto the stubs' source is lost.
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"agent/deviceplugin/v1beta1/*{Path(name).suffix}"' in pyproject
