@@ -23,9 +23,9 @@ from app.agent.plugin import DevicePlugin
 from app.agent.registration import Endpoint, serve
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import Gpu, GpuHealth
+from tests.kubelet import WAIT_S, FakeKubelet
 
 T = TypeVar("T")
-WAIT_S = 5.0  # every wait in these tests is bounded by this
 PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))
 SICK = GpuHealth(healthy=False, reason="XID 79: GPU fell off the bus")
 
@@ -53,41 +53,6 @@ def bound(name: str, ids: Sequence[int], *, at: float, allocated: Sequence[int] 
 
 def unbound(name: str, gpus: int, *, at: float) -> NodePod:
     return NodePod(uid=f"uid-{name}", namespace="ml", name=name, gpus=gpus, bound_at=at)
-
-
-class FakeKubelet(api_pb2_grpc.RegistrationServicer):
-    """The kubelet's registration service, recording every Register call."""
-
-    def __init__(self, directory: Path) -> None:
-        self.socket = directory / "kubelet.sock"
-        self.requests: list[api_pb2.RegisterRequest] = []
-        self._registered = asyncio.Condition()
-        self._server: grpc.aio.Server | None = None
-
-    async def Register(  # noqa: N802 - the gRPC method's name
-        self, request: api_pb2.RegisterRequest, _context: object
-    ) -> api_pb2.Empty:
-        async with self._registered:
-            self.requests.append(request)
-            self._registered.notify_all()
-        return api_pb2.Empty()
-
-    async def start(self) -> None:
-        self._server = grpc.aio.server()
-        api_pb2_grpc.add_RegistrationServicer_to_server(self, self._server)
-        self._server.add_insecure_port(f"unix://{self.socket}")
-        await self._server.start()
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop(0)
-
-    async def registered(self, count: int = 1) -> api_pb2.RegisterRequest:
-        async with self._registered:
-            await asyncio.wait_for(
-                self._registered.wait_for(lambda: len(self.requests) >= count), WAIT_S
-            )
-        return self.requests[count - 1]
 
 
 class Harness:

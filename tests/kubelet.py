@@ -1,0 +1,102 @@
+"""The kubelet's side of the device-plugin API, for tests: a real ``Registration`` gRPC server
+on ``kubelet.sock`` (:class:`FakeKubelet`, asyncio), the same run on a thread of its own for
+synchronous tests (:class:`KubeletThread`), and the calls the kubelet's device manager makes
+(:class:`KubeletClient`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+
+from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+
+WAIT_S = 5.0  # every wait in these tests is bounded by this
+
+
+class FakeKubelet(api_pb2_grpc.RegistrationServicer):
+    """The kubelet's registration service, recording every Register call."""
+
+    def __init__(self, directory: Path) -> None:
+        self.socket = directory / "kubelet.sock"
+        self.requests: list[api_pb2.RegisterRequest] = []
+        self._registered = asyncio.Condition()
+        self._server: grpc.aio.Server | None = None
+
+    async def Register(  # noqa: N802 - the gRPC method's name
+        self, request: api_pb2.RegisterRequest, _context: object
+    ) -> api_pb2.Empty:
+        async with self._registered:
+            self.requests.append(request)
+            self._registered.notify_all()
+        return api_pb2.Empty()
+
+    async def start(self) -> None:
+        self._server = grpc.aio.server()
+        api_pb2_grpc.add_RegistrationServicer_to_server(self, self._server)
+        self._server.add_insecure_port(f"unix://{self.socket}")
+        await self._server.start()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(0)
+
+    async def registered(self, count: int = 1) -> api_pb2.RegisterRequest:
+        async with self._registered:
+            await asyncio.wait_for(
+                self._registered.wait_for(lambda: len(self.requests) >= count), WAIT_S
+            )
+        return self.requests[count - 1]
+
+
+class KubeletThread:
+    """A :class:`FakeKubelet` served from its own event loop and thread."""
+
+    def __init__(self, directory: Path) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.kubelet = FakeKubelet(directory)
+        self._call(self.kubelet.start())
+
+    def _call(self, coroutine: object, timeout: float = WAIT_S) -> object:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
+        return future.result(timeout + 1)
+
+    def registered(self, count: int = 1) -> api_pb2.RegisterRequest:
+        request = self._call(self.kubelet.registered(count))
+        assert isinstance(request, api_pb2.RegisterRequest)
+        return request
+
+    def stop(self) -> None:
+        self._call(self.kubelet.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(WAIT_S)
+
+
+class KubeletClient:
+    """The device manager's calls to a plugin's socket."""
+
+    def __init__(self, socket: Path) -> None:
+        self._channel = grpc.insecure_channel(f"unix://{socket}")
+        self._stub = api_pb2_grpc.DevicePluginStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def allocate(self, device_ids: list[str]) -> tuple[str, ...]:
+        """NVIDIA_VISIBLE_DEVICES of one container's allocation."""
+        request = api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=device_ids)]
+        )
+        answer = self._stub.Allocate(request, timeout=WAIT_S)
+        (container,) = answer.container_responses
+        return tuple(container.envs["NVIDIA_VISIBLE_DEVICES"].split(","))
+
+    def devices(self) -> Iterator[dict[str, str]]:
+        """ListAndWatch: each list the plugin sends, as {device id: health}."""
+        for answer in self._stub.ListAndWatch(api_pb2.Empty(), timeout=60):
+            yield {device.ID: device.health for device in answer.devices}
