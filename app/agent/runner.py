@@ -68,7 +68,6 @@ class Agent:
         self._driver = ""
         self._faults: dict[int, GpuHealth] = {}  # sticky: from XID events
         self.published = asyncio.Event()  # the topology is on the Node
-        self.polled = asyncio.Event()  # set after each poll (tests wait on it, bounded)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -180,8 +179,6 @@ class Agent:
                     await self.publisher.use(UseSample(at=self._wall(), gpus=use))
                 except ApiError as error:
                     log.warning("cannot write live use", extra={"error": str(error)})
-            self.polled.set()
-            self.polled = asyncio.Event()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.poll_s)
             self._wake.clear()
