@@ -143,7 +143,7 @@ def test_the_agent_gives_each_container_exactly_the_gpus_schedext_chose(
         assert (registration.resource_name, registration.version) == ("nvidia.com/gpu", "v1beta1")
         # The agent publishes the node; schedext's inventory takes it from its node watch.
         published = eventually(
-            lambda: cluster.api.get_node(NODE)["metadata"]["annotations"].get(TOPOLOGY),
+            lambda: (cluster.api.get_node(NODE)["metadata"].get("annotations") or {}).get(TOPOLOGY),
             message="no topology published",
         )
         assert json.loads(published)["groups"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
