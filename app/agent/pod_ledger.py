@@ -9,6 +9,7 @@ once, so a second ``Allocate`` in the next millisecond sees it too."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -45,6 +46,9 @@ class ApiPodLedger:
         self._gpu_resource = gpu_resource
         self._pods: dict[str, NodePod] = {}
         self.synced = False
+        # Set once the first list is in: until then the plugin must not allocate, or a
+        # restarted agent would not yet know what its predecessor gave out.
+        self.listed = asyncio.Event()
 
     # ------------------------------------------------------------ the plugin's side
 
@@ -109,6 +113,7 @@ class ApiPodLedger:
             if current is not None and len(allocated) > len(current.allocated):
                 self._pods[uid] = dataclasses.replace(current, allocated=allocated)
         self.synced = True
+        self.listed.set()
 
 
 class _Relist:

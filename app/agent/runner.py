@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from app.agent.discovery import read_node, sample_use
 from app.agent.memory import StaticDevices
@@ -115,10 +115,13 @@ class Agent:
                 ),
                 name="agent-pods",
             ),
-            asyncio.create_task(serve(plugin, self.endpoint), name="agent-plugin"),
         ]
         xids.start()
         try:
+            # The plugin registers only once the node's pods (and their allocation records)
+            # are listed: a restarted agent must know what it gave out before it gives more.
+            await _first(self.ledger.listed.wait(), tasks)
+            tasks.append(asyncio.create_task(serve(plugin, self.endpoint), name="agent-plugin"))
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()  # a task that ended raises its error here
@@ -201,3 +204,13 @@ class Agent:
                 log.warning("Node write failed; retrying", extra={"error": str(error)})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
+
+
+async def _first(waited: Awaitable[object], tasks: list[asyncio.Task[None]]) -> None:
+    """Wait for ``waited``, unless one of ``tasks`` fails first (its error is raised)."""
+    waiter = asyncio.ensure_future(waited)
+    done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if task is not waiter:
+            waiter.cancel()
+            task.result()
