@@ -174,14 +174,13 @@ class Agent:
             topology = Topology(
                 groups=self.devices.groups(), gpus=self.devices.current(), driver=self._driver
             )
-            with contextlib.suppress(ApiError):
-                await self._retrying(functools.partial(self.publisher.topology, topology))
-                self.published.set()
-                use = await asyncio.to_thread(sample_use, self._nvml)
-                try:
-                    await self.publisher.use(UseSample(at=self._wall(), gpus=use))
-                except ApiError as error:
-                    log.warning("cannot write live use", extra={"error": str(error)})
+            await self._retrying(functools.partial(self.publisher.topology, topology))
+            self.published.set()
+            use = await asyncio.to_thread(sample_use, self._nvml)
+            try:
+                await self.publisher.use(UseSample(at=self._wall(), gpus=use))
+            except ApiError as error:  # the next poll tries again; the topology is written
+                log.warning("cannot write live use", extra={"error": str(error)})
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.poll_s)
             self._wake.clear()
@@ -192,13 +191,12 @@ class Agent:
                 continue
             self._apply(read)
 
-    async def _retrying(self, call: Callable[[], object]) -> None:
+    async def _retrying(self, call: Callable[[], Awaitable[object]]) -> None:
+        """``call()`` until the API server takes it (a Node write must not be lost)."""
         delay = 0.5
         while True:
             try:
-                result = call()
-                if asyncio.iscoroutine(result):
-                    await result
+                await call()
                 return
             except ApiError as error:
                 log.warning("Node write failed; retrying", extra={"error": str(error)})
