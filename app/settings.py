@@ -24,7 +24,13 @@ from pydantic_settings import (
 )
 
 from extender import names, scoring
-from extender.config import GpuScoring, PolicyConfig
+from extender.config import (
+    SHARE_PRESETS,
+    GpuScoring,
+    PolicyConfig,
+    SharePlacement,
+    ShareResources,
+)
 from extender.quantity import QuantityError, to_milli
 
 __all__ = ["BIND_ANSWER_MARGIN_S", "Settings", "load_settings"]
@@ -146,6 +152,39 @@ class ServerSettings(_Group):
             return False  # another name, or "" (every address)
 
 
+class ShareSettings(_Group):
+    """GPU shares: the resources pods ask for them with, and where they go.
+
+    ``preset`` names the resources of the scheduler a cluster moves from (``schedext``,
+    ``gpushare``: ``aliyun.com/gpu-mem`` in GiB; ``hami``: ``nvidia.com/gpumem`` in MiB,
+    ``nvidia.com/gpucores``, ``nvidia.com/gpu`` counting the devices); the fields below
+    override it one by one ("" turns cores or count off)."""
+
+    preset: Literal["schedext", "gpushare", "hami"] = "schedext"
+    memory_resource: str | None = None
+    memory_unit: Literal["MiB", "GiB"] | None = None
+    cores_resource: str | None = None
+    count_resource: str | None = None
+    # A share must name the count resource (the agent's handle to give it its GPU).
+    count_required: bool = True
+    placement: Literal["pack", "spread"] = "pack"
+    weight: int = Field(default=7, ge=0)
+
+    def resources(self) -> ShareResources:
+        base = SHARE_PRESETS[self.preset]
+        unit = base.memory_unit_mib if self.memory_unit is None else _UNITS[self.memory_unit]
+        return ShareResources(
+            memory=self.memory_resource or base.memory,
+            memory_unit_mib=unit,
+            cores=base.cores if self.cores_resource is None else (self.cores_resource or None),
+            count=base.count if self.count_resource is None else (self.count_resource or None),
+            count_required=self.count_required,
+        )
+
+
+_UNITS = {"MiB": 1, "GiB": 1024}
+
+
 class PolicySettings(_Group):
     gpu_resource: str = names.GPU_RESOURCE
     cpu_intensive_min_cpu: str = "2000m"
@@ -162,6 +201,7 @@ class PolicySettings(_Group):
     # The node agent's live-use samples older than this are ignored (the live_use scorer,
     # weight 0 unless weights.live_use says otherwise).
     live_use_stale_s: float = Field(default=300.0, gt=0)
+    shares: ShareSettings = ShareSettings()
 
     @field_validator("cpu_intensive_min_cpu")
     @classmethod
@@ -186,6 +226,9 @@ class PolicySettings(_Group):
             rack_label=self.rack_label,
             zone_label=self.zone_label,
             live_use_stale_s=self.live_use_stale_s,
+            shares=self.shares.resources(),
+            share_placement=SharePlacement(self.shares.placement),
+            share_weight=self.shares.weight,
         )
 
     @model_validator(mode="after")

@@ -14,12 +14,13 @@ import ipaddress
 
 from extender import names, policy
 from extender.addressing import choose_address, ip_context
-from extender.config import PolicyConfig
+from extender.config import PolicyConfig, SharePlacement
 from extender.errors import BindRefusedError
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec, claim_name
 from extender.model import BindPlan, ClaimPlan, Holding, HoldingKind, PodRequest
 from extender.pending import PendingPods
+from extender.shares import choose_share_gpus
 
 __all__ = ["abort", "bindable", "confirm", "plan", "reservation"]
 
@@ -57,12 +58,22 @@ def bindable(
 
 
 def reservation(
-    inventory: Inventory, request: PodRequest, node: str, *, expires_at: float
+    inventory: Inventory,
+    request: PodRequest,
+    node: str,
+    *,
+    expires_at: float,
+    placement: SharePlacement = SharePlacement.PACK,
 ) -> Holding:
     """What the pod will hold on ``node`` (the GPU indices and the address chosen for it),
     as a reservation to make; raises :class:`BindRefusedError` when none is left."""
     view = inventory.node(node)
-    gpu_ids = policy.choose_gpus(view, request.gpus) if view is not None else None
+    if view is None:
+        gpu_ids = None
+    elif request.shares:
+        gpu_ids = choose_share_gpus(view, request, placement)
+    else:
+        gpu_ids = policy.choose_gpus(view, request.gpus)
     if gpu_ids is None:  # cannot happen after bindable(), unless state is corrupt
         raise BindRefusedError(f"pod {request.key}: no free GPUs left on node {node}")
     pool, address = _address(inventory, request, node) or (None, None)
@@ -85,6 +96,11 @@ def plan(inventory: Inventory, request: PodRequest, holding: Holding) -> BindPla
     if holding.gpu_ids and holding.gpu_uuids:
         # The node agent gives the container exactly these (indices can be renumbered).
         annotations[names.GPU_UUIDS] = ",".join(holding.gpu_uuids)
+    if holding.gpu_ids and holding.shares:
+        # The share on each of those GPUs: the agent's limits, and the record a restart reads.
+        annotations[names.GPU_SHARE_MEMORY] = str(holding.share_memory_mib)
+        if holding.share_cores:
+            annotations[names.GPU_SHARE_CORES] = str(holding.share_cores)
     if holding.ip is not None and holding.ip_pool is not None:
         annotations |= {names.IP: holding.ip, names.IP_POOL: holding.ip_pool}
     return BindPlan(

@@ -16,13 +16,23 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["NO_TOPOLOGY", "BoolArray", "Columns", "IdArray", "IntArray", "NodeArrays"]
+__all__ = [
+    "NO_ROOM",
+    "NO_TOPOLOGY",
+    "BoolArray",
+    "Columns",
+    "DeviceArrays",
+    "IdArray",
+    "IntArray",
+    "NodeArrays",
+]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 IdArray = npt.NDArray[np.int32]
 
 NO_TOPOLOGY = -1
+NO_ROOM = -1  # a device that takes no share: absent, held whole, unhealthy
 
 
 class NodeArrays(NamedTuple):
@@ -50,6 +60,19 @@ class NodeArrays(NamedTuple):
     use_memory: IntArray
     use_at: IntArray
     use_fresh: IntArray
+    # GPU shares: the devices that have some, and the memory (MiB) they hold in all.
+    share_devices: IntArray
+    share_memory_held: IntArray
+
+
+class DeviceArrays(NamedTuple):
+    """Per slot (rows) and GPU index (columns): the room a share has on each device. A row is
+    as wide as the largest node's GPU count; NO_ROOM where a device takes no share (the node
+    has no such index, a pod holds it whole, or it is unhealthy)."""
+
+    memory_free: IntArray  # MiB
+    cores_free: IntArray  # percent of the SMs
+    sharers: IntArray  # how many pods hold a share of it
 
 
 # The columns whose type is not int64, and those whose empty slot is not 0.
@@ -67,6 +90,16 @@ class Columns:
             np.full(capacity, _EMPTY.get(name, 0), dtype=_DTYPES.get(name, np.int64))
             for name in NodeArrays._fields
         )
+        self.devices = _device_arrays(capacity, 0)
+
+    def fit_width(self, gpus: int) -> None:
+        """Make the device rows at least ``gpus`` wide (a node with more GPUs than any yet)."""
+        rows, width = self.devices.sharers.shape
+        if gpus > width:
+            wider = _device_arrays(rows, gpus)
+            for old, new in zip(self.devices, wider, strict=True):
+                new[:, :width] = old
+            self.devices = wider
 
     def append(self) -> int:
         """A new slot at the end, growing every column when full."""
@@ -75,12 +108,19 @@ class Columns:
                 np.concatenate([old, np.full(len(old), _EMPTY.get(name, 0), dtype=old.dtype)])
                 for name, old in zip(NodeArrays._fields, self.arrays, strict=True)
             )
+            rows, width = self.devices.sharers.shape
+            more = _device_arrays(rows, width)
+            self.devices = DeviceArrays._make(
+                np.concatenate([old, new]) for old, new in zip(self.devices, more, strict=True)
+            )
         self.size += 1
         return self.size - 1
 
     def clear(self, slot: int) -> None:
         for name, column in zip(NodeArrays._fields, self.arrays, strict=True):
             column[slot] = _EMPTY.get(name, 0)
+        self.devices.memory_free[slot] = self.devices.cores_free[slot] = NO_ROOM
+        self.devices.sharers[slot] = 0
 
     def read_only(self) -> NodeArrays:
         views = []
@@ -89,3 +129,19 @@ class Columns:
             view.flags.writeable = False
             views.append(view)
         return NodeArrays._make(views)
+
+    def read_only_devices(self) -> DeviceArrays:
+        views = []
+        for grid in self.devices:
+            view = grid[: self.size].view()
+            view.flags.writeable = False
+            views.append(view)
+        return DeviceArrays._make(views)
+
+
+def _device_arrays(rows: int, width: int) -> DeviceArrays:
+    return DeviceArrays(
+        memory_free=np.full((rows, width), NO_ROOM, dtype=np.int64),
+        cores_free=np.full((rows, width), NO_ROOM, dtype=np.int64),
+        sharers=np.zeros((rows, width), dtype=np.int64),
+    )

@@ -7,7 +7,7 @@ from enum import Enum
 
 from extender import names
 
-__all__ = ["GpuScoring", "PolicyConfig"]
+__all__ = ["SHARE_PRESETS", "GpuScoring", "PolicyConfig", "SharePlacement", "ShareResources"]
 
 
 class GpuScoring(Enum):
@@ -15,6 +15,62 @@ class GpuScoring(Enum):
 
     BINPACK = "binpack"  # fill the most-allocated GPU nodes first, keep whole nodes free
     SPREAD = "spread"  # prefer the least-allocated GPU nodes
+
+
+class SharePlacement(Enum):
+    """Where GPU shares go (the ``gpu_share`` scorer and bind's choice of device)."""
+
+    PACK = "pack"  # onto the fullest device that has room: whole devices stay free
+    SPREAD = "spread"  # onto the emptiest device: less interference between sharers
+
+
+@dataclass(frozen=True, slots=True)
+class ShareResources:
+    """The extended resources a pod asks for a share of a GPU with, and their units.
+
+    ``memory`` is read in units of ``memory_unit_mib`` MiB (1: MiB; 1024: GiB, as gpushare
+    counts). ``cores`` is percent of a device's SMs (None: the cluster has no such resource).
+    ``count`` is how many devices the pod takes a share on (None: always one). When ``count``
+    is the whole-GPU resource (HAMi's ``nvidia.com/gpu``), that resource counts shares in a
+    pod that also asks for memory or cores, and whole GPUs otherwise.
+    """
+
+    memory: str = names.SHARE_MEMORY_RESOURCE
+    memory_unit_mib: int = 1
+    cores: str | None = names.SHARE_CORES_RESOURCE
+    count: str | None = names.SHARE_COUNT_RESOURCE
+    # Whether a share must name ``count`` (when there is one). The agent's device plugin gives
+    # a share its GPU through that resource: a pod without it is never handed to the plugin,
+    # and a CUDA image (NVIDIA_VISIBLE_DEVICES=all) would then see every GPU of the node.
+    count_required: bool = True
+
+    def __post_init__(self) -> None:
+        for name in (self.memory, self.cores, self.count):
+            if name is not None and ("/" not in name or not name.strip()):
+                raise ValueError(f"share resource {name!r} must be an extended resource name")
+        if self.memory_unit_mib not in (1, 1024):
+            raise ValueError("share memory unit must be 1 (MiB) or 1024 (GiB)")
+        if len({n for n in (self.memory, self.cores, self.count) if n}) != len(
+            [n for n in (self.memory, self.cores, self.count) if n]
+        ):
+            raise ValueError("share resources must have distinct names")
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.memory, self.cores, self.count) if n is not None)
+
+
+# Clusters moving from another GPU-sharing scheduler keep their pods' resources as written.
+SHARE_PRESETS: dict[str, ShareResources] = {
+    "schedext": ShareResources(),
+    # gpushare (Alibaba): memory in GiB, one device, no compute share.
+    "gpushare": ShareResources(
+        memory="aliyun.com/gpu-mem", memory_unit_mib=1024, cores=None, count=None
+    ),
+    # HAMi: memory in MiB, cores in percent, and nvidia.com/gpu counting the devices.
+    "hami": ShareResources(
+        memory="nvidia.com/gpumem", cores="nvidia.com/gpucores", count=names.GPU_RESOURCE
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +99,11 @@ class PolicyConfig:
     # The node agent's live-use samples older than this are ignored (the live_use scorer
     # treats the node as unknown): an agent that stopped writing must not steer placement.
     live_use_stale_s: float = 300.0
+    # GPU shares: the resources they are asked with, where they go, and the weight of the
+    # gpu_share scorer.
+    shares: ShareResources = ShareResources()
+    share_placement: SharePlacement = SharePlacement.PACK
+    share_weight: int = 7
 
     def __post_init__(self) -> None:
         if "/" not in self.gpu_resource or not self.gpu_resource.strip():
@@ -57,5 +118,11 @@ class PolicyConfig:
             raise ValueError("at least one score weight must be > 0")
         if any(weight < 0 for _, weight in self.weights):
             raise ValueError("score weights must be >= 0")
+        if self.share_weight < 0:
+            raise ValueError("score weights must be >= 0")
+        if self.shares.count != self.gpu_resource and self.gpu_resource in self.shares.names():
+            raise ValueError(
+                f"{self.gpu_resource} counts whole GPUs: only the share count may reuse it"
+            )
         if self.live_use_stale_s <= 0:
             raise ValueError("live_use_stale_s must be > 0")

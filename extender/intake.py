@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from extender import fields
+from extender.config import ShareResources
 from extender.evictions import EvictionBook
 from extender.fields import JSONObject
 from extender.gang import GangBook, PodGroupSpec, pod_group_spec
@@ -48,6 +49,7 @@ class Books:
     evictions: EvictionBook
     statefulsets: StatefulSetBook
     gpu_resource: str
+    shares: ShareResources
 
 
 class Intake:
@@ -152,7 +154,7 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
     identity = statefulset_identity(meta)
     if identity is not None:
         b.statefulsets.set_identity(uid, identity)
-    holding = holding_from_pod(pod, gpu_resource=b.gpu_resource)
+    holding = holding_from_pod(pod, gpu_resource=b.gpu_resource, shares=b.shares)
     if holding is not None:
         b.inventory.upsert_holding(holding)
         b.pending.forget(uid)
@@ -169,7 +171,7 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
         b.statefulsets.forget_pod(uid)
         return
     try:
-        request = pod_request(pod, gpu_resource=b.gpu_resource)
+        request = pod_request(pod, gpu_resource=b.gpu_resource, shares=b.shares)
     except PodRequestError:
         b.pending.forget(uid)  # filter will report why
         b.gangs.track(uid, group_key(meta), None)
@@ -215,7 +217,7 @@ class PodRelist:
             identity = statefulset_identity(meta)
             if identity is not None:
                 self._identities[uid] = identity
-            holding = holding_from_pod(pod, gpu_resource=b.gpu_resource)
+            holding = holding_from_pod(pod, gpu_resource=b.gpu_resource, shares=b.shares)
             if holding is not None:
                 self._bound.append(holding)
                 if holding.group is not None:

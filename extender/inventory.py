@@ -21,7 +21,15 @@ from typing import TypeVar
 import numpy as np
 
 from extender import names
-from extender.columns import NO_TOPOLOGY, BoolArray, Columns, IdArray, IntArray, NodeArrays
+from extender.columns import (
+    NO_TOPOLOGY,
+    BoolArray,
+    Columns,
+    DeviceArrays,
+    IdArray,
+    IntArray,
+    NodeArrays,
+)
 from extender.ipam import AddressBook, IPPoolSpec, IPUse
 from extender.model import Holding, HoldingKind, NodeSpec
 from extender.node_state import NodeState, NodeView
@@ -29,6 +37,7 @@ from extender.packed import NameTable, PackedNames
 
 __all__ = [
     "BoolArray",
+    "DeviceArrays",
     "IdArray",
     "IntArray",
     "Inventory",
@@ -74,6 +83,7 @@ class Inventory:
         self._model_masks: dict[str | None, tuple[int, BoolArray]] = {}
         self._cols = Columns(max(capacity, 2))
         self._view: NodeArrays | None = None
+        self._device_view: DeviceArrays | None = None
         self.addresses = AddressBook()  # IP pools and who holds which address
         self._pool_masks: dict[str, tuple[tuple[int, int], BoolArray]] = {}
         self.nodes_version = 0  # bumped when a node is added, removed or its spec changes
@@ -132,6 +142,13 @@ class Inventory:
         return self._view
 
     @property
+    def devices(self) -> DeviceArrays:
+        """Per slot and GPU index, the room a share has (read-only; see DeviceArrays)."""
+        if self._device_view is None:
+            self._device_view = self._cols.read_only_devices()
+        return self._device_view
+
+    @property
     def problems(self) -> Mapping[str, tuple[str, ...]]:
         """Per node, why its topology or live-use annotation was ignored (read-only)."""
         return MappingProxyType(self._problems)
@@ -144,14 +161,18 @@ class Inventory:
         if slot is None:
             return None
         state = self._state(slot)
+        free = state.free_ids()
         return NodeView(
             spec=state.spec,
             holders=tuple(state.holders),
             anonymous_gpus=state.anonymous,
-            free_gpu_ids=tuple(state.free_ids()),
+            free_gpu_ids=tuple(free),
             cpu_free=state.spec.cpu_milli - state.cpu_used,
             memory_free=state.spec.memory_bytes - state.memory_used,
             holdings=tuple(self._holdings[uid] for uid in self._holdings_by_node.get(name, {})),
+            share_memory=tuple(state.share_memory),
+            share_cores=tuple(state.share_cores),
+            share_room=tuple(state.share_room(free)),
         )
 
     @property
@@ -327,11 +348,13 @@ class Inventory:
         if slot is None:
             raise InventoryConflictError(f"node {holding.node} is not in the inventory")
         state = self._state(slot)
+        if holding.shares:
+            self._check_share_room(state, holding)
         free = set(state.free_ids())
         own = self._holdings.get(holding.uid)
         if own is not None and own.node == holding.node and own.gpu_ids:
             free.update(own.gpu_ids)
-        taken = [i for i in holding.gpu_ids or () if i not in free]
+        taken = [i for i in holding.gpu_ids or () if i not in free and not holding.shares]
         if taken:
             raise InventoryConflictError(f"GPU {taken} on {holding.node} already held")
         if holding.ip is not None:
@@ -340,6 +363,21 @@ class Inventory:
             if user is not None and user.uid and user.uid != holding.uid:
                 raise InventoryConflictError(f"address {holding.ip} already held by {user.pod}")
         self.upsert_holding(holding)
+
+    def _check_share_room(self, state: NodeState, holding: Holding) -> None:
+        """A share reserved on a stale view: refuse it where the device lacks the room now."""
+        room = state.share_room()
+        own = self._holdings.get(holding.uid)
+        for index in holding.gpu_ids or ():
+            memory, cores = room[index] if 0 <= index < len(room) else (-1, -1)
+            if own is not None and own.node == holding.node and index in (own.gpu_ids or ()):
+                memory += own.share_memory_mib
+                cores += own.share_cores
+            if memory < holding.share_memory_mib or cores < holding.share_cores:
+                raise InventoryConflictError(
+                    f"GPU {index} on {holding.node} has no room for a {holding.share_memory_mib}"
+                    " MiB share now"
+                )
 
     def remove_holding(self, uid: str) -> Holding | None:
         holding = self._holdings.pop(uid, None)
@@ -422,10 +460,25 @@ class Inventory:
         cols.memory_free[slot] = spec.memory_bytes - state.memory_used
         cols.model[slot] = self._model_id(spec.gpu_model)
         cols.gpu_memory_mib[slot] = spec.gpu_memory_mib or 0
+        self._sync_devices(state, free)
         cols.rack[slot] = self._topology_id(spec.labels.get(self._rack_label, ""))
         cols.zone[slot] = self._topology_id(spec.labels.get(self._zone_label, ""))
         self._sync_use(state, free)
         self._changed()
+
+    def _sync_devices(self, state: NodeState, free: list[int]) -> None:
+        """The node's row of the device grid, and its share totals."""
+        slot, cols = state.slot, self._cols.arrays
+        self._cols.fit_width(len(state.holders))
+        grid = self._cols.devices
+        grid.memory_free[slot] = grid.cores_free[slot] = -1
+        grid.sharers[slot] = 0
+        for index, (memory, cores) in enumerate(state.share_room(free)):
+            grid.memory_free[slot, index] = memory
+            grid.cores_free[slot, index] = cores
+            grid.sharers[slot, index] = state.sharers[index]
+        cols.share_devices[slot] = sum(1 for n in state.sharers if n)
+        cols.share_memory_held[slot] = sum(state.share_memory)
 
     def _sync_use(self, state: NodeState, free: list[int] | None = None) -> None:
         """The live-use columns: the means over the GPUs a pod would get (the free ones) of
@@ -484,3 +537,4 @@ class Inventory:
     def _changed(self) -> None:
         self.version += 1
         self._view = None
+        self._device_view = None

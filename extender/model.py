@@ -46,6 +46,11 @@ class Demand:
     namespace: str
     name: str
     gpus: int = 0
+    # A share of GPUs instead of whole ones: on ``shares`` distinct devices, this much memory
+    # (MiB) and compute (percent of the SMs; 0: none asked) on each. 0 shares: no share.
+    shares: int = 0
+    share_memory_mib: int = 0
+    share_cores: int = 0
     cpu_milli: int = 0
     memory_bytes: int = 0
     priority: int = 0
@@ -55,6 +60,11 @@ class Demand:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def devices(self) -> int:
+        """How many GPUs the pod takes something on: whole ones, or shares of distinct ones."""
+        return self.gpus or self.shares
 
 
 _DEMAND_FIELDS = tuple(f.name for f in fields(Demand))
@@ -73,7 +83,7 @@ class PodRequest(Demand):
     @property
     def needs_gpu_node(self) -> bool:
         """Whether only nodes with GPU hardware can host the pod."""
-        return self.gpus > 0 or self.workload is WorkloadClass.GPU_INTENSIVE
+        return self.devices > 0 or self.workload is WorkloadClass.GPU_INTENSIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +192,11 @@ class Reason(IntEnum):
     GANG_QUORUM = 20
     GANG_CAPACITY = 21  # the group does not fit now: evicting pods may help
     GPU_UNHEALTHY = 22  # the node agent marked GPUs unhealthy: too few healthy ones remain
+    # GPU shares: the node's GPUs are smaller than the share (or their memory is unknown);
+    # too few of its GPUs have the memory, or the compute, free for it now.
+    GPU_SHARE_SIZE = 23
+    GPU_SHARE_MEMORY = 24
+    GPU_SHARE_CORES = 25
 
     @property
     def resolvable(self) -> bool:
@@ -201,6 +216,7 @@ PRECEDENCE: tuple[Reason, ...] = (
     Reason.GPU_MEMORY,
     Reason.GPU_TOTAL,
     Reason.GPU_UNHEALTHY,
+    Reason.GPU_SHARE_SIZE,
     Reason.CPU_THRESHOLD,
     Reason.CPU_TOTAL,
     Reason.IP_UNKNOWN_POOL,
@@ -210,6 +226,8 @@ PRECEDENCE: tuple[Reason, ...] = (
     Reason.IP_TAKEN,
     Reason.IP_EXHAUSTED,
     Reason.GPU_FREE,
+    Reason.GPU_SHARE_MEMORY,
+    Reason.GPU_SHARE_CORES,
     Reason.CPU_FREE,
     Reason.IP_TAKEN_HERE,
     Reason.IP_EXHAUSTED_EVICTABLE,
@@ -226,6 +244,8 @@ RANKED: tuple[Reason, ...] = (Reason.FITS, *PRECEDENCE)
 _RESOLVABLE = frozenset(
     {
         Reason.GPU_FREE,
+        Reason.GPU_SHARE_MEMORY,
+        Reason.GPU_SHARE_CORES,
         Reason.CPU_FREE,
         Reason.IP_TAKEN_HERE,
         Reason.IP_EXHAUSTED_EVICTABLE,

@@ -8,6 +8,13 @@ from typing import Final
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 
+# A share of one GPU (extender.config.ShareResources names the resources a cluster uses; these
+# are schedext's own): memory in MiB per share, compute in percent of the device's SMs, and
+# on how many GPUs the pod takes a share (the device plugin's handle for shares).
+SHARE_MEMORY_RESOURCE: Final = "schedext.io/gpu-memory"
+SHARE_CORES_RESOURCE: Final = "schedext.io/gpu-cores"
+SHARE_COUNT_RESOURCE: Final = "schedext.io/gpu-shares"
+
 # Written by schedext's bind, read back on every restart: the durable record of which GPU
 # indices a pod holds ("0,1").
 GPU_IDS: Final = "schedext.io/gpu-ids"
@@ -17,6 +24,11 @@ GPU_UUIDS: Final = "schedext.io/gpu-uuids"
 # Written by the node agent when it gave a pod's containers their GPUs (UUIDs, "GPU-a,GPU-b"),
 # so that a restarted agent never hands the same GPUs to another pod.
 GPU_ALLOCATED: Final = "schedext.io/gpu-allocated"
+# Written by bind beside gpu-ids for a pod that shares GPUs: its share on each of them (MiB of
+# memory, percent of the SMs; cores only when it asked for them). The agent's Allocate turns
+# them into the CUDA MPS limits.
+GPU_SHARE_MEMORY: Final = "schedext.io/gpu-share-memory-mib"
+GPU_SHARE_CORES: Final = "schedext.io/gpu-share-cores"
 
 # Pod hints (annotations, or labels as a fallback).
 GPU_MODEL: Final = "schedext.io/gpu-model"

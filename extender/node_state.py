@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from extender.columns import NO_ROOM
 from extender.model import Holding, NodeSpec
 
 __all__ = ["Applied", "NodeState", "NodeView"]
@@ -26,6 +27,15 @@ class NodeView:
     cpu_free: int
     memory_free: int
     holdings: tuple[Holding, ...]
+    # GPU shares, per GPU index: the memory (MiB) and cores (percent) they hold, and the room
+    # a new share has there ((NO_ROOM, NO_ROOM): the device takes no share now).
+    share_memory: tuple[int, ...] = ()
+    share_cores: tuple[int, ...] = ()
+    share_room: tuple[tuple[int, int], ...] = ()
+
+    def shared(self, index: int) -> bool:
+        """Whether some pod holds a share of GPU ``index``."""
+        return index < len(self.share_memory) and self.share_memory[index] > 0
 
 
 @dataclass(slots=True)
@@ -36,6 +46,10 @@ class Applied:
     anonymous: int
     cpu_milli: int
     memory_bytes: int
+    # A share: the devices it is on, and what it holds on each.
+    share_ids: tuple[int, ...] = ()
+    share_memory: int = 0
+    share_cores: int = 0
 
 
 @dataclass(slots=True)
@@ -47,24 +61,56 @@ class NodeState:
     cpu_used: int = 0
     memory_used: int = 0
     applied: dict[str, Applied] = dataclasses.field(default_factory=dict)
+    # Per GPU index: the memory (MiB) and cores (percent) shares hold, and how many shares.
+    share_memory: list[int] = dataclasses.field(default_factory=list)
+    share_cores: list[int] = dataclasses.field(default_factory=list)
+    sharers: list[int] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        gpus = len(self.holders)
+        self.share_memory, self.share_cores, self.sharers = [0] * gpus, [0] * gpus, [0] * gpus
 
     def free_ids(self) -> list[int]:
-        """Indices no pod holds and the node agent has not marked unhealthy: an unhealthy GPU
-        is never handed out, and still counts as held by a pod that has it."""
+        """Indices free for a whole-GPU pod: no pod holds them or a share of them, and the node
+        agent has not marked them unhealthy (an unhealthy GPU is never handed out, and still
+        counts as held by a pod that has it)."""
         unhealthy = {index for index, _ in self.spec.gpu_unhealthy}
-        free = [i for i, h in enumerate(self.holders) if h is None and i not in unhealthy]
+        free = [
+            i
+            for i, h in enumerate(self.holders)
+            if h is None and not self.sharers[i] and i not in unhealthy
+        ]
         return free[: max(0, len(free) - self.anonymous)]
 
+    def share_room(self, free: list[int] | None = None) -> list[tuple[int, int]]:
+        """Per GPU index, the (memory MiB, cores percent) a new share has there; NO_ROOM for
+        a device that takes none: held whole (or assumed held by an anonymous pod) or
+        unhealthy. A device's memory is the node's GPU memory (the agent's NVML total, or
+        the ``nvidia.com/gpu.memory`` label); unknown memory gives no room."""
+        whole_free = set(self.free_ids() if free is None else free)
+        unhealthy = {index for index, _ in self.spec.gpu_unhealthy}
+        capacity = self.spec.gpu_memory_mib or 0
+        room: list[tuple[int, int]] = []
+        for i in range(len(self.holders)):
+            if i in whole_free or (self.sharers[i] and i not in unhealthy):
+                room.append((capacity - self.share_memory[i], 100 - self.share_cores[i]))
+            else:
+                room.append((NO_ROOM, NO_ROOM))
+        return room
+
     def apply(self, holding: Holding) -> None:
-        """Count ``holding`` on this node: its annotated GPU indices where they are free, else
-        as many anonymous GPUs, and its CPU and memory."""
+        """Count ``holding`` on this node: its annotated GPU indices where they are free (for a
+        share: not held whole), else as many anonymous GPUs, and its CPU and memory."""
+        if holding.shares:
+            self._apply_share(holding)
+            return
         ids: tuple[int, ...] = ()
         anonymous = holding.gpus
         wanted = self._by_uuid(holding) or holding.gpu_ids
         if (
             wanted is not None
             and len(wanted) == holding.gpus
-            and all(0 <= i < len(self.holders) and self.holders[i] is None for i in wanted)
+            and all(self._whole_free(i) for i in wanted)
         ):
             ids, anonymous = wanted, 0
             for index in ids:
@@ -75,6 +121,45 @@ class NodeState:
         self.cpu_used += holding.cpu_milli
         self.memory_used += holding.memory_bytes
         self.applied[holding.uid] = Applied(ids, anonymous, holding.cpu_milli, holding.memory_bytes)
+
+    def _whole_free(self, index: int) -> bool:
+        return (
+            0 <= index < len(self.holders)
+            and self.holders[index] is None
+            and not (self.sharers[index])
+        )
+
+    def _apply_share(self, holding: Holding) -> None:
+        """A share sits on the devices bind wrote, where no pod holds them whole. It is
+        counted even past a device's memory (it is a fact: the pod runs there), which only
+        leaves that device no room. A share without readable indices counts as that many
+        anonymous whole GPUs: which device it uses is unknown, and no device may be
+        over-committed for it."""
+        wanted = self._by_uuid(holding) or holding.gpu_ids
+        ids: tuple[int, ...] = ()
+        anonymous = holding.shares
+        if (
+            wanted is not None
+            and len(wanted) == holding.shares
+            and all(0 <= i < len(self.holders) and self.holders[i] is None for i in wanted)
+        ):
+            ids, anonymous = wanted, 0
+            for index in ids:
+                self.share_memory[index] += holding.share_memory_mib
+                self.share_cores[index] += holding.share_cores
+                self.sharers[index] += 1
+        self.anonymous += anonymous
+        self.cpu_used += holding.cpu_milli
+        self.memory_used += holding.memory_bytes
+        self.applied[holding.uid] = Applied(
+            (),
+            anonymous,
+            holding.cpu_milli,
+            holding.memory_bytes,
+            share_ids=ids,
+            share_memory=holding.share_memory_mib,
+            share_cores=holding.share_cores,
+        )
 
     def _by_uuid(self, holding: Holding) -> tuple[int, ...] | None:
         """The holding's GPUs by the UUIDs bind wrote, where the node published UUIDs: indices
@@ -94,6 +179,10 @@ class NodeState:
             return
         for index in applied.gpu_ids:
             self.holders[index] = None
+        for index in applied.share_ids:
+            self.share_memory[index] -= applied.share_memory
+            self.share_cores[index] -= applied.share_cores
+            self.sharers[index] -= 1
         self.anonymous -= applied.anonymous
         self.cpu_used -= applied.cpu_milli
         self.memory_used -= applied.memory_bytes
@@ -101,5 +190,6 @@ class NodeState:
     def reset(self) -> None:
         """Forget every holding (the node's GPU shape changed: they are applied anew)."""
         self.holders = [None] * self.spec.gpu_count
+        self.__post_init__()
         self.anonymous = self.cpu_used = self.memory_used = 0
         self.applied.clear()

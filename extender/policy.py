@@ -23,6 +23,7 @@ from extender.inventory import IdArray, Inventory
 from extender.model import RANKED, FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
 from extender.node_state import NodeView
 from extender.packed import PackedNames, count_codes
+from extender.shares import fitting
 
 # GpuScoring and PolicyConfig live in extender.config; named here too, where the filter's
 # callers have long imported them from.
@@ -63,6 +64,16 @@ def node_reasons(
     held: list[tuple[npt.NDArray[np.bool_], Reason]] = []
     if request.gpus:
         held.append((col(a.gpu_free) < request.gpus, Reason.GPU_FREE))
+    if request.shares:
+        grid = inventory.devices
+        memory, cores = fitting(
+            grid.memory_free if whole else grid.memory_free.take(ids, axis=0),
+            grid.cores_free if whole else grid.cores_free.take(ids, axis=0),
+            request,
+        )
+        held.append((np.count_nonzero(memory, axis=1) < request.shares, Reason.GPU_SHARE_MEMORY))
+        if request.share_cores:
+            held.append((np.count_nonzero(cores, axis=1) < request.shares, Reason.GPU_SHARE_CORES))
     if request.workload is WorkloadClass.CPU_INTENSIVE:
         held.append((col(a.cpu_free) < request.cpu_milli, Reason.CPU_FREE))
     context = ip_context(inventory, request)
@@ -87,7 +98,8 @@ def _spec_ranks(
         request.needs_gpu_node,
         request.gpu_model,
         request.gpu_memory_mib,
-        request.gpus,
+        request.devices,
+        request.share_memory_mib,
         request.cpu_milli if cpu_bound else None,
         config.cpu_intensive_min_cpu_milli if cpu_bound else None,
     )
@@ -100,7 +112,8 @@ class _SpecShape(NamedTuple):
     needs_gpu_node: bool
     gpu_model: str | None
     gpu_memory_mib: int | None
-    gpus: int
+    gpus: int  # devices: whole GPUs, or the GPUs a share is on
+    share_memory_mib: int
     cpu_milli: int | None  # CPU-intensive pods only
     cpu_intensive_min_cpu_milli: int | None  # likewise
 
@@ -118,6 +131,9 @@ def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint
         if shape.gpus:
             conditions.append((a.gpu_total < shape.gpus, Reason.GPU_TOTAL))
             conditions.append((a.gpu_healthy < shape.gpus, Reason.GPU_UNHEALTHY))
+        if shape.share_memory_mib:
+            # Unknown device memory (0) holds no share: nothing says how much it has.
+            conditions.append((a.gpu_memory_mib < shape.share_memory_mib, Reason.GPU_SHARE_SIZE))
     if shape.cpu_milli is not None and shape.cpu_intensive_min_cpu_milli is not None:
         threshold = shape.cpu_intensive_min_cpu_milli
         conditions.append((a.cpu_alloc < threshold, Reason.CPU_THRESHOLD))
@@ -155,6 +171,7 @@ def reason_messages(
             request.gpus,
             request.cpu_milli,
             config.cpu_intensive_min_cpu_milli,
+            share=(request.shares, request.share_memory_mib, request.share_cores),
         )
     )
     context = ip_context(inventory, request) if inventory is not None else None
@@ -171,9 +188,15 @@ def _messages(
     gpus: int,
     cpu_milli: int,
     cpu_intensive_min_cpu_milli: int,
+    *,
+    share: tuple[int, int, int] = (0, 0, 0),
 ) -> tuple[str, ...]:
     """The reasons that depend only on the pod's shape: the same few shapes come through
     filter again and again, so they are written once each."""
+    shares, share_mib, share_cores = share
+    devices = gpus or shares
+    # The GPUs a share needs, named by its need ("no GPU" / "fewer than 2 GPUs").
+    few = f"fewer than {shares} GPUs" if shares > 1 else "no GPU"
     # Short: kube-scheduler decodes every rejected node's message (thousands per call).
     messages = {
         Reason.FITS: "",
@@ -182,9 +205,17 @@ def _messages(
         Reason.NO_GPUS: "schedext: node has no GPUs",
         Reason.GPU_MODEL: f"schedext: GPU model is not {gpu_model}",
         Reason.GPU_MEMORY: f"schedext: GPU memory under {gpu_memory_mib} MiB",
-        Reason.GPU_TOTAL: f"schedext: node has fewer than {gpus} GPUs",
+        Reason.GPU_TOTAL: f"schedext: node has fewer than {devices} GPUs",
         # Replaced per node by _name_unhealthy, which names the GPUs and why.
-        Reason.GPU_UNHEALTHY: f"schedext: fewer than {gpus} healthy GPUs",
+        Reason.GPU_UNHEALTHY: f"schedext: fewer than {devices} healthy GPUs",
+        Reason.GPU_SHARE_SIZE: (
+            f"schedext: a {share_mib} MiB GPU share is larger than the node's GPUs "
+            "(or their memory is not published)"
+        ),
+        Reason.GPU_SHARE_MEMORY: f"schedext: {few} with {share_mib} MiB free",
+        Reason.GPU_SHARE_CORES: (
+            f"schedext: {few} with {share_mib} MiB and {share_cores}% cores free"
+        ),
         Reason.CPU_THRESHOLD: (
             f"schedext: CPU-intensive needs {_cpu(cpu_intensive_min_cpu_milli)}+ CPU nodes"
         ),
@@ -266,7 +297,7 @@ def _name_unhealthy(
             bad = spec.gpu_unhealthy if spec is not None else ()
             gpus = "; ".join(f"GPU {index} unhealthy: {why}" for index, why in bad)
             healthy = spec.gpu_healthy if spec is not None else 0
-            message = f"schedext: {gpus} ({healthy} healthy, pod needs {request.gpus})"
+            message = f"schedext: {gpus} ({healthy} healthy, pod needs {request.devices})"
             rejections.append(
                 Rejection(message, resolvable=False, nodes=[name], reason=Reason.GPU_UNHEALTHY)
             )

@@ -9,11 +9,13 @@ API server's defaulting does.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
 from extender import fields, names
+from extender.config import ShareResources
 from extender.fields import JSONObject
 from extender.model import (
     ClaimPolicy,
@@ -36,6 +38,9 @@ __all__ = [
 
 _CPU = "cpu"
 _MEMORY = "memory"
+_DEFAULT_SHARES = ShareResources()
+_MAX_SHARE_MIB = 1 << 24  # 16 TiB: a larger share is a unit mistake (10Gi read as MiB)
+_MAX_SHARES = 64  # more GPUs than any node has: a larger count is a typo
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _WORKLOADS = {w.value.casefold(): w for w in WorkloadClass if w.value}
 
@@ -44,20 +49,21 @@ class PodRequestError(ValueError):
     """A pod whose resources or schedext annotations cannot be understood."""
 
 
-def pod_request(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> PodRequest:
+def pod_request(
+    pod: JSONObject,
+    *,
+    gpu_resource: str = names.GPU_RESOURCE,
+    shares: ShareResources = _DEFAULT_SHARES,
+) -> PodRequest:
     """Decode the scheduling needs of ``pod``; raise :class:`PodRequestError` with a reason."""
     meta = fields.obj(pod, "metadata")
     spec = fields.obj(pod, "spec")
-    totals = _effective_requests(spec, (_CPU, _MEMORY, gpu_resource))
-    gpus, fraction = divmod(totals[gpu_resource], NANO)
-    if fraction:
-        raise PodRequestError(
-            f"{gpu_resource} must be a whole number, got {totals[gpu_resource] / NANO:g}"
-        )
+    totals = _effective_requests(spec, _resources(gpu_resource, shares))
+    gpus, share = _gpus_or_share(totals, gpu_resource, shares)
     labels = fields.string_map(meta, "labels")
     annotations = fields.string_map(meta, "annotations")
     return PodRequest(
-        **_demand(meta, spec, totals, gpus=gpus),
+        **_demand(meta, spec, totals, gpus=gpus, share=share),
         workload=_workload(labels, annotations),
         gpu_model=_hint(annotations, labels, names.GPU_MODEL),
         gpu_memory_mib=_gpu_memory(annotations, labels),
@@ -66,7 +72,73 @@ def pod_request(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> P
     )
 
 
-def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> Holding | None:
+_Share = tuple[int, int, int]  # (devices, MiB, percent of the SMs) per device
+_NO_SHARE: _Share = (0, 0, 0)
+
+
+def _resources(gpu_resource: str, shares: ShareResources) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((_CPU, _MEMORY, gpu_resource, *shares.names())))
+
+
+def _whole(totals: Mapping[str, int], resource: str, unit: str) -> int:
+    """A resource that counts things, as an integer; PodRequestError when it is a fraction."""
+    count, fraction = divmod(totals[resource], NANO)
+    if fraction:
+        raise PodRequestError(
+            f"{resource} must be a whole number{unit}, got {totals[resource] / NANO:g}"
+        )
+    return count
+
+
+def _gpus_or_share(
+    totals: Mapping[str, int], gpu_resource: str, shares: ShareResources
+) -> tuple[int, _Share]:
+    """Whole GPUs, or a share of some GPUs: never both in one pod (a container that needs a
+    whole device and one that needs a slice are two pods' worth of placement)."""
+    unit = " of GiB" if shares.memory_unit_mib == 1024 else " of MiB"
+    memory = _whole(totals, shares.memory, unit) * shares.memory_unit_mib
+    cores = _whole(totals, shares.cores, " percent") if shares.cores else 0
+    count_shares = shares.count == gpu_resource  # HAMi: nvidia.com/gpu counts the shares
+    count = _whole(totals, shares.count, "") if shares.count and not count_shares else 0
+    gpus = _whole(totals, gpu_resource, "")
+    if not (memory or cores or count):
+        return gpus, _NO_SHARE
+    if count_shares:
+        gpus, count = 0, gpus
+    if gpus:
+        raise PodRequestError(
+            f"a pod takes whole GPUs ({gpu_resource}) or shares of GPUs ({shares.memory}), "
+            "not both: split it into two pods"
+        )
+    if not memory:
+        raise PodRequestError(f"a GPU share needs {shares.memory} (the memory it may use)")
+    if memory > _MAX_SHARE_MIB:
+        raise PodRequestError(
+            f"{shares.memory} counts{unit[3:]}: {memory} MiB is more than any GPU has "
+            "(for 10 GiB of schedext.io/gpu-memory, write 10240, not 10Gi)"
+        )
+    if cores and not 1 <= cores <= 100:
+        raise PodRequestError(f"{shares.cores} must be 1 to 100 (percent of a GPU), got {cores}")
+    if shares.count is not None and not count:
+        if shares.count_required:
+            raise PodRequestError(
+                f"a GPU share must name {shares.count} in its limits (1 for a share of one "
+                "GPU): the node agent gives a share its GPU through that resource"
+            )
+        count = 1
+    if shares.count is None:
+        count = 1
+    if count > _MAX_SHARES:
+        raise PodRequestError(f"{shares.count} must be at most {_MAX_SHARES}, got {count}")
+    return 0, (count, memory, cores)
+
+
+def holding_from_pod(
+    pod: JSONObject,
+    *,
+    gpu_resource: str = names.GPU_RESOURCE,
+    shares: ShareResources = _DEFAULT_SHARES,
+) -> Holding | None:
     """What a bound, non-terminal pod holds on its node; None for pods that hold nothing."""
     spec = fields.obj(pod, "spec")
     node = fields.text(spec, "nodeName")
@@ -74,21 +146,26 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
     if not node or phase in _TERMINAL_PHASES:
         return None
     meta = fields.obj(pod, "metadata")
+    resources = _resources(gpu_resource, shares)
     try:
-        totals = _effective_requests(spec, (_CPU, _MEMORY, gpu_resource))
+        totals = _effective_requests(spec, resources)
     except PodRequestError:
         # A bound pod is a fact, not a request: count what we cannot read as nothing rather
         # than losing the whole pod (its GPU ids, if annotated, still count below).
-        totals = {_CPU: 0, _MEMORY: 0, gpu_resource: 0}
-    gpus = max(0, _ceil_div(totals[gpu_resource], NANO))
+        totals = dict.fromkeys(resources, 0)
     annotations = fields.string_map(meta, "annotations")
     gpu_ids = gpu_ids_annotation(annotations.get(names.GPU_IDS))
-    if gpu_ids is not None and len(gpu_ids) != gpus:
+    share = _held_share(totals, gpu_resource, shares, annotations)
+    gpus = 0 if share[0] else max(0, _ceil_div(totals[gpu_resource], NANO))
+    if gpu_ids is not None and len(gpu_ids) != (share[0] or gpus):
         # The annotation is what the node agent was told to expose; trust it for the count too.
-        gpus = len(gpu_ids)
+        if share[0]:
+            share = (len(gpu_ids), share[1], share[2])
+        else:
+            gpus = len(gpu_ids)
     uuids = gpu_uuids_annotation(annotations.get(names.GPU_UUIDS))
     return Holding(
-        **_demand(meta, spec, totals, gpus=gpus),
+        **_demand(meta, spec, totals, gpus=gpus, share=share),
         node=node,
         kind=HoldingKind.BOUND,
         gpu_ids=gpu_ids,
@@ -99,8 +176,33 @@ def holding_from_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE)
     )
 
 
+def _held_share(
+    totals: Mapping[str, int],
+    gpu_resource: str,
+    shares: ShareResources,
+    annotations: Mapping[str, str],
+) -> _Share:
+    """A bound pod's share: what bind wrote (the annotations are the record), else what its
+    resources ask, read leniently: a bound pod is counted, never refused."""
+    lenient = dataclasses.replace(shares, count_required=False)
+    try:
+        asked = _gpus_or_share(totals, gpu_resource, lenient)[1]
+    except PodRequestError:
+        asked = _NO_SHARE
+    memory = annotations.get(names.GPU_SHARE_MEMORY, "").strip()
+    if not (memory.isdigit() and int(memory) > 0):
+        return asked
+    cores = annotations.get(names.GPU_SHARE_CORES, "").strip()
+    return asked[0] or 1, int(memory), min(100, int(cores)) if cores.isdigit() else 0
+
+
 def _demand(
-    meta: JSONObject, spec: JSONObject, totals: Mapping[str, int], *, gpus: int
+    meta: JSONObject,
+    spec: JSONObject,
+    totals: Mapping[str, int],
+    *,
+    gpus: int,
+    share: _Share = _NO_SHARE,
 ) -> dict[str, Any]:
     """The fields of :class:`~extender.model.Demand`, read the same way for a pending pod and
     a bound one (``gpus``: the caller's reading of the GPU total, which differs)."""
@@ -110,6 +212,9 @@ def _demand(
         "namespace": fields.text(meta, "namespace") or "default",
         "name": fields.text(meta, "name"),
         "gpus": gpus,
+        "shares": share[0],
+        "share_memory_mib": share[1],
+        "share_cores": share[2],
         "cpu_milli": _ceil_div(totals[_CPU], NANO // 1000),
         "memory_bytes": _ceil_div(totals[_MEMORY], NANO),
         "priority": priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,

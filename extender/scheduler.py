@@ -86,6 +86,7 @@ class Scheduler(Intake):
                 evictions=self._evictions,
                 statefulsets=self._statefulsets,
                 gpu_resource=config.gpu_resource,
+                shares=config.shares,
             )
         )
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the
@@ -175,7 +176,13 @@ class Scheduler(Intake):
             uid=uid, namespace=namespace, name=name, node=node,
         )  # fmt: skip
         expires_at = now + self._reservation_ttl
-        holding = binding.reservation(self._inventory, request, node, expires_at=expires_at)
+        holding = binding.reservation(
+            self._inventory,
+            request,
+            node,
+            expires_at=expires_at,
+            placement=self.config.share_placement,
+        )
         try:
             self._inventory.reserve(holding)
         except InventoryConflictError as error:
@@ -255,7 +262,9 @@ class Scheduler(Intake):
         self, pod: JSONObject, candidates: Mapping[str, Sequence[Victim]]
     ) -> dict[str, NodeVictims]:
         try:
-            request = pod_request(pod, gpu_resource=self.config.gpu_resource)
+            request = pod_request(
+                pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares
+            )
         except PodRequestError:
             return {}
         group_can_fit = None
@@ -279,7 +288,7 @@ class Scheduler(Intake):
         last = self._last_request
         if last is not None and version and last[0] == uid and last[1] == version:
             return last[2]
-        request = pod_request(pod, gpu_resource=self.config.gpu_resource)
+        request = pod_request(pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares)
         if version:
             self._last_request = (uid, version, request)
         return request

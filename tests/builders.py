@@ -147,6 +147,34 @@ def make_pod(
     }
 
 
+def share_pod(
+    name: str = "share",
+    *,
+    memory_mib: int,
+    cores: int | None = None,
+    shares: int | None = 1,
+    gpu_ids: Sequence[int] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """A pod asking for a share of GPUs (schedext's resources): ``memory_mib`` and ``cores``
+    on each of ``shares`` GPUs. With ``node`` and ``gpu_ids``, bound as schedext's bind
+    writes it (the share annotations beside the indices)."""
+    pod = make_pod(name, gpu_ids=gpu_ids, **kwargs)
+    resources = pod["spec"]["containers"][0]["resources"]
+    asked = {names.SHARE_MEMORY_RESOURCE: str(memory_mib)}
+    if cores is not None:
+        asked[names.SHARE_CORES_RESOURCE] = str(cores)
+    if shares is not None:
+        asked[names.SHARE_COUNT_RESOURCE] = str(shares)
+    resources["limits"].update(asked)
+    resources["requests"].update(asked)
+    if gpu_ids is not None:
+        pod["metadata"]["annotations"][names.GPU_SHARE_MEMORY] = str(memory_mib)
+        if cores:
+            pod["metadata"]["annotations"][names.GPU_SHARE_CORES] = str(cores)
+    return pod
+
+
 def uid_of(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["uid"])
 

@@ -3,8 +3,8 @@
 Each scorer (:class:`Scorer`) says whether it applies to a pod and rates each candidate node
 0..1. A node's score is ``rint(10 * sum(weight * rating) / sum(weight))`` over the scorers
 that apply and weigh more than 0. A GPU pod scores 0 on a node that lacks the free GPUs now
-(prioritize normally sees only filter's survivors, but such a node must never look
-attractive), and an unknown node scores 0.
+(or, for a share, too few devices with room; prioritize normally sees only filter's
+survivors, but such a node must never look attractive), and an unknown node scores 0.
 
 Adding an objective: a module here that defines ``SCORER``, and its line in :data:`SCORERS`.
 Its weight is ``policy.weights.<name>`` in settings (or its ``default_weight``).
@@ -21,8 +21,19 @@ from extender.addressing import ip_context
 from extender.config import PolicyConfig
 from extender.inventory import IdArray, Inventory
 from extender.model import PodRequest
-from extender.scoring import binpack, cpu_only, gang_rack, ip_headroom, live_use, spread, topology
+from extender.scoring import (
+    binpack,
+    cpu_only,
+    gang_rack,
+    ip_headroom,
+    live_use,
+    share_pack,
+    share_spread,
+    spread,
+    topology,
+)
 from extender.scoring.scorer import Candidates, FloatArray, GroupAffinity, Scorer
+from extender.shares import fitting
 
 __all__ = [
     "MAX_SCORE",
@@ -48,6 +59,8 @@ SCORERS: tuple[Scorer, ...] = (
     gang_rack.SCORER,
     ip_headroom.SCORER,
     live_use.SCORER,
+    share_pack.SCORER,
+    share_spread.SCORER,
 )
 NAMES = frozenset(scorer.name for scorer in SCORERS)
 
@@ -76,6 +89,12 @@ def score_nodes(
     scores = np.rint(raw / total * MAX_SCORE)
     if request.gpus:
         scores = np.where(nodes.column("gpu_free") >= request.gpus, scores, 0)
+    if request.shares:
+        grid = inventory.devices
+        _, fits = fitting(
+            grid.memory_free.take(ids, axis=0), grid.cores_free.take(ids, axis=0), request
+        )
+        scores = np.where(np.count_nonzero(fits, axis=1) >= request.shares, scores, 0)
     return np.where(inventory.arrays.alive[ids], scores, 0).astype(np.int64)
 
 

@@ -18,6 +18,6 @@ def _score(nodes: Candidates) -> FloatArray:
 SCORER = Scorer(
     name="cpu_only",
     default_weight=lambda config: config.allocation_weight + config.topology_weight,
-    applies=lambda nodes: nodes.request.gpus == 0,
+    applies=lambda nodes: nodes.request.devices == 0,
     score=_score,
 )

@@ -24,6 +24,8 @@ from extender.scoring import (
     ip_headroom,
     live_use,
     score_nodes,
+    share_pack,
+    share_spread,
     spread,
     topology,
     weights,
@@ -37,6 +39,7 @@ from tests.builders import (
     make_ip_pool,
     make_node,
     make_pod,
+    share_pod,
 )
 from tests.unit.helpers import scheduler_with
 
@@ -244,6 +247,65 @@ LIVE_USE_CASES = [
     ),
 ]
 
+# Two 4 x 80 GiB nodes: "shared" has 40 GiB of GPU 0 held by a share, "empty" holds nothing.
+GIB = 1024
+SHARE_NODES = [
+    make_node("shared", gpus=4, gpu_memory_mib=80 * GIB),
+    make_node("empty", gpus=4, gpu_memory_mib=80 * GIB),
+]
+SHARE_BOUND = [share_pod("held", memory_mib=40 * GIB, node="shared", gpu_ids=[0])]
+
+SHARE_PACK_CASES = [
+    Case(
+        "a shared GPU with room rates 0.5 to 1 by how full it gets; opening one at most 0.45",
+        SHARE_NODES,
+        share_pod(memory_mib=20 * GIB),
+        {"shared": 0.5 + 0.5 * 0.75, "empty": 0.45 * 1 / 4},
+        bound=SHARE_BOUND,
+    ),
+    Case(
+        "opening a device: the node with fewer whole devices free once it is opened",
+        SHARE_NODES,
+        share_pod(memory_mib=60 * GIB),
+        {"shared": 0.45 * 2 / 4, "empty": 0.45 * 1 / 4},
+        bound=SHARE_BOUND,
+    ),
+    Case(
+        "two shares: the mean of the two devices bind would pick",
+        SHARE_NODES,
+        share_pod(memory_mib=20 * GIB, shares=2),
+        {"shared": (0.875 + 0.45 * 2 / 4) / 2, "empty": 0.45 * 1 / 4},
+        bound=SHARE_BOUND,
+    ),
+    Case(
+        "no device with the cores free: 0",
+        [make_node("n", gpus=1, gpu_memory_mib=80 * GIB)],
+        share_pod(memory_mib=GIB, cores=50),
+        {"n": 0.0},
+        bound=[share_pod("busy", memory_mib=GIB, cores=60, node="n", gpu_ids=[0])],
+    ),
+]
+
+SHARE_SPREAD_CASES = [
+    Case(
+        "the emptiest device with room: an empty GPU anywhere rates the same",
+        SHARE_NODES,
+        share_pod(memory_mib=20 * GIB),
+        {"shared": 0.75, "empty": 0.75},
+        bound=SHARE_BOUND,
+    ),
+    Case(
+        "a node whose only GPU is half taken rates below an empty one",
+        [
+            make_node("half", gpus=1, gpu_memory_mib=80 * GIB),
+            make_node("free", gpus=1, gpu_memory_mib=80 * GIB),
+        ],
+        share_pod(memory_mib=20 * GIB),
+        {"half": 0.25, "free": 0.75},
+        bound=[share_pod("held", memory_mib=40 * GIB, node="half", gpu_ids=[0])],
+    ),
+]
+
 TABLES = [
     (binpack.SCORER, BINPACK_CASES),
     (spread.SCORER, SPREAD_CASES),
@@ -252,7 +314,19 @@ TABLES = [
     (gang_rack.SCORER, GANG_RACK_CASES),
     (ip_headroom.SCORER, IP_HEADROOM_CASES),
     (live_use.SCORER, LIVE_USE_CASES),
+    (share_pack.SCORER, SHARE_PACK_CASES),
+    (share_spread.SCORER, SHARE_SPREAD_CASES),
 ]
+
+
+@pytest.mark.parametrize("case", SHARE_PACK_CASES, ids=lambda c: c.id)
+def test_share_pack_rates_how_full_the_chosen_devices_get(case: Case) -> None:
+    assert ratings(share_pack.SCORER, case) == pytest.approx(case.expected)
+
+
+@pytest.mark.parametrize("case", SHARE_SPREAD_CASES, ids=lambda c: c.id)
+def test_share_spread_rates_how_empty_the_chosen_devices_stay(case: Case) -> None:
+    assert ratings(share_spread.SCORER, case) == pytest.approx(case.expected)
 
 
 @pytest.mark.parametrize("case", BINPACK_CASES, ids=lambda c: c.id)

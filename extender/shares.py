@@ -1,0 +1,149 @@
+"""GPU shares: which devices have room for a share, which to give it, and why none fits.
+
+A share is some memory (MiB) and optionally some compute (percent of the SMs) on each of
+``shares`` distinct GPUs of one node. A device takes shares while no pod holds it whole; once
+it holds one, it is no longer free for a whole-GPU pod (:meth:`NodeState.free_ids`). The sum
+of the shares on a device never exceeds its memory or 100% of its cores: the filter counts
+only devices with room (:func:`fitting`), bind reserves on devices that still have it
+(``Inventory.reserve``), and preemption frees room on one device (:func:`room_after`).
+
+Where a share goes is :class:`SharePlacement`: ``pack`` puts it on the fullest device with
+room, so that whole devices stay free for whole-GPU pods; ``spread`` on the emptiest, for
+workloads that suffer from neighbours. A share of several GPUs stays inside one NVLink group
+when one has room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from extender.config import SharePlacement
+from extender.model import Demand, Holding
+from extender.node_state import NodeView
+
+__all__ = [
+    "choose_share_gpus",
+    "fitting",
+    "pick_share_gpus",
+    "room_after",
+    "share_detail",
+    "used_after",
+]
+
+Room = Sequence[tuple[int, int]]  # per GPU index: (MiB free, cores free); negative: none
+
+
+def fitting(
+    memory_free: npt.NDArray[np.int64], cores_free: npt.NDArray[np.int64], demand: Demand
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Per row of the device grid, per device: whether the share's memory fits, and whether
+    its memory and its cores both fit."""
+    memory_fits = memory_free >= demand.share_memory_mib
+    if not demand.share_cores:
+        return memory_fits, memory_fits
+    return memory_fits, memory_fits & (cores_free >= demand.share_cores)
+
+
+def used_after(
+    memory_free: npt.NDArray[np.int64],
+    capacity: npt.NDArray[np.int64],
+    demand: Demand,
+) -> npt.NDArray[np.float64]:
+    """Per device, the share of its memory in use once the share is on it (the pack rating;
+    capacity per row)."""
+    cap = np.maximum(capacity, 1).reshape(-1, 1) if capacity.ndim == 1 else capacity
+    return np.asarray((cap - memory_free + demand.share_memory_mib) / cap, dtype=np.float64)
+
+
+def choose_share_gpus(
+    view: NodeView, demand: Demand, placement: SharePlacement
+) -> tuple[int, ...] | None:
+    """The GPU indices a share goes on (see the module docstring); None when fewer than
+    ``demand.shares`` devices have room."""
+    capacity = view.spec.gpu_memory_mib or 0
+    return pick_share_gpus(view.share_room, capacity, view.spec.gpu_groups, demand, placement)
+
+
+def pick_share_gpus(
+    room: Room,
+    capacity: int,
+    groups: Sequence[Sequence[int]],
+    demand: Demand,
+    placement: SharePlacement,
+) -> tuple[int, ...] | None:
+    """:func:`choose_share_gpus` over plain values (what preemption and gang packing use)."""
+    fits = [
+        i
+        for i, (memory, cores) in enumerate(room)
+        if memory >= demand.share_memory_mib and cores >= demand.share_cores
+    ]
+    if len(fits) < demand.shares:
+        return None
+
+    def rank(index: int) -> tuple[float, int]:
+        used = (capacity - room[index][0]) / capacity if capacity else 0.0
+        return (-used if placement is SharePlacement.PACK else used, index)
+
+    ordered = sorted(fits, key=rank)
+    if demand.shares > 1:
+        # Inside one NVLink group when one has room: the best group by its own best devices.
+        best: tuple[list[tuple[float, int]], list[int]] | None = None
+        for group in groups:
+            inside = [i for i in ordered if i in set(group)][: demand.shares]
+            if len(inside) == demand.shares:
+                key = [rank(i) for i in inside]
+                if best is None or key < best[0]:
+                    best = (key, inside)
+        if best is not None:
+            return tuple(sorted(best[1]))
+    return tuple(sorted(ordered[: demand.shares]))
+
+
+def room_after(view: NodeView, victims: Sequence[Holding]) -> list[tuple[int, int]]:
+    """Per GPU index, the room for a share once ``victims`` are evicted: their shares leave
+    their devices, and the devices they held whole become empty. A device still held whole
+    (by name or, on the highest free indices, anonymously) or unhealthy has none."""
+    gone = {victim.uid for victim in victims}
+    memory, cores = list(view.share_memory), list(view.share_cores)
+    for victim in victims:
+        if victim.shares:
+            for index in victim.gpu_ids or ():
+                if 0 <= index < len(memory):
+                    memory[index] -= victim.share_memory_mib
+                    cores[index] -= victim.share_cores
+    unhealthy = {index for index, _ in view.spec.gpu_unhealthy}
+    anonymous = view.anonymous_gpus - sum(v.devices for v in victims if v.gpu_ids is None)
+    usable = [
+        i
+        for i, holder in enumerate(view.holders)
+        if (holder is None or holder in gone) and i not in unhealthy
+    ]
+    unshared = [i for i in usable if memory[i] <= 0]
+    blocked = set(unshared[len(unshared) - anonymous :]) if anonymous > 0 else set()
+    capacity = view.spec.gpu_memory_mib or 0
+    return [
+        (capacity - memory[i], 100 - cores[i]) if i in usable and i not in blocked else (-1, -1)
+        for i in range(len(view.holders))
+    ]
+
+
+def share_detail(view: NodeView, demand: Demand) -> str:
+    """Why a share does not fit on this node, device by device: "no GPU with 20000 MiB free:
+    largest free 12000 MiB on GPU 3" (for explain and bind; the filter's grouped message
+    names the need only, so that kube-scheduler can aggregate it)."""
+    open_room = [(m, c, i) for i, (m, c) in enumerate(view.share_room) if m >= 0]
+    need = f"{demand.share_memory_mib} MiB"
+    if demand.share_cores:
+        need += f" and {demand.share_cores}% of the cores"
+    many = f"fewer than {demand.shares} GPUs" if demand.shares > 1 else "no GPU"
+    if not open_room:
+        return f"{many} with {need} free: every GPU is held whole or unhealthy"
+    memory, _, index = max(open_room, key=lambda r: (r[0], -r[2]))
+    detail = f"largest free {memory} MiB on GPU {index}"
+    if demand.share_cores:
+        cores, _, at = max(((c, m, i) for m, c, i in open_room), key=lambda r: (r[0], -r[2]))
+        detail += f", most cores free {cores}% on GPU {at}"
+    return f"{many} with {need} free: {detail}"
