@@ -284,12 +284,33 @@ def _explain_tls(args: argparse.Namespace) -> ssl.SSLContext | bool:
     return context
 
 
+_SHARE_KEYS = frozenset({"shares", "shareMemoryMiB", "shareCores"})
+
+
+def _share_line(request: dict[str, Any]) -> str:
+    """The share a pod asks for: ``share: 20000 MiB and 30% of the cores on each of 2 GPUs``
+    while pending, ``... on GPUs 0, 3`` once placed."""
+    share = f"share: {request['shareMemoryMiB']} MiB"
+    if request.get("shareCores"):
+        share += f" and {request['shareCores']}% of the cores"
+    ids = request.get("gpuIds")
+    if ids:
+        return share + f" on GPU{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
+    shares = request["shares"]
+    return share + (f" on each of {shares} GPUs" if shares > 1 else " on one GPU")
+
+
 def _explanation_text(answer: dict[str, Any]) -> str:
     lines = [
         f"pod {answer['pod']} ({answer['state']}"
         + (f" on {answer['node']})" if answer["node"] else ")")
     ]
-    lines.append("needs " + ", ".join(f"{k}={v}" for k, v in answer["request"].items()))
+    request = answer["request"]
+    lines.append(
+        "needs " + ", ".join(f"{k}={v}" for k, v in request.items() if k not in _SHARE_KEYS)
+    )
+    if request.get("shares"):
+        lines.append(_share_line(request))
     if answer["group"]:
         group = answer["group"]
         lines.append(

@@ -174,6 +174,20 @@ class _InventoryCollector(Collector):
             "GPUs the node agents marked unhealthy (never handed out), by model.",
             labels=["model"],
         )
+        share_memory = GaugeMetricFamily(
+            "schedext_gpu_share_memory_mib",
+            "GPU memory (MiB) by model: held by GPU shares, and free for a share on the "
+            "devices that take shares (healthy and not held whole, empty ones included).",
+            labels=["model", "state"],
+        )
+        shared = GaugeMetricFamily(
+            "schedext_gpu_shared_devices",
+            "GPUs that pods hold shares of, by model.",
+            labels=["model"],
+        )
+        # Per node, the memory a share still has on its devices: NO_ROOM (-1) where a device
+        # takes none, and a device shares over-commit has none either.
+        share_free = np.clip(inventory.devices.memory_free, 0, None).sum(axis=1)
         for model_id in np.unique(a.model[alive & (a.gpu_total > 0)]).tolist():
             on_model = alive & (a.model == model_id)
             label = inventory.model_name(model_id) or "unknown"
@@ -181,9 +195,14 @@ class _InventoryCollector(Collector):
             free.add_metric([label], int(a.gpu_free[on_model].sum()))
             bad = a.gpu_total[on_model] - a.gpu_healthy[on_model]
             unhealthy.add_metric([label], int(bad.sum()))
+            share_memory.add_metric([label, "held"], int(a.share_memory_held[on_model].sum()))
+            share_memory.add_metric([label, "free"], int(share_free[on_model].sum()))
+            shared.add_metric([label], int(a.share_devices[on_model].sum()))
         yield total
         yield free
         yield unhealthy
+        yield share_memory
+        yield shared
         unreadable = GaugeMetricFamily(
             "schedext_node_annotations_unreadable",
             "Nodes whose agent annotation was not read (malformed or a newer version), by "

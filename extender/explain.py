@@ -1,5 +1,10 @@
 """Why a pod fits, or does not fit, each node: what ``schedext explain`` shows. Read-only: the
-pod is judged as filter would judge it over every node, without being recorded anywhere."""
+pod is judged as filter would judge it over every node, without being recorded anywhere.
+
+Filter answers with one message per reason, naming the pod's need only, so that
+kube-scheduler can aggregate thousands of rejected nodes; explain is asked about one pod, so a
+node rejected for a share's room gets its own detail (:func:`extender.shares.share_detail`:
+the largest free memory and on which GPU)."""
 
 from __future__ import annotations
 
@@ -8,18 +13,25 @@ from collections.abc import Callable, Sequence
 from extender.gang import OPEN, GangCoordinator, GangGate
 from extender.inventory import Inventory
 from extender.model import (
+    Demand,
     Explanation,
     FilterVerdict,
+    Holding,
     HoldingKind,
     NodeExplanation,
     PodRequest,
+    Reason,
 )
 from extender.pending import PendingPods
+from extender.shares import share_detail
 
 __all__ = ["explain_pod"]
 
 # Filter's judgement of a request over named nodes, once its group let it through.
 Judge = Callable[[PodRequest, Sequence[str], GangGate], FilterVerdict]
+
+# The reasons whose grouped message explain replaces with the node's own share detail.
+_SHARE_ROOM = frozenset({Reason.GPU_SHARE_MEMORY, Reason.GPU_SHARE_CORES})
 
 
 def explain_pod(
@@ -46,7 +58,12 @@ def explain_pod(
             uid=held.uid,
             state=state,
             node=held.node,
-            request={"gpus": held.gpus, "gpuIds": list(held.gpu_ids or ()), "ip": held.ip},
+            request={
+                "gpus": held.gpus,
+                "gpuIds": list(held.gpu_ids or ()),
+                **_share(held),
+                "ip": held.ip,
+            },
             group=status,
             group_reason="",
             nodes=(),
@@ -56,6 +73,7 @@ def explain_pod(
     gate = gangs.gate(request, names) if request.group is not None else OPEN
     verdict = gate.verdict or judge(request, names, gate)
     failed, unresolvable = verdict.failed, verdict.unresolvable
+    failed.update(_share_details(inventory, request, verdict))
     nodes = tuple(
         NodeExplanation(
             node=node,
@@ -70,16 +88,43 @@ def explain_pod(
         uid=request.uid,
         state="reserved" if held is not None else "pending",
         node=held.node if held is not None else None,
-        request=_describe(request),
+        request=_describe(request, held),
         group=status,
         group_reason=verdict.rejections[0].message if gate.verdict is not None else "",
         nodes=nodes,
     )
 
 
-def _describe(request: PodRequest) -> dict[str, object]:
+def _share_details(
+    inventory: Inventory, request: PodRequest, verdict: FilterVerdict
+) -> dict[str, str]:
+    """Per node rejected for a share's room, why, device by device."""
+    details: dict[str, str] = {}
+    for rejection in verdict.rejections:
+        if rejection.reason not in _SHARE_ROOM:
+            continue
+        for node in rejection.nodes:
+            view = inventory.node(node)
+            if view is not None:
+                details[node] = f"schedext: {share_detail(view, request)}"
+    return details
+
+
+def _share(demand: Demand) -> dict[str, object]:
+    """A share's fields, for a pod that asks for one (none for a whole-GPU pod)."""
+    if not demand.shares:
+        return {}
+    return {
+        "shares": demand.shares,
+        "shareMemoryMiB": demand.share_memory_mib,
+        "shareCores": demand.share_cores,
+    }
+
+
+def _describe(request: PodRequest, held: Holding | None) -> dict[str, object]:
     described: dict[str, object] = {
         "gpus": request.gpus,
+        **_share(request),
         "cpuMilli": request.cpu_milli,
         "memoryBytes": request.memory_bytes,
         "priority": request.priority,
@@ -92,6 +137,8 @@ def _describe(request: PodRequest) -> dict[str, object]:
         described["gpuMemoryMiB"] = request.gpu_memory_mib
     if request.group:
         described["group"] = request.group
+    if held is not None:
+        described["gpuIds"] = list(held.gpu_ids or ())  # what its reservation holds
     if request.ip is not None:
         described["ip"] = {
             "address": request.ip.address,

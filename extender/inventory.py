@@ -173,6 +173,7 @@ class Inventory:
             share_memory=tuple(state.share_memory),
             share_cores=tuple(state.share_cores),
             share_room=tuple(state.share_room(free)),
+            share_holders=tuple(state.share_holders()),
         )
 
     @property

@@ -32,6 +32,8 @@ class NodeView:
     share_memory: tuple[int, ...] = ()
     share_cores: tuple[int, ...] = ()
     share_room: tuple[tuple[int, int], ...] = ()
+    # Per GPU index: the UIDs of the pods holding a share of it (what /inventory lists).
+    share_holders: tuple[tuple[str, ...], ...] = ()
 
     def shared(self, index: int) -> bool:
         """Whether some pod holds a share of GPU ``index``."""
@@ -97,6 +99,15 @@ class NodeState:
             else:
                 room.append((NO_ROOM, NO_ROOM))
         return room
+
+    def share_holders(self) -> list[tuple[str, ...]]:
+        """Per GPU index, the UIDs of the pods holding a share of it (where it was counted:
+        by UUID or by index, as :meth:`apply` placed it)."""
+        by_index: list[list[str]] = [[] for _ in self.holders]
+        for uid, applied in self.applied.items():
+            for index in applied.share_ids:
+                by_index[index].append(uid)
+        return [tuple(uids) for uids in by_index]
 
     def apply(self, holding: Holding) -> None:
         """Count ``holding`` on this node: its annotated GPU indices where they are free (for a

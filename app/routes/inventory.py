@@ -1,5 +1,9 @@
 """``GET /inventory``: GPU occupancy per node, IP pools and gangs, as JSON (for operators,
-the occupancy page and the tests)."""
+the occupancy page and the tests).
+
+Per GPU, ``holder`` names the pod holding it whole; ``share`` is null unless pods hold shares
+of it, and then says what they hold in all (``memoryMiB``, ``cores``), the memory a new share
+still has (``memoryFreeMiB``), and each of them (``pods``)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.service import Service
+from extender.model import Holding, HoldingKind
+from extender.node_state import NodeView
 
 __all__ = ["router"]
 
@@ -48,11 +54,13 @@ async def inventory(request: Request) -> Response:
                         "reserved": uid in holders and holders[uid].kind.value == "reserved",
                         "unhealthy": unhealthy.get(index),
                         "use": use.get(index),
+                        "share": _share(view, index, holders),
                     }
                     for index, uid in enumerate(view.holders)
                 ],
                 "anonymousGpus": view.anonymous_gpus,
                 "freeGpus": len(view.free_gpu_ids),
+                "sharedGpus": sum(1 for uids in view.share_holders if uids),
                 "cpuMilli": {"allocatable": view.spec.cpu_milli, "free": view.cpu_free},
                 "topologyProblem": view.spec.topology_problem,
                 "useProblem": view.spec.use_problem,
@@ -100,3 +108,27 @@ async def inventory(request: Request) -> Response:
         "reservations": service.scheduler.reservation_count,
     }
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _share(view: NodeView, index: int, holders: dict[str, Holding]) -> dict[str, Any] | None:
+    """What the pods sharing GPU ``index`` hold; None where none does."""
+    uids = view.share_holders[index] if index < len(view.share_holders) else ()
+    if not uids:
+        return None
+    pods = sorted((holders[uid] for uid in uids if uid in holders), key=lambda h: h.key)
+    return {
+        "memoryMiB": view.share_memory[index],
+        "cores": view.share_cores[index],
+        # An unhealthy device takes no share, and pods bound past a device's memory leave it
+        # none: 0 then, never negative.
+        "memoryFreeMiB": max(0, view.share_room[index][0]),
+        "pods": [
+            {
+                "pod": h.key,
+                "memoryMiB": h.share_memory_mib,
+                "cores": h.share_cores,
+                "reserved": h.kind is HoldingKind.RESERVED,
+            }
+            for h in pods
+        ],
+    }

@@ -1,5 +1,5 @@
-// The occupancy page: draws GET /inventory (GPU cells per node, IP pools, gangs) and
-// refreshes it every 2 s. Plain DOM calls only: the page is served with
+// The occupancy page: draws GET /inventory (GPU cells per node, a memory bar per shared GPU,
+// IP pools, gangs) and refreshes it every 2 s. Plain DOM calls only: the page is served with
 // Content-Security-Policy default-src 'self', so no inline script, no inline style
 // attributes and no third-party code. Cluster data always goes in through textContent or
 // attributes, never as HTML.
@@ -81,19 +81,40 @@
 
   // The scheduler counts GPUs of pods bound without schedext's annotation but cannot know
   // their indices; it assumes they sit on the highest free indices, and so does the page.
+  // A GPU that pods hold shares of is not free for a whole-GPU pod either.
   function anonymousIndices(node) {
-    const free = node.gpus.filter((g) => g.holder === null).map((g) => g.index);
+    const free = node.gpus.filter((g) => g.holder === null && !g.share).map((g) => g.index);
     const count = Math.min(node.anonymousGpus || 0, free.length);
     return new Set(count > 0 ? free.slice(free.length - count) : []);
   }
 
-  function gpuCell(gpu, anonymous) {
+  function mib(n) {
+    return `${n.toLocaleString("en-US")} MiB`;
+  }
+
+  // The memory a shared GPU has in all: the node's GPU memory, or what is held and free when
+  // the node does not publish it.
+  function shareCapacity(node, share) {
+    return node.gpuMemoryMiB || share.memoryMiB + share.memoryFreeMiB;
+  }
+
+  function percent(part, whole) {
+    return `${whole > 0 ? Math.min(100, (100 * part) / whole) : 0}%`;
+  }
+
+  function gpuCell(gpu, anonymous, node) {
     const held = gpu.holder !== null;
-    const classes = ["gpu-cell", held ? "held" : anonymous ? "anonymous" : "free"];
+    const share = gpu.share;
+    const classes = ["gpu-cell", held ? "held" : share ? "shared" : anonymous ? "anonymous" : "free"];
     if (gpu.reserved) classes.push("reserved");
     let title;
     if (held) {
       title = `GPU ${gpu.index}: ${gpu.holder}${gpu.reserved ? " (reserved, bind in progress)" : ""}`;
+    } else if (share) {
+      const pods = share.pods.map((p) => p.pod).join(", ");
+      title =
+        `GPU ${gpu.index}: shared by ${pods}; ${mib(share.memoryMiB)} of ` +
+        `${mib(shareCapacity(node, share))} held, ${mib(share.memoryFreeMiB)} free`;
     } else if (anonymous) {
       title = `GPU ${gpu.index}: assumed held by a pod without schedext's annotation`;
     } else {
@@ -110,12 +131,63 @@
         "data-holder": held ? gpu.holder : "",
         "data-reserved": gpu.reserved ? "true" : "false",
         "data-anonymous": anonymous ? "true" : "false",
+        "data-shared": share ? "true" : "false",
       },
       el("span", { class: "gpu-index", "aria-hidden": "true", text: gpu.index }),
     );
     // CSSOM writes are allowed under the CSP; a style="" attribute would not be.
     if (held) cell.style.setProperty("--holder", holderColour(gpu.holder));
+    // A shared cell fills from the bottom as its memory is held.
+    if (share) cell.style.setProperty("--held", percent(share.memoryMiB, shareCapacity(node, share)));
     return cell;
+  }
+
+  // Per shared GPU, a bar of its memory: one segment per pod holding a share (in the pod's
+  // colour, named in its title), the rest free.
+  function shareBars(node) {
+    const shared = node.gpus.filter((g) => g.share);
+    if (shared.length === 0) return null;
+    const list = el("ul", { class: "share-bars", "aria-label": `GPU shares on ${node.name}` });
+    for (const gpu of shared) {
+      const share = gpu.share;
+      const capacity = shareCapacity(node, share);
+      const label =
+        `GPU ${gpu.index}: ${mib(share.memoryMiB)} of ${mib(capacity)} held by ` +
+        `${count(share.pods.length, "share")}, ${mib(share.memoryFreeMiB)} free`;
+      const bar = el("div", { class: "share-bar", role: "img", "aria-label": label, title: label });
+      for (const pod of share.pods) {
+        const cores = pod.cores ? `, ${pod.cores}% of the cores` : "";
+        const text = `${pod.pod}: ${mib(pod.memoryMiB)}${cores}${pod.reserved ? " (reserved)" : ""}`;
+        const segment = el("div", {
+          class: `share-segment${pod.reserved ? " reserved" : ""}`,
+          title: text,
+          "data-pod": pod.pod,
+          "data-memory": pod.memoryMiB,
+          "data-cores": pod.cores,
+        });
+        segment.style.width = percent(pod.memoryMiB, capacity);
+        segment.style.setProperty("--holder", holderColour(pod.pod));
+        bar.append(segment);
+      }
+      const figures = `${share.memoryMiB}/${capacity} MiB` + (share.cores ? ` · ${share.cores}% cores` : "");
+      list.append(
+        el(
+          "li",
+          {
+            class: "share-row",
+            "data-index": gpu.index,
+            "data-held": share.memoryMiB,
+            "data-free": share.memoryFreeMiB,
+            "data-capacity": capacity,
+            "data-cores": share.cores,
+          },
+          el("span", { class: "share-gpu", text: `GPU ${gpu.index}` }),
+          bar,
+          el("span", { class: "share-figures", text: figures }),
+        ),
+      );
+    }
+    return list;
   }
 
   function gpuLayout(node) {
@@ -139,7 +211,7 @@
           "div",
           { class: "gpu-group", role: "group", "aria-label": label, title: label, "data-group": group },
           el("span", { class: "group-label", text: `group ${group}` }),
-          el("div", { class: "gpu-cells" }, ...gpus.map((g) => gpuCell(g, anonymous.has(g.index)))),
+          el("div", { class: "gpu-cells" }, ...gpus.map((g) => gpuCell(g, anonymous.has(g.index), node))),
         ),
       );
     }
@@ -150,7 +222,7 @@
           "div",
           { class: "gpu-ungrouped", role: "group", "aria-label": `GPUs ${label}` },
           el("span", { class: "group-label", text: label }),
-          el("div", { class: "gpu-cells" }, ...ungrouped.map((g) => gpuCell(g, anonymous.has(g.index)))),
+          el("div", { class: "gpu-cells" }, ...ungrouped.map((g) => gpuCell(g, anonymous.has(g.index), node))),
         ),
       );
     }
@@ -159,29 +231,42 @@
 
   function holderLegend(node) {
     const byHolder = new Map();
+    const entryOf = (pod, share) => {
+      if (!byHolder.has(pod)) byHolder.set(pod, { indices: [], reserved: false, share });
+      return byHolder.get(pod);
+    };
     for (const gpu of node.gpus) {
-      if (gpu.holder === null) continue;
-      if (!byHolder.has(gpu.holder)) byHolder.set(gpu.holder, { indices: [], reserved: false });
-      const entry = byHolder.get(gpu.holder);
-      entry.indices.push(gpu.index);
-      entry.reserved = entry.reserved || gpu.reserved;
+      if (gpu.holder !== null) {
+        const entry = entryOf(gpu.holder, null);
+        entry.indices.push(gpu.index);
+        entry.reserved = entry.reserved || gpu.reserved;
+      }
+      for (const pod of gpu.share ? gpu.share.pods : []) {
+        const entry = entryOf(pod.pod, pod);
+        entry.indices.push(gpu.index);
+        entry.reserved = entry.reserved || pod.reserved;
+      }
     }
     if (byHolder.size === 0) return null;
     const list = el("ul", { class: "holder-legend", "aria-label": `Pods holding GPUs on ${node.name}` });
     for (const pod of [...byHolder.keys()].sort()) {
-      const { indices, reserved } = byHolder.get(pod);
+      const { indices, reserved, share } = byHolder.get(pod);
       const swatch = el("span", { class: `key-swatch held${reserved ? " reserved" : ""}`, "aria-hidden": "true" });
       swatch.style.setProperty("--holder", holderColour(pod));
+      const gpus = `GPU${indices.length > 1 ? "s" : ""} ${ranges(indices)}`;
+      let what = ` ${gpus}`;
+      if (share) {
+        const each = indices.length > 1 ? " each" : "";
+        const cores = share.cores ? `, ${share.cores}% cores` : "";
+        what = ` ${gpus} · share ${mib(share.memoryMiB)}${cores}${each}`;
+      }
       list.append(
         el(
           "li",
-          { class: "holder-entry", "data-holder": pod },
+          { class: `holder-entry${share ? " share-entry" : ""}`, "data-holder": pod },
           swatch,
           el("span", { class: "holder-name", text: pod }),
-          el("span", {
-            class: "holder-gpus",
-            text: ` GPU${indices.length > 1 ? "s" : ""} ${ranges(indices)}${reserved ? " (reserved)" : ""}`,
-          }),
+          el("span", { class: "holder-gpus", text: `${what}${reserved ? " (reserved)" : ""}` }),
         ),
       );
     }
@@ -226,6 +311,8 @@
       );
     }
     if (total > 0) card.append(gpuLayout(node));
+    const bars = shareBars(node);
+    if (bars) card.append(bars);
     const legend = holderLegend(node);
     if (legend) card.append(legend);
     return card;
@@ -312,10 +399,12 @@
   function render(inventory) {
     const gpus = inventory.nodes.reduce((sum, n) => sum + n.gpus.length, 0);
     const free = inventory.nodes.reduce((sum, n) => sum + n.freeGpus, 0);
+    const shared = inventory.nodes.reduce((sum, n) => sum + (n.sharedGpus || 0), 0);
     document.getElementById("summary").textContent =
       `${count(inventory.nodes.length, "node")} · ${free} of ${count(gpus, "GPU")} free · ` +
       `${count(inventory.pendingPods, "pending pod")} · ` +
-      `${count(inventory.reservations, "reservation")}`;
+      `${count(inventory.reservations, "reservation")}` +
+      (shared > 0 ? ` · ${shared} GPU${shared === 1 ? "" : "s"} shared` : "");
     document.getElementById("nodes").replaceChildren(...inventory.nodes.map(nodeCard));
     document.getElementById("pools").replaceChildren(...inventory.pools.map(poolRow));
     document.getElementById("no-pools").hidden = inventory.pools.length > 0;

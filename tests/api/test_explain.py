@@ -19,6 +19,7 @@ from tests.builders import (
     make_node,
     make_pod,
     make_pod_group,
+    share_pod,
 )
 
 
@@ -153,3 +154,59 @@ def test_the_cli_prints_the_explanation(serve: Serve) -> None:
     )
     assert missing.returncode == 1
     assert "unknown to schedext" in missing.stderr
+
+
+def explain_cli(server: RunningServer, pod: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "explain", pod, "--url", server.url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_explain_of_a_share_pod_shows_its_share_and_each_nodes_largest_free(
+    serve: Serve,
+) -> None:
+    server = serve(
+        nodes=[make_node("small", gpus=2, gpu_memory_mib=24000), make_node("big", gpus=2)],
+        pods=[
+            share_pod("resident", memory_mib=16000, node="small", gpu_ids=[0]),
+            make_pod("whole", gpus=1, node="small", gpu_ids=[1]),
+            share_pod("infer", namespace="team", memory_mib=20000, cores=30),
+        ],
+    )
+    with server.client() as client:
+        answer = client.get("/explain/team/infer").json()
+        placed = client.get("/explain/default/resident").json()
+    assert {k: answer["request"][k] for k in ("shares", "shareMemoryMiB", "shareCores")} == {
+        "shares": 1,
+        "shareMemoryMiB": 20000,
+        "shareCores": 30,
+    }
+    assert answer["fits"] == ["big"]
+    (small,) = (n for n in answer["nodes"] if n["node"] == "small")
+    assert small["reason"] == (
+        "schedext: no GPU with 20000 MiB and 30% of the cores free: largest free 8000 MiB on "
+        "GPU 0, most cores free 100% on GPU 0"
+    )
+    assert small["resolvable"] is True
+    assert (placed["state"], placed["node"]) == ("bound", "small")
+    assert {k: placed["request"][k] for k in ("gpuIds", "shares", "shareMemoryMiB")} == {
+        "gpuIds": [0],
+        "shares": 1,
+        "shareMemoryMiB": 16000,
+    }
+
+    lines = explain_cli(server, "team/infer")
+    assert lines[0] == "pod team/infer (pending)"
+    assert "shareMemoryMiB" not in lines[1]  # the share has its own line
+    assert lines[2] == "share: 20000 MiB and 30% of the cores on one GPU"
+    assert any(
+        line.split()[:2] == ["small", "busy"] and "largest free 8000 MiB on GPU 0" in line
+        for line in lines
+    )
+    assert explain_cli(server, "default/resident")[2] == "share: 16000 MiB on GPU 0"
