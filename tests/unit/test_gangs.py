@@ -1069,3 +1069,19 @@ def test_share_packing_is_sound_and_rarely_misses_a_fit() -> None:
     assert missed <= 5, (agreed, missed)
     assert found >= 300  # the walk is not all misfits
     assert narrowed >= 100, narrowed
+
+
+@pytest.mark.parametrize(("wanted", "fits"), [(20_000, True), (20_001, False)])
+def test_a_whole_gpu_the_group_holds_counts_as_room_for_its_shares(wanted: int, fits: bool) -> None:
+    whole = gang_pod("whole", "mixed", gpus=1)
+    sharing = gang_share("sharing", "mixed", memory_mib=1000)
+    group = make_pod_group("mixed", min_member=2)
+    group["spec"]["minResources"] = {SHARE_MEMORY: str(wanted)}
+    scheduler = cluster(
+        make_node("a", gpus=2, gpu_memory_mib=MIB), groups=[group], pods=[whole, sharing]
+    )
+    bind(scheduler, whole, "a")  # 10000 MiB of room left, and the 10000 of its own GPU
+    verdict = scheduler.filter(sharing, ["a"])
+    assert verdict.passed == (["a"] if fits else [])
+    if not fits:
+        assert verdict.failed["a"].endswith(f"{SHARE_MEMORY} 20001 wanted, 20000 free")
