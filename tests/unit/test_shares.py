@@ -20,6 +20,7 @@ from extender.errors import BindRefusedError
 from extender.inventory import Inventory, InventoryConflictError
 from extender.model import Demand, Holding, HoldingKind
 from extender.nodes import node_spec
+from extender.packed import PackedNames
 from extender.requests import holding_from_pod, pod_request
 from extender.shares import pick_share_gpus, room_after, share_detail
 from tests.builders import agent_annotations, make_node, make_pod, name_of, share_pod, uid_of
@@ -358,7 +359,7 @@ class FilterCase:
     name: str
     pod: dict[str, Any]
     nodes: list[dict[str, Any]]
-    expected: dict[str, tuple[str, str]]  # node -> (outcome, the whole reason)
+    expected: dict[str, tuple[str, str]]  # node -> (outcome, how its reason starts)
     bound: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -473,10 +474,15 @@ FILTER_CASES = [
 ]
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["names", "packed"])
 @pytest.mark.parametrize("case", FILTER_CASES, ids=[c.name for c in FILTER_CASES])
-def test_filter_reasons_of_shares(case: FilterCase) -> None:
+def test_filter_reasons_of_shares(case: FilterCase, packed: bool) -> None:
+    """Every case twice: names as strings, and as kube-scheduler's bytes (PackedNames)."""
     scheduler = scheduler_with(case.nodes, case.bound)
-    verdict = scheduler.filter(case.pod, list(case.expected))
+    node_names: Sequence[str] = list(case.expected)
+    if packed:
+        node_names = PackedNames.of(node_names) or pytest.fail("test names must be plain")
+    verdict = scheduler.filter(case.pod, node_names)
     for node, (outcome, reason) in case.expected.items():
         if outcome == FITS:
             assert node in verdict.passed
@@ -489,7 +495,7 @@ def test_filter_reasons_of_shares(case: FilterCase) -> None:
 
 # ------------------------------------------------------------------ choice of devices
 
-GiB = 1000  # devices of 1000 "MiB" below: used fractions read as tenths
+DEVICE_MIB = 1000  # the devices of the cases below
 
 
 def demand(memory: int, shares: int = 1, cores: int = 0) -> Demand:
@@ -540,7 +546,7 @@ def test_pick_share_gpus(
     placement: SharePlacement,
     expected: tuple[int, ...] | None,
 ) -> None:
-    assert pick_share_gpus(room, GiB, groups, wanted, placement) == expected
+    assert pick_share_gpus(room, DEVICE_MIB, groups, wanted, placement) == expected
 
 
 def holding_of(inventory: Inventory, uid: str) -> Holding:
