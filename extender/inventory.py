@@ -349,6 +349,15 @@ class Inventory:
         if slot is None:
             raise InventoryConflictError(f"node {holding.node} is not in the inventory")
         state = self._state(slot)
+        ids = holding.gpu_ids or ()
+        if len(set(ids)) != len(ids) or (
+            holding.gpu_ids is not None and len(ids) != holding.devices
+        ):
+            # A plan naming a device twice would hold it twice (two shares' worth of memory on
+            # one device, or two whole GPUs counted as one): refuse it rather than apply it.
+            raise InventoryConflictError(
+                f"GPU {list(ids)} on {holding.node}: not {holding.devices} distinct devices"
+            )
         if holding.shares:
             self._check_share_room(state, holding)
         free = set(state.free_ids())

@@ -115,7 +115,7 @@ def _gpus_or_share(
     if memory > _MAX_SHARE_MIB:
         raise PodRequestError(
             f"{shares.memory} counts{unit[3:]}: {memory} MiB is more than any GPU has "
-            "(for 10 GiB of schedext.io/gpu-memory, write 10240, not 10Gi)"
+            f"(for 10 GiB of {shares.memory}, write {10240 // shares.memory_unit_mib}, not 10Gi)"
         )
     if cores and not 1 <= cores <= 100:
         raise PodRequestError(f"{shares.cores} must be 1 to 100 (percent of a GPU), got {cores}")

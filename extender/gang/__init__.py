@@ -5,7 +5,8 @@ kube-scheduler's extender protocol has no Permit phase, so schedext makes bind t
 * **Filter** rejects a member (every node, unresolvable) while fewer than ``minMember`` pods
   of its group exist; then (preemption may help) while the cluster's free resources cannot
   cover the PodGroup's ``minResources`` (:func:`min_resources_gap`), or the members not yet
-  placed cannot all find free GPUs at once (:func:`fits_all`, an exact bin-packing search);
+  placed cannot all find free GPUs, or room for their GPU shares, at once (:func:`fits_all`,
+  an exact bin-packing search of whole GPUs after a greedy placement of the shares);
   and on each node where the member would leave the rest no room (:func:`member_nodes`).
 * **Bind** reserves the member's node and GPUs (every later filter sees them) and makes the
   member wait until reserved + bound members reach ``minMember``; then all waiting members
@@ -27,8 +28,9 @@ returned as :class:`GangEvent` values (wake or fail the waiting binds).
 
 The rooms: :mod:`~extender.gang.spec` (PodGroups decoded, minResources),
 :mod:`~extender.gang.book` (members, the barrier, events), :mod:`~extender.gang.packing` (the
-whole-group fit search) and :mod:`~extender.gang.coordinator` (the decisions each verb asks
-for, over the book and the inventory).
+whole-group fit search), :mod:`~extender.gang.share_packing` (where the members' GPU shares
+go, for that search) and :mod:`~extender.gang.coordinator` (the decisions each verb asks for,
+over the book and the inventory).
 """
 
 from __future__ import annotations

@@ -106,7 +106,8 @@ class GangCoordinator:
                 self._inventory, request, needed[1:], self._config, cache=self._fits
             )
         if not (allowed.any() if allowed is not None else self._fits_all(needed)):
-            message = f"schedext: not enough free GPUs for all of group {group}"
+            room = " or room for GPU shares" if any(r.shares for r in needed) else ""
+            message = f"schedext: not enough free GPUs{room} for all of group {group}"
             return _reject(node_names, message, Reason.GANG_CAPACITY)
         return GangGate(allowed=allowed)
 
@@ -274,7 +275,8 @@ class GangCoordinator:
 
     def _needed(self, spec: PodGroupSpec, include: PodRequest | None = None) -> list[PodRequest]:
         """The unplaced members that must still find GPUs for the group to reach minMember:
-        ``include`` (the pod being decided) and the smallest of the others."""
+        ``include`` (the pod being decided) and the smallest of the others (a share is
+        smaller than a whole GPU)."""
         members = self.book.members(spec.key)
         missing = spec.min_member - self._placed(spec.key)
         if missing <= 0:
@@ -289,7 +291,7 @@ class GangCoordinator:
             and self._inventory.holding(uid) is None
             and (include is None or uid != include.uid)
         ]
-        others.sort(key=lambda r: r.gpus)
+        others.sort(key=lambda r: (r.gpus, r.shares, r.share_memory_mib, r.share_cores))
         return chosen + others[: max(0, missing - len(chosen))]
 
     def _reserved_gpus(self, groups: Iterable[str]) -> dict[int, int]:

@@ -1,6 +1,18 @@
 """Whether a gang's unplaced members can all get their GPUs at once: an exact bin-packing
 search with eligibility, within a step budget (:func:`fits_all`), and the nodes a member may
-take so that the rest still fit (:func:`member_nodes`)."""
+take so that the rest still fit (:func:`member_nodes`).
+
+Members that take GPU shares are placed first, greedily, over the device grid of the nodes
+they may use (:func:`extender.gang.share_packing.place_shares`: first-fit decreasing, onto
+room on shared devices before opening free ones, and opening them away from the nodes the
+whole-GPU members need). The free devices they open are taken from the whole GPUs the exact
+search then packs the whole-GPU members into. The greedy guesses on which node to open
+devices (the fewest free whole GPUs first, then the most): a group fits when one guess leaves
+the whole-GPU members room. So an answer of True always comes with a placement of every
+member. False may miss one: on small random clusters checked against every placement, about
+one group in a thousand that fits (tests/unit/test_gangs.py), whose shares must be packed
+onto devices better than first-fit decreasing packs them.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +25,7 @@ import numpy.typing as npt
 
 from extender import policy
 from extender.config import PolicyConfig
+from extender.gang.share_packing import after_shares, whole_demand
 from extender.inventory import Inventory
 from extender.model import RANKED, PodRequest, Reason
 
@@ -65,37 +78,50 @@ def fits_all(
 ) -> bool:
     """Whether every request can get its GPUs at the same time, somewhere in the cluster.
 
-    Each request needs ``gpus`` free GPUs on one node that satisfies its model, memory and
-    CPU-class (and address) constraints; ``free_delta`` adds GPUs per node id (what releasing
-    other reservations would free). Requests without GPUs need nothing here.
+    Each request needs ``gpus`` free GPUs, or room for its share on ``shares`` devices, on
+    one node that satisfies its model, memory and CPU-class (and address) constraints;
+    ``free_delta`` adds whole GPUs per node id (what releasing other reservations would
+    free). Requests without GPUs need nothing here.
 
-    An exact search (see :func:`_exact_fit`) decides, within ``budget`` steps; a search that
-    runs out of steps falls back to best-fit decreasing, so the answer is never worse than
-    that greedy's. A True answer always comes with a placement that was found.
+    Shares are placed first (see the module docstring). An exact search (see
+    :func:`_exact_fit`) then decides for the whole GPUs, within ``budget`` steps per guess of
+    the shares' placement; a search that runs out of steps falls back to best-fit
+    decreasing, so the answer is never worse than that greedy's. A True answer always comes
+    with a placement that was found.
     """
+    requests = list(requests)
     wanted = [r for r in requests if r.gpus > 0]
-    if not wanted:
+    sharing = [r for r in requests if r.shares > 0]
+    if not wanted and not sharing:
         return True
     if cache is not None:
         cache.sync(inventory, config)
         answer_key = (
-            frozenset(Counter((_shape(r), r.gpus) for r in wanted).items()),
+            frozenset(Counter((_shape(r), _size(r)) for r in (*wanted, *sharing)).items()),
             frozenset((free_delta or {}).items()),
             budget,
         )
         cached = cache.answers.get(answer_key)
         if cached is not None:
             return cached
-    free = _free_gpus(inventory, free_delta)
+    base = _free_gpus(inventory, free_delta)
     masks, classes = _classify(inventory, wanted, config, cache)
     order = sorted(range(len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))
     sizes = [wanted[i].gpus for i in order]
     kinds = [classes[i] for i in order]
-    verdict: bool | None = None
-    if len(sizes) <= EXACT_MAX_MEMBERS and len(masks) <= EXACT_MAX_SHAPES:
-        verdict = _exact_fit(free, masks, sizes, kinds, budget)
-    if verdict is None:
-        verdict = _greedy_fit(free, masks, sizes, kinds)
+    verdict = False
+    whole = whole_demand(base, masks, sizes, kinds)
+    share_masks, share_kinds = _classify(inventory, sharing, config, cache)
+    for free in after_shares(inventory, sharing, share_masks, share_kinds, free=base, wanted=whole):
+        if not wanted:
+            verdict = True
+        elif len(sizes) <= EXACT_MAX_MEMBERS and len(masks) <= EXACT_MAX_SHAPES:
+            found = _exact_fit(free, masks, sizes, kinds, budget)
+            verdict = _greedy_fit(free, masks, sizes, kinds) if found is None else found
+        else:
+            verdict = _greedy_fit(free, masks, sizes, kinds)
+        if verdict:
+            break
     if cache is not None:
         cache.answers[answer_key] = verdict
     return verdict
@@ -116,9 +142,12 @@ def member_nodes(
 
     This is what keeps kube-scheduler from choosing a node that makes its group impossible
     (with 5 and 4 free GPUs, a member of 3 must take the 5 for 2+2+2 to follow). None when
-    the search ran out of budget, or for a member that needs no GPUs: judge the group as a
-    whole then."""
+    the search ran out of budget, or for a member that takes no whole GPUs (a share, or
+    nothing): judge the group as a whole then. The other members' shares are placed first
+    (see the module docstring): the nodes are those that work with one of its guesses."""
+    others = list(others)
     rest = [r for r in others if r.gpus > 0]
+    sharing = [r for r in others if r.shares > 0]
     if request.gpus <= 0:
         return None
     key: object = None
@@ -127,7 +156,7 @@ def member_nodes(
         key = (
             "nodes",
             (_shape(request), request.gpus),
-            frozenset(Counter((_shape(r), r.gpus) for r in rest).items()),
+            frozenset(Counter((_shape(r), _size(r)) for r in (*rest, *sharing)).items()),
             budget,
         )
         if key in cache.nodes:
@@ -137,22 +166,32 @@ def member_nodes(
     order = [0, *sorted(range(1, len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))]
     answer: npt.NDArray[np.bool_] | None = None
     if len(wanted) <= EXACT_MAX_MEMBERS and len(masks) <= EXACT_MAX_SHAPES:
-        free = _free_gpus(inventory, None)
         sizes = [wanted[i].gpus for i in order]
         kinds = [classes[i] for i in order]
+        base = _free_gpus(inventory, None)
+        whole = whole_demand(base, masks, sizes, kinds)
+        share_masks, share_kinds = _classify(inventory, sharing, config, cache)
+        placed = after_shares(inventory, sharing, share_masks, share_kinds, free=base, wanted=whole)
         try:
-            packing = _Packing(free, masks, sizes, kinds, budget)
-            good = packing.first_choices()
+            answer = np.zeros(len(base), dtype=np.bool_)
+            for free in placed:
+                packing = _Packing(free, masks, sizes, kinds, budget)
+                for node_class, capacity in packing.first_choices():
+                    answer |= (packing.node_class == node_class) & (
+                        packing.node_capacity == capacity
+                    )
         except _OutOfBudgetError:
-            good = None
-        if good is not None:
-            answer = np.zeros(len(free), dtype=np.bool_)
-            for node_class, capacity in good:
-                answer |= (packing.node_class == node_class) & (packing.node_capacity == capacity)
+            answer = None
+        if answer is not None:
             answer.flags.writeable = False
     if cache is not None:
         cache.nodes[key] = answer
     return answer
+
+
+def _size(request: PodRequest) -> tuple[int, int, int, int]:
+    """What a request takes, whole GPUs or a share (with :func:`_shape`, its cache key)."""
+    return (request.gpus, request.shares, request.share_memory_mib, request.share_cores)
 
 
 def _free_gpus(inventory: Inventory, free_delta: Mapping[int, int] | None) -> npt.NDArray[np.int64]:
@@ -188,24 +227,28 @@ def _classify(
 
 def _shape(request: PodRequest) -> object:
     """What decides which nodes a request may use, apart from its GPU count (a node with
-    enough free GPUs has enough GPUs). Address requests depend on the pod itself (who holds
-    its address), so each is its own shape."""
+    enough free GPUs has enough GPUs) and its share's room (simulated). Address requests
+    depend on the pod itself (who holds its address), so each is its own shape; a share's
+    memory decides which devices are large enough."""
     if request.ip is not None:
         return request
-    return (request.gpu_model, request.gpu_memory_mib, request.workload, request.cpu_milli)
+    shape = (request.gpu_model, request.gpu_memory_mib, request.workload, request.cpu_milli)
+    return (*shape, "share", request.share_memory_mib) if request.shares else shape
 
 
 def _eligible(
     inventory: Inventory, request: PodRequest, config: PolicyConfig, cache: FitCache | None
 ) -> npt.NDArray[np.bool_]:
     """Per node id, whether the request could use the node if it had the GPUs free: every
-    reason but "not free right now" (free GPUs are simulated instead)."""
+    reason but "not free right now" (free GPUs and room for shares are simulated instead)."""
     key = _shape(request)
     if cache is not None and (mask := cache.masks.get(key)) is not None:
         return mask
     all_ids = np.arange(len(inventory.arrays.alive), dtype=np.int32)
-    one_gpu = dataclasses.replace(request, gpus=1)  # the count is checked against free GPUs
-    mask = _DYNAMIC[policy.node_reasons(inventory, one_gpu, all_ids, config)]
+    # The count is checked against free GPUs, or devices with room, in the simulation.
+    one = dataclasses.replace(request, shares=1) if request.shares else None
+    one = one or dataclasses.replace(request, gpus=1)
+    mask = _DYNAMIC[policy.node_reasons(inventory, one, all_ids, config)]
     mask.flags.writeable = False
     if cache is not None:
         cache.masks[key] = mask
@@ -385,4 +428,11 @@ def _greedy_fit(
 
 # Indexed by a reason's rank (what node_reasons gives): the reasons a node may have now and
 # still be usable by the group.
-_DYNAMIC = np.array([r in (Reason.FITS, Reason.GPU_FREE, Reason.CPU_FREE) for r in RANKED])
+_USABLE = (
+    Reason.FITS,
+    Reason.GPU_FREE,
+    Reason.GPU_SHARE_MEMORY,
+    Reason.GPU_SHARE_CORES,
+    Reason.CPU_FREE,
+)
+_DYNAMIC = np.array([r in _USABLE for r in RANKED])

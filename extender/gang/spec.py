@@ -82,22 +82,34 @@ def min_resources_gap(
 ) -> list[str]:
     """What the cluster lacks to cover the group's minResources, as scheduler-plugins'
     coscheduling checks it: the free GPUs (of the configured resource), CPU and memory summed
-    over all nodes, counting what the group's own members hold (``own``) as free. Other
-    resources are not tracked here and not checked. Empty when nothing is short."""
+    over all nodes, counting what the group's own members hold (``own``) as free. The share
+    resources' memory and cores are the room for shares summed over every device that takes
+    them (free whole, or shared), in the resources' units. Other resources are not tracked
+    here and not checked. Empty when nothing is short."""
     if not spec.min_resources:
         return []
-    a = inventory.arrays
+    a, grid = inventory.arrays, inventory.devices
     alive = a.alive
+    shares = config.shares
     free = {
         config.gpu_resource: int(np.maximum(a.gpu_free[alive], 0).sum()),
         "cpu": int(np.maximum(a.cpu_free[alive], 0).sum()),
         "memory": int(np.maximum(a.memory_free[alive], 0).sum()),
     }
+    share_mib = int(np.maximum(grid.memory_free[alive], 0).sum())
+    share_cores = int(np.maximum(grid.cores_free[alive], 0).sum())
     for holding in own:
         if holding.node in inventory:
             free[config.gpu_resource] += holding.gpus
             free["cpu"] += holding.cpu_milli
             free["memory"] += holding.memory_bytes
+            # A whole GPU it holds would be room for shares too, all of its memory.
+            device_mib = int(a.gpu_memory_mib[inventory.ids([holding.node])[0]])
+            share_mib += holding.shares * holding.share_memory_mib + holding.gpus * device_mib
+            share_cores += holding.shares * holding.share_cores + holding.gpus * 100
+    free[shares.memory] = share_mib // shares.memory_unit_mib
+    if shares.cores is not None:
+        free[shares.cores] = share_cores
     gaps = []
     for name, wanted in spec.min_resources:
         have = free.get(name)

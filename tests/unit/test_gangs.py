@@ -4,7 +4,9 @@ competing groups, with an injected clock."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,8 +14,10 @@ import pytest
 
 from app.gangs import GangWaiters
 from app.metrics import Metrics
+from extender import names
+from extender.config import SHARE_PRESETS
 from extender.errors import BindRefusedError
-from extender.gang import FitCache, GangEventKind, fits_all
+from extender.gang import FitCache, GangEventKind, fits_all, member_nodes, min_resources_gap
 from extender.gang.packing import _exact_fit
 from extender.model import BindPlan, PodRequest
 from extender.policy import PolicyConfig
@@ -26,6 +30,7 @@ from tests.builders import (
     make_pod,
     make_pod_group,
     name_of,
+    share_pod,
     uid_of,
 )
 from tests.recorded_events import RecordedEvents
@@ -760,3 +765,323 @@ def test_group_status_follows_the_phases_scheduler_plugins_uses() -> None:
     assert status is not None
     assert (status.phase, status.scheduled, status.running) == ("Running", 2, 2)
     assert scheduler.group_status("default/none") is None
+
+
+# ------------------------------------------------------------------- GPU shares in gangs
+
+MIB = 10_000  # the GPUs below have 10000 MiB each
+
+
+def gang_share(
+    name: str, group: str, *, memory_mib: int, shares: int = 1, **kwargs: Any
+) -> dict[str, Any]:
+    labels = {names.POD_GROUP_LABEL: group}
+    return share_pod(name, memory_mib=memory_mib, shares=shares, labels=labels, **kwargs)
+
+
+def share(memory_mib: int, shares: int = 1, cores: int = 0, model: str | None = None) -> PodRequest:
+    return PodRequest(
+        uid=f"s{memory_mib}", namespace="default", name="s", shares=shares,
+        share_memory_mib=memory_mib, share_cores=cores, gpu_model=model,
+    )  # fmt: skip
+
+
+def devices(*nodes: tuple[str, int, str | None], bound: Sequence[dict[str, Any]] = ()) -> Scheduler:
+    """Nodes of (name, GPUs of 10000 MiB, model), and pods bound there."""
+    scheduler = cluster(
+        *(make_node(n, gpus=g, model=m or H100, gpu_memory_mib=MIB) for n, g, m in nodes),
+        groups=[],
+    )
+    for pod in bound:
+        scheduler.upsert_pod(pod)
+    return scheduler
+
+
+SHARE_FIT_CASES = [
+    # (id, nodes, pods bound there, requests, fits)
+    ("4 shares on 2 GPUs when memory allows", [("a", 2, None)], [], [share(4000)] * 4, True),
+    ("4 shares on 2 GPUs: one too many for the memory", [("a", 2, None)], [],
+     [share(4000)] * 3 + [share(7000)], False),
+    ("a share larger than every GPU", [("a", 2, None)], [], [share(1000), share(12_000)], False),
+    ("the cores must fit as well", [("a", 2, None)], [], [share(100, cores=60)] * 3, False),
+    ("cores that fit", [("a", 2, None)], [], [share(100, cores=50)] * 4, True),
+    ("a share of 2 GPUs needs 2 devices of one node", [("a", 1, None), ("b", 1, None)], [],
+     [share(1000, shares=2)], False),
+    ("room left by shares already there counts",
+     [("a", 2, None)], [share_pod("x", memory_mib=6000, node="a", gpu_ids=[0])],
+     [share(4000), share(5000)], True),
+    ("a device held whole takes no share",
+     [("a", 2, None)], [make_pod("w", gpus=1, node="a", gpu_ids=[0])],
+     [share(4000)] * 3, False),
+    ("mixed: the shares fit beside the whole GPUs", [("a", 4, None)], [],
+     [need(3), share(5000), share(5000)], True),
+    ("mixed: shares on two devices leave too few whole", [("a", 4, None)], [],
+     [need(3), share(6000), share(6000)], False),
+    ("mixed: shares open the smaller node, the 4 takes the larger",
+     [("a", 4, None), ("b", 2, None)], [], [need(4), share(1000)], True),
+    ("mixed: the other guess, when the whole member may only use the smaller node",
+     [("a", 4, H100), ("b", 2, A100)], [], [need(2, "A100"), share(1000, shares=2)], True),
+    ("mixed: a share's model keeps it off the node the whole GPUs need",
+     [("a", 2, H100), ("b", 2, A100)], [], [need(2, "A100"), share(1000, model="A100")], False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("nodes", "bound", "requests", "fits"),
+    [c[1:] for c in SHARE_FIT_CASES],
+    ids=[c[0] for c in SHARE_FIT_CASES],
+)
+def test_whole_group_fit_counts_shares_per_device(
+    nodes: list[tuple[str, int, str | None]],
+    bound: list[dict[str, Any]],
+    requests: list[PodRequest],
+    fits: bool,
+) -> None:
+    scheduler = devices(*nodes, bound=bound)
+    assert fits_all(scheduler.inventory, requests, PolicyConfig()) is fits
+    # The same answer from the cache, and with the members in another order.
+    cache = FitCache()
+    assert fits_all(scheduler.inventory, requests[::-1], PolicyConfig(), cache=cache) is fits
+    assert fits_all(scheduler.inventory, requests, PolicyConfig(), cache=cache) is fits
+
+
+def test_a_gang_of_shares_fits_one_node_and_completes_at_the_barrier() -> None:
+    members = [gang_share(f"m{i}", "infer", memory_mib=4000) for i in range(4)]
+    scheduler = cluster(
+        make_node("a", gpus=2, gpu_memory_mib=MIB),
+        groups=[make_pod_group("infer", min_member=4)],
+        pods=members,
+    )
+    for pod in members:
+        assert scheduler.filter(pod, ["a"]).passed == ["a"]
+        bind(scheduler, pod, "a")
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+    view = scheduler.inventory.node("a")
+    assert view is not None
+    assert view.share_memory == (8000, 8000)
+
+
+def test_a_gang_of_shares_that_cannot_all_fit_is_rejected_and_preemption_may_help() -> None:
+    members = [gang_share(f"m{i}", "infer", memory_mib=4000) for i in range(3)]
+    members.append(gang_share("big", "infer", memory_mib=7000))
+    scheduler = cluster(
+        make_node("a", gpus=2, gpu_memory_mib=MIB),
+        groups=[make_pod_group("infer", min_member=4)],
+        pods=members,
+    )
+    verdict = scheduler.filter(members[0], ["a"])
+    message = "schedext: not enough free GPUs or room for GPU shares for all of group default/infer"
+    assert verdict.failed == {"a": message}
+    assert verdict.unresolvable == {}
+
+
+def test_a_whole_member_is_kept_off_the_node_its_groups_shares_need() -> None:
+    """The share of 3 GPUs fits only on a: the whole member of 2 must take b."""
+    whole = gang_pod("whole", "mixed", gpus=2)
+    sharing = gang_share("sharing", "mixed", memory_mib=1000, shares=3)
+    scheduler = cluster(
+        make_node("a", gpus=3, gpu_memory_mib=MIB),
+        make_node("b", gpus=2, gpu_memory_mib=MIB),
+        groups=[make_pod_group("mixed", min_member=2)],
+        pods=[whole, sharing],
+    )
+    verdict = scheduler.filter(whole, ["a", "b"])
+    assert verdict.passed == ["b"]
+    assert verdict.failed == {"a": STRANDED.replace("train", "mixed")}
+    bind(scheduler, whole, "b")
+    assert scheduler.filter(sharing, ["a", "b"]).passed == ["a"]
+    bind(scheduler, sharing, "a")
+    assert [k for k, _, _ in kinds(scheduler)] == [GangEventKind.COMPLETE]
+
+
+def test_a_whole_member_may_take_any_node_that_one_placement_of_the_shares_allows() -> None:
+    """With the share on b, the 3 takes a; with the share on a, the 3 takes b."""
+    whole = gang_pod("whole", "mixed", gpus=3)
+    sharing = gang_share("sharing", "mixed", memory_mib=1000, shares=2)
+    scheduler = cluster(
+        make_node("a", gpus=4, gpu_memory_mib=MIB),
+        make_node("b", gpus=3, gpu_memory_mib=MIB),
+        groups=[make_pod_group("mixed", min_member=2)],
+        pods=[whole, sharing],
+    )
+    assert scheduler.filter(whole, ["a", "b"]).passed == ["a", "b"]
+
+
+SHARE_MEMORY = names.SHARE_MEMORY_RESOURCE
+SHARE_CORES = names.SHARE_CORES_RESOURCE
+
+SHARE_MIN_RESOURCES_CASES = [
+    # (id, spec.minResources, the reason, or None when the member passes). Two nodes of
+    # 2 x 10000 MiB: 6000 MiB and 30% of one device held by another pod, 1000 MiB of another
+    # reserved by the group's own member: 34000 MiB and 370% free, own included.
+    ("share memory short", {SHARE_MEMORY: "34001"}, f"{SHARE_MEMORY} 34001 wanted, 34000 free"),
+    ("share memory covered, own reservation included", {SHARE_MEMORY: "34000"}, None),
+    ("share cores short", {SHARE_CORES: "371"}, f"{SHARE_CORES} 371 wanted, 370 free"),
+    ("share cores covered", {SHARE_CORES: "370"}, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("min_resources", "reason"),
+    [c[1:] for c in SHARE_MIN_RESOURCES_CASES],
+    ids=[c[0] for c in SHARE_MIN_RESOURCES_CASES],
+)
+def test_min_resources_may_name_the_share_resources(
+    min_resources: dict[str, object], reason: str | None
+) -> None:
+    members = [gang_share(f"m{i}", "infer", memory_mib=1000) for i in range(2)]
+    group = make_pod_group("infer", min_member=2)
+    group["spec"]["minResources"] = min_resources
+    other = share_pod("other", memory_mib=6000, cores=30, node="b", gpu_ids=[0])
+    scheduler = cluster(
+        make_node("a", gpus=2, gpu_memory_mib=MIB),
+        make_node("b", gpus=2, gpu_memory_mib=MIB),
+        groups=[group],
+        pods=[*members, other],
+    )
+    bind(scheduler, members[1], "a")
+    verdict = scheduler.filter(members[0], ["a", "b"])
+    if reason is None:
+        assert verdict.passed == ["a", "b"]
+        return
+    message = "schedext: not enough free resources for minResources of group default/infer: "
+    assert verdict.failed == dict.fromkeys(["a", "b"], message + reason)
+
+
+def test_min_resources_count_share_memory_in_the_presets_unit() -> None:
+    """gpushare counts GiB: 2 x 10000 MiB free is 19 whole GiB."""
+    config = PolicyConfig(shares=SHARE_PRESETS["gpushare"])
+    group = make_pod_group("g", min_member=1)
+    group["spec"]["minResources"] = {"aliyun.com/gpu-mem": "20"}
+    scheduler = cluster(make_node("a", gpus=2, gpu_memory_mib=MIB), groups=[group], config=config)
+    spec = scheduler.pod_groups()[0]
+    assert min_resources_gap(scheduler.inventory, spec, config) == [
+        "aliyun.com/gpu-mem 20 wanted, 19 free"
+    ]
+
+
+def brute_fits(
+    scheduler: Scheduler, requests: Sequence[PodRequest], first_on: str | None = None
+) -> bool:
+    """Every placement of every member, device by device (small clusters only); with
+    ``first_on``, the first member on that node."""
+    inventory = scheduler.inventory
+    nodes = []
+    for name in inventory.node_names():
+        view = inventory.node(name)
+        assert view is not None
+        free = set(view.free_gpu_ids)
+        # Per device: (free whole, MiB free, cores free); a device with no room is left out.
+        nodes.append(
+            (
+                name,
+                view.spec.gpu_model or "",
+                [
+                    [i in free, memory, cores]
+                    for i, (memory, cores) in enumerate(view.share_room)
+                    if memory >= 0
+                ],
+            )
+        )
+
+    def after(r: PodRequest, device: list[Any]) -> list[Any] | None:
+        """The device once ``r`` takes it (whole, or its share), None when it cannot."""
+        if r.gpus:
+            return [False, -1, -1] if device[0] else None
+        memory, cores = device[1] - r.share_memory_mib, device[2] - r.share_cores
+        return [False, memory, cores] if memory >= 0 and cores >= 0 else None
+
+    def place(i: int) -> bool:
+        if i == len(requests):
+            return True
+        r = requests[i]
+        for name, model, devices in nodes:
+            if r.gpu_model is not None and r.gpu_model.casefold() not in model.casefold():
+                continue
+            if i == 0 and first_on not in (None, name):
+                continue
+            for chosen in itertools.combinations(devices, r.devices):
+                taken = [after(r, d) for d in chosen]
+                if any(t is None for t in taken):
+                    continue
+                saved = [list(d) for d in chosen]
+                for d, t in zip(chosen, taken, strict=True):
+                    d[:] = t
+                placed = place(i + 1)
+                for d, old in zip(chosen, saved, strict=True):
+                    d[:] = old
+                if placed:
+                    return True
+        return False
+
+    return place(0)
+
+
+def test_share_packing_is_sound_and_rarely_misses_a_fit() -> None:
+    """Against every placement on small random clusters: a True answer always has one, and
+    the greedy placement of shares misses few."""
+    rng = random.Random(20261125)
+    agreed = missed = found = narrowed = 0
+    for trial in range(1000):
+        nodes = [
+            (f"n{i}", rng.randint(1, 3), rng.choice((H100, A100))) for i in range(rng.randint(1, 3))
+        ]
+        bound = []
+        for name, gpus, _ in nodes:
+            for index in range(gpus):
+                roll = rng.random()
+                if roll < 0.2:
+                    bound.append(make_pod(f"w-{name}-{index}", gpus=1, node=name, gpu_ids=[index]))
+                elif roll < 0.5:
+                    memory = rng.choice((2000, 5000, 8000))
+                    bound.append(
+                        share_pod(
+                            f"s-{name}-{index}", memory_mib=memory, node=name, gpu_ids=[index]
+                        )
+                    )
+        requests = []
+        for _ in range(rng.randint(1, 4)):
+            model = rng.choice((None, None, "H100", "A100"))
+            if rng.random() < 0.3:
+                requests.append(need(rng.randint(1, 2), model))
+            else:
+                memory, cores = rng.choice((1000, 3000, 5000, 7000)), rng.choice((0, 0, 40, 70))
+                requests.append(share(memory, rng.choice((1, 1, 2)), cores, model))
+        scheduler = devices(*nodes, bound=bound)
+        fits = fits_all(scheduler.inventory, requests, PolicyConfig())
+        exists = brute_fits(scheduler, requests)
+        assert exists or not fits, (trial, nodes, requests)
+        agreed += fits == exists
+        missed += exists and not fits
+        found += exists
+        # A whole-GPU member may take only nodes after which the rest has a placement.
+        first = next((r for r in requests if r.gpus), None)
+        if first is not None:
+            rest = [r for r in requests if r is not first]
+            allowed = member_nodes(scheduler.inventory, first, rest, PolicyConfig())
+            assert allowed is not None
+            for name, *_ in nodes:
+                if allowed[int(scheduler.inventory.ids([name])[0])]:
+                    narrowed += 1
+                    assert brute_fits(scheduler, [first, *rest], first_on=name), (trial, name)
+    # Measured: no miss in these 1000, 3 to 4 in 3000 with other seeds (groups whose shares
+    # must be packed onto devices better than first-fit decreasing packs them).
+    assert missed <= 5, (agreed, missed)
+    assert found >= 300  # the walk is not all misfits
+    assert narrowed >= 100, narrowed
+
+
+@pytest.mark.parametrize(("wanted", "fits"), [(20_000, True), (20_001, False)])
+def test_a_whole_gpu_the_group_holds_counts_as_room_for_its_shares(wanted: int, fits: bool) -> None:
+    whole = gang_pod("whole", "mixed", gpus=1)
+    sharing = gang_share("sharing", "mixed", memory_mib=1000)
+    group = make_pod_group("mixed", min_member=2)
+    group["spec"]["minResources"] = {SHARE_MEMORY: str(wanted)}
+    scheduler = cluster(
+        make_node("a", gpus=2, gpu_memory_mib=MIB), groups=[group], pods=[whole, sharing]
+    )
+    bind(scheduler, whole, "a")  # 10000 MiB of room left, and the 10000 of its own GPU
+    verdict = scheduler.filter(sharing, ["a"])
+    assert verdict.passed == (["a"] if fits else [])
+    if not fits:
+        assert verdict.failed["a"].endswith(f"{SHARE_MEMORY} 20001 wanted, 20000 free")

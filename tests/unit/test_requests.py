@@ -3,9 +3,19 @@ from typing import Any
 
 import pytest
 
+from extender.config import SHARE_PRESETS, ShareResources
 from extender.model import HoldingKind, WorkloadClass
+from extender.names import (
+    GPU_IDS,
+    GPU_RESOURCE,
+    GPU_SHARE_CORES,
+    GPU_SHARE_MEMORY,
+    SHARE_CORES_RESOURCE,
+    SHARE_COUNT_RESOURCE,
+    SHARE_MEMORY_RESOURCE,
+)
 from extender.requests import PodRequestError, gpu_ids_annotation, holding_from_pod, pod_request
-from tests.builders import make_pod
+from tests.builders import make_pod, share_pod
 
 
 def container(
@@ -266,3 +276,155 @@ def test_bound_pod_with_unreadable_resources_still_counts_its_annotated_gpus() -
 )
 def test_gpu_ids_annotation(value: str | None, ids: tuple[int, ...] | None) -> None:
     assert gpu_ids_annotation(value) == ids
+
+
+# ------------------------------------------------------------------------------ GPU shares
+
+MEM, CORES, COUNT = SHARE_MEMORY_RESOURCE, SHARE_CORES_RESOURCE, SHARE_COUNT_RESOURCE
+GPU = GPU_RESOURCE
+GPUSHARE, HAMI = SHARE_PRESETS["gpushare"], SHARE_PRESETS["hami"]
+LENIENT = ShareResources(count_required=False)
+
+
+Limits = dict[str, str] | tuple[dict[str, str], ...]
+
+
+def asking(limits: Limits) -> dict[str, Any]:
+    """A pending pod whose container asks for ``limits`` (requested at the limit); a tuple
+    gives one container each."""
+    each = limits if isinstance(limits, tuple) else (limits,)
+    return {
+        "metadata": {"uid": "u"},
+        "spec": {"containers": [container(f"c{i}", limits=c) for i, c in enumerate(each)]},
+    }
+
+
+# (id, limits, share resources, (gpus, shares, MiB, cores))
+SHARE_REQUESTS = [
+    ("memory with a count of 1", {MEM: "3000", COUNT: "1"}, ShareResources(), (0, 1, 3000, 0)),
+    ("memory and cores", {MEM: "3000", CORES: "30", COUNT: "1"}, ShareResources(),
+     (0, 1, 3000, 30)),
+    ("a share on 2 GPUs", {MEM: "1024", CORES: "100", COUNT: "2"}, ShareResources(),
+     (0, 2, 1024, 100)),
+    ("the count may be left out where it is not required: 1 GPU", {MEM: "500"}, LENIENT,
+     (0, 1, 500, 0)),
+    ("whole GPUs alone are no share", {GPU: "2"}, ShareResources(), (2, 0, 0, 0)),
+    ("gpushare counts GiB, on one GPU (it has no count)", {"aliyun.com/gpu-mem": "10"}, GPUSHARE,
+     (0, 1, 10240, 0)),
+    ("HAMi: nvidia.com/gpu beside memory and cores counts shares",
+     {"nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30", GPU: "2"}, HAMI, (0, 2, 3000, 30)),
+    ("HAMi: nvidia.com/gpu alone counts whole GPUs", {GPU: "2"}, HAMI, (2, 0, 0, 0)),
+    ("HAMi: schedext's own resources are not read", {MEM: "3000", COUNT: "1"}, HAMI,
+     (0, 0, 0, 0)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("limits", "shares", "expected"),
+    [c[1:] for c in SHARE_REQUESTS],
+    ids=[c[0] for c in SHARE_REQUESTS],
+)
+def test_a_share_request_is_decoded(
+    limits: dict[str, str], shares: ShareResources, expected: tuple[int, int, int, int]
+) -> None:
+    request = pod_request(asking(limits), shares=shares)
+    got = (request.gpus, request.shares, request.share_memory_mib, request.share_cores)
+    assert got == expected
+    assert request.devices == (expected[0] or expected[1])
+
+
+# (id, limits, share resources, a fragment of the reason)
+SHARE_REJECTIONS = [
+    ("whole GPUs and a share in one pod", {GPU: "1", MEM: "1000", COUNT: "1"}, ShareResources(),
+     f"whole GPUs ({GPU}) or shares of GPUs ({MEM}), not both"),
+    ("whole GPUs and a share in two containers",
+     ({GPU: "1"}, {MEM: "1000", COUNT: "1"}), ShareResources(), "split it into two pods"),
+    ("cores without memory", {CORES: "30", COUNT: "1"}, ShareResources(),
+     f"a GPU share needs {MEM} (the memory it may use)"),
+    ("a count without memory", {COUNT: "1"}, ShareResources(), f"a GPU share needs {MEM}"),
+    ("cores above 100", {MEM: "1000", CORES: "101", COUNT: "1"}, ShareResources(),
+     f"{CORES} must be 1 to 100 (percent of a GPU), got 101"),
+    ("negative cores", {MEM: "1000", CORES: "-5", COUNT: "1"}, ShareResources(),
+     f"{CORES} must not be negative"),
+    ("half a MiB", {MEM: "0.5", COUNT: "1"}, ShareResources(),
+     f"{MEM} must be a whole number of MiB, got 0.5"),
+    ("1500m MiB", {MEM: "1500m", COUNT: "1"}, ShareResources(),
+     f"{MEM} must be a whole number of MiB, got 1.5"),
+    ("fractional cores", {MEM: "1000", CORES: "500m", COUNT: "1"}, ShareResources(),
+     f"{CORES} must be a whole number percent, got 0.5"),
+    ("a fractional count", {MEM: "1000", COUNT: "1500m"}, ShareResources(),
+     f"{COUNT} must be a whole number, got 1.5"),
+    ("fractional GiB of gpushare", {"aliyun.com/gpu-mem": "0.5"}, GPUSHARE,
+     "aliyun.com/gpu-mem must be a whole number of GiB, got 0.5"),
+    ("the count is missing where it is required", {MEM: "1000"}, ShareResources(),
+     f"a GPU share must name {COUNT} in its limits (1 for a share of one GPU)"),
+    ("HAMi: memory without nvidia.com/gpu", {"nvidia.com/gpumem": "3000"}, HAMI,
+     f"a GPU share must name {GPU} in its limits"),
+    ("a count above 64", {MEM: "1000", COUNT: "65"}, ShareResources(),
+     f"{COUNT} must be at most 64, got 65"),
+    ("10Gi read as MiB", {MEM: "10Gi", COUNT: "1"}, ShareResources(),
+     f"{MEM} counts MiB: 10737418240 MiB is more than any GPU has "
+     f"(for 10 GiB of {MEM}, write 10240, not 10Gi)"),
+    ("10Gi read as GiB (gpushare)", {"aliyun.com/gpu-mem": "10Gi"}, GPUSHARE,
+     "(for 10 GiB of aliyun.com/gpu-mem, write 10, not 10Gi)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("limits", "shares", "message"),
+    [c[1:] for c in SHARE_REJECTIONS],
+    ids=[c[0] for c in SHARE_REJECTIONS],
+)
+def test_a_share_request_that_cannot_be_understood_is_rejected_with_why(
+    limits: Limits, shares: ShareResources, message: str
+) -> None:
+    with pytest.raises(PodRequestError) as raised:
+        pod_request(asking(limits), shares=shares)
+    assert message in str(raised.value)
+
+
+def bound_share(annotations: dict[str, str], **resources: str) -> dict[str, Any]:
+    """A pod bound to n1 asking for ``resources`` (schedext's share names by keyword:
+    memory, cores, count, cpu), with ``annotations`` as bind wrote them."""
+    pod = make_pod("p", node="n1", cpu=resources.pop("cpu", "100m"), annotations=annotations)
+    names = {"memory": MEM, "cores": CORES, "count": COUNT}
+    limits = {names[k]: v for k, v in resources.items()}
+    pod["spec"]["containers"][0]["resources"]["limits"].update(limits)
+    return pod
+
+
+# (id, the bound pod, (shares, MiB, cores, gpu_ids))
+HELD_SHARES = [
+    ("the share bind wrote beside its GPU",
+     share_pod("p", memory_mib=3000, cores=30, node="n1", gpu_ids=[2]), (1, 3000, 30, (2,))),
+    ("the annotations win over the resources",
+     bound_share({GPU_IDS: "1", GPU_SHARE_MEMORY: "2000", GPU_SHARE_CORES: "40"},
+                 memory="1000", cores="10", count="1"),
+     (1, 2000, 40, (1,))),
+    ("unreadable resources: the annotations still count",
+     bound_share({GPU_IDS: "0,3", GPU_SHARE_MEMORY: "2000"}, cpu="lots", memory="1000"),
+     (2, 2000, 0, (0, 3))),
+    ("a bound share without its count resource still counts (read leniently)",
+     bound_share({}, memory="1000"), (1, 1000, 0, None)),
+    ("the GPU indices give the count", bound_share(
+        {GPU_IDS: "0,1,2", GPU_SHARE_MEMORY: "500"}, memory="500", count="1"),
+     (3, 500, 0, (0, 1, 2))),
+    ("cores over 100 in the annotation are capped",
+     bound_share({GPU_IDS: "0", GPU_SHARE_MEMORY: "500", GPU_SHARE_CORES: "150"}),
+     (1, 500, 100, (0,))),
+    ("a share without gpu-ids: indices unknown",
+     share_pod("p", memory_mib=4000, node="n1"), (1, 4000, 0, None)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"), [c[1:] for c in HELD_SHARES], ids=[c[0] for c in HELD_SHARES]
+)
+def test_a_bound_share_pod_holds_its_share(
+    pod: dict[str, Any], expected: tuple[int, int, int, tuple[int, ...] | None]
+) -> None:
+    holding = holding_from_pod(pod)
+    assert holding is not None
+    assert holding.gpus == 0
+    got = (holding.shares, holding.share_memory_mib, holding.share_cores, holding.gpu_ids)
+    assert got == expected
