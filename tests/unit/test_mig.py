@@ -20,6 +20,7 @@ from extender.mig import choose_mig, node_gpus
 from extender.model import Holding, HoldingKind, MigSlot, Reason, Victim
 from extender.nodes import node_spec
 from extender.requests import PodRequestError, holding_from_pod, pod_request
+from extender.shares import room_after
 from tests.builders import make_node, make_pod, share_pod, uid_of
 from tests.mig_builders import mig_node, mig_pod, mig_topology, mig_uuid
 from tests.unit.helpers import scheduler_with
@@ -236,6 +237,24 @@ def test_a_mig_gpu_is_never_free_for_whole_gpus_or_shares() -> None:
     columns = scheduler.inventory.arrays
     slot = scheduler.inventory.ids(["n"])[0]
     assert (columns.gpu_total[slot], columns.gpu_free[slot], columns.gpu_mig[slot]) == (1, 1, 2)
+
+
+def test_a_whole_gpu_or_a_share_recorded_on_a_mig_gpu_counts_as_anonymous() -> None:
+    # Indices written by something else that named the MIG GPU: the pods still count.
+    whole = make_pod("w", gpus=1, node="n", gpu_ids=[0])
+    share = share_pod("s", memory_mib=1024, node="n", gpu_ids=[0])
+    scheduler = scheduler_with([mig_node("n", whole=2, migs={0: [P1]})], [whole, share])
+    view = scheduler.inventory.node("n")
+    assert view is not None
+    assert (view.holders, view.anonymous_gpus, view.free_gpu_ids) == ((None,) * 3, 2, ())
+    assert view.share_memory == (0, 0, 0)
+
+
+def test_evicting_pods_never_makes_a_mig_gpu_room_for_a_share() -> None:
+    scheduler = scheduler_with([mig_node("n", whole=1, migs={0: [P1]})])
+    view = scheduler.inventory.node("n")
+    assert view is not None
+    assert [m for m, _ in room_after(view, [])] == [-1, 81559]
 
 
 @dataclass
@@ -539,6 +558,14 @@ def test_no_preemption_where_evicting_frees_no_device_of_the_profile() -> None:
     other = mig_pod("o", {P2: 1}, node="n", priority=0, mig_uuids=[mig_uuid("n", 0, 0)])
     scheduler = scheduler_with([mig_node("n", migs={0: [P2]})], [other])
     assert scheduler.preempt(mig_pod("p", {P1: 1}, priority=100), {"n": [victim(other)]}) == {}
+
+
+def test_preemption_for_a_whole_gpu_never_counts_a_mig_gpu_as_free() -> None:
+    whole = make_pod("w", gpus=1, node="n", priority=0, gpu_ids=[1])
+    cpu = make_pod("c", node="n", priority=0)
+    scheduler = scheduler_with([mig_node("n", whole=1, migs={0: [P1]})], [whole, cpu])
+    chosen = scheduler.preempt(make_pod("p", gpus=1, priority=100), {"n": [victim(cpu)]})
+    assert chosen["n"].uids == [uid_of(whole)]  # GPU 0 is sliced: only GPU 1 can be freed
 
 
 # ------------------------------------------------------------------------- precedence
