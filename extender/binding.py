@@ -18,6 +18,7 @@ from extender.config import PolicyConfig, SharePlacement
 from extender.errors import BindRefusedError
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec, claim_name
+from extender.mig import choose_mig
 from extender.model import BindPlan, ClaimPlan, Holding, HoldingKind, PodRequest
 from extender.pending import PendingPods
 from extender.shares import choose_share_gpus
@@ -68,8 +69,13 @@ def reservation(
     """What the pod will hold on ``node`` (the GPU indices and the address chosen for it),
     as a reservation to make; raises :class:`BindRefusedError` when none is left."""
     view = inventory.node(node)
+    mig_uuids = None
+    gpu_ids: tuple[int, ...] | None
     if view is None:
         gpu_ids = None
+    elif request.mig:
+        mig_uuids = choose_mig(view.mig, request.mig)
+        gpu_ids = () if mig_uuids is not None else None
     elif request.shares:
         gpu_ids = choose_share_gpus(view, request, placement)
     else:
@@ -84,6 +90,7 @@ def reservation(
         kind=HoldingKind.RESERVED,
         gpu_ids=gpu_ids,
         gpu_uuids=tuple(uuids[i] for i in gpu_ids) if uuids and gpu_ids else None,
+        mig_uuids=mig_uuids,
         expires_at=expires_at,
         ip=address,
         ip_pool=pool,
@@ -101,6 +108,9 @@ def plan(inventory: Inventory, request: PodRequest, holding: Holding) -> BindPla
         annotations[names.GPU_SHARE_MEMORY] = str(holding.share_memory_mib)
         if holding.share_cores:
             annotations[names.GPU_SHARE_CORES] = str(holding.share_cores)
+    if holding.mig_uuids:
+        # The MIG devices the node agent gives the containers, and the record a restart reads.
+        annotations[names.MIG_UUIDS] = ",".join(holding.mig_uuids)
     if holding.ip is not None and holding.ip_pool is not None:
         annotations |= {names.IP: holding.ip, names.IP_POOL: holding.ip_pool}
     return BindPlan(

@@ -42,6 +42,9 @@ class NodeArrays(NamedTuple):
     gpu_total: IntArray
     # GPUs the node agent has not marked unhealthy (never handed out; see NodeState.free_ids).
     gpu_healthy: IntArray
+    # GPUs in MIG mode (never free whole; their MIG devices are counted per profile apart,
+    # in extender.mig_state.MigColumns).
+    gpu_mig: IntArray
     gpu_free: IntArray
     # Most free GPUs inside one NVLink/NUMA group; NO_TOPOLOGY when the node publishes none.
     max_group_free: IntArray

@@ -31,6 +31,7 @@ from extender.columns import (
     NodeArrays,
 )
 from extender.ipam import AddressBook, IPPoolSpec, IPUse
+from extender.mig_state import MigArrays, MigColumns
 from extender.model import Holding, HoldingKind, NodeSpec
 from extender.node_state import NodeState, NodeView
 from extender.packed import NameTable, PackedNames
@@ -84,6 +85,7 @@ class Inventory:
         self._cols = Columns(max(capacity, 2))
         self._view: NodeArrays | None = None
         self._device_view: DeviceArrays | None = None
+        self._mig = MigColumns()  # per MIG profile: healthy, free MIG devices per slot
         self.addresses = AddressBook()  # IP pools and who holds which address
         self._pool_masks: dict[str, tuple[tuple[int, int], BoolArray]] = {}
         self.nodes_version = 0  # bumped when a node is added, removed or its spec changes
@@ -148,6 +150,11 @@ class Inventory:
             self._device_view = self._cols.read_only_devices()
         return self._device_view
 
+    def mig_arrays(self, profile: str) -> MigArrays:
+        """Per slot, the MIG devices of ``profile``: healthy, free, free on a busy GPU
+        (read-only; zeros for a profile no node has)."""
+        return self._mig.arrays(profile, self._cols.size)
+
     @property
     def problems(self) -> Mapping[str, tuple[str, ...]]:
         """Per node, why its topology or live-use annotation was ignored (read-only)."""
@@ -174,6 +181,7 @@ class Inventory:
             share_cores=tuple(state.share_cores),
             share_room=tuple(state.share_room(free)),
             share_holders=tuple(state.share_holders()),
+            mig=state.mig.view(state.spec),
         )
 
     @property
@@ -255,10 +263,14 @@ class Inventory:
                 state.spec.gpu_count,
                 state.spec.gpu_groups,
                 state.spec.gpu_uuids,
+                state.spec.gpu_mig,
+                state.spec.mig_slices,
             ) == (
                 spec.gpu_count,
                 spec.gpu_groups,
                 spec.gpu_uuids,
+                spec.gpu_mig,
+                spec.mig_slices,
             )
             if state.spec.gpu_model != spec.gpu_model:
                 self._count_model(state.spec.gpu_model, -1)
@@ -270,7 +282,7 @@ class Inventory:
             self._sync(state)
             return True
         slot = self._free_slots.pop() if self._free_slots else self._cols.append()
-        state = NodeState(spec=spec, slot=slot, holders=[None] * spec.gpu_count)
+        state = NodeState(spec=spec, slot=slot, holders=[None] * spec.gpu_indices)
         if slot == len(self._states):
             self._states.append(state)
         else:
@@ -295,6 +307,7 @@ class Inventory:
         self.nodes_version += 1
         self._states[slot] = None
         self._cols.clear(slot)
+        self._mig.write(slot, {}, 0)
         self._free_slots.append(slot)
         self._changed()
         return True
@@ -367,6 +380,9 @@ class Inventory:
         taken = [i for i in holding.gpu_ids or () if i not in free and not holding.shares]
         if taken:
             raise InventoryConflictError(f"GPU {taken} on {holding.node} already held")
+        mig_taken = state.mig.taken(state.spec, holding.mig_uuids or (), holding.uid)
+        if mig_taken:
+            raise InventoryConflictError(f"MIG {mig_taken} on {holding.node} already held")
         if holding.ip is not None:
             address = int(ipaddress.ip_address(holding.ip))
             user = self.addresses.user(address)
@@ -456,6 +472,8 @@ class Inventory:
         cols.alive[slot] = True
         cols.gpu_total[slot] = spec.gpu_count
         cols.gpu_healthy[slot] = spec.gpu_healthy
+        cols.gpu_mig[slot] = len(spec.gpu_mig)
+        self._mig.write(slot, state.mig.view(spec).counts(), len(cols.alive))
         cols.gpu_free[slot] = len(free)
         if spec.gpu_groups:
             free_set = set(free)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum, IntEnum
+from typing import NamedTuple
 
 from extender.devices.document import UseSample
 
@@ -51,6 +52,9 @@ class Demand:
     shares: int = 0
     share_memory_mib: int = 0
     share_cores: int = 0
+    # MIG devices instead: per profile ("1g.10gb"), how many (resource nvidia.com/mig-<profile>),
+    # sorted by profile. Never beside whole GPUs or shares.
+    mig: tuple[tuple[str, int], ...] = ()
     cpu_milli: int = 0
     memory_bytes: int = 0
     priority: int = 0
@@ -83,7 +87,15 @@ class PodRequest(Demand):
     @property
     def needs_gpu_node(self) -> bool:
         """Whether only nodes with GPU hardware can host the pod."""
-        return self.devices > 0 or self.workload is WorkloadClass.GPU_INTENSIVE
+        return self.devices > 0 or bool(self.mig) or self.workload is WorkloadClass.GPU_INTENSIVE
+
+
+class MigSlot(NamedTuple):
+    """One MIG device of a node: the GPU it is on (NVML index), its profile and UUID."""
+
+    gpu: int
+    profile: str
+    uuid: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +121,21 @@ class NodeSpec:
     # The node agent's last sample of its GPUs' use (None: none published or unreadable).
     gpu_use: UseSample | None = None
     use_problem: str | None = None
+    # MIG (NVIDIA's mixed strategy): the GPUs in MIG mode, by index, which ``gpu_count`` does
+    # not count and nothing hands out whole; and their MIG devices (see extender.mig).
+    gpu_mig: tuple[int, ...] = ()
+    mig_slices: tuple[MigSlot, ...] = ()
 
     @property
     def gpu_healthy(self) -> int:
-        return self.gpu_count - len(self.gpu_unhealthy)
+        """Whole GPUs the node agent has not marked unhealthy."""
+        mig = set(self.gpu_mig)
+        return self.gpu_count - sum(1 for index, _ in self.gpu_unhealthy if index not in mig)
+
+    @property
+    def gpu_indices(self) -> int:
+        """How many GPU indices the node has: its whole GPUs and its GPUs in MIG mode."""
+        return self.gpu_count + len(self.gpu_mig)
 
 
 class HoldingKind(Enum):
@@ -131,6 +154,8 @@ class Holding(Demand):
     # The same GPUs by UUID (schedext.io/gpu-uuids), when bind wrote them: they win over the
     # indices where the node publishes UUIDs.
     gpu_uuids: tuple[str, ...] | None = None
+    # The MIG devices it holds, by UUID (schedext.io/mig-uuids), when bind wrote them.
+    mig_uuids: tuple[str, ...] | None = None
     expires_at: float | None = None  # only reservations expire
     running: bool = False  # pod phase Running (PodGroup status counts it)
     ip: str | None = None  # the address it holds (schedext.io/ip), and its pool
@@ -145,6 +170,7 @@ class Holding(Demand):
         kind: HoldingKind,
         gpu_ids: tuple[int, ...],
         gpu_uuids: tuple[str, ...] | None = None,
+        mig_uuids: tuple[str, ...] | None = None,
         expires_at: float | None = None,
         ip: str | None = None,
         ip_pool: str | None = None,
@@ -157,6 +183,7 @@ class Holding(Demand):
             kind=kind,
             gpu_ids=gpu_ids,
             gpu_uuids=gpu_uuids,
+            mig_uuids=mig_uuids,
             expires_at=expires_at,
             ip=ip,
             ip_pool=ip_pool,
@@ -197,6 +224,9 @@ class Reason(IntEnum):
     GPU_SHARE_SIZE = 23
     GPU_SHARE_MEMORY = 24
     GPU_SHARE_CORES = 25
+    # MIG devices: the node has too few healthy ones of the profile at all; too few are free now.
+    GPU_MIG_PROFILE = 26
+    GPU_MIG_FREE = 27
 
     @property
     def resolvable(self) -> bool:
@@ -217,6 +247,7 @@ PRECEDENCE: tuple[Reason, ...] = (
     Reason.GPU_TOTAL,
     Reason.GPU_UNHEALTHY,
     Reason.GPU_SHARE_SIZE,
+    Reason.GPU_MIG_PROFILE,
     Reason.CPU_THRESHOLD,
     Reason.CPU_TOTAL,
     Reason.IP_UNKNOWN_POOL,
@@ -228,6 +259,7 @@ PRECEDENCE: tuple[Reason, ...] = (
     Reason.GPU_FREE,
     Reason.GPU_SHARE_MEMORY,
     Reason.GPU_SHARE_CORES,
+    Reason.GPU_MIG_FREE,
     Reason.CPU_FREE,
     Reason.IP_TAKEN_HERE,
     Reason.IP_EXHAUSTED_EVICTABLE,
@@ -246,6 +278,7 @@ _RESOLVABLE = frozenset(
         Reason.GPU_FREE,
         Reason.GPU_SHARE_MEMORY,
         Reason.GPU_SHARE_CORES,
+        Reason.GPU_MIG_FREE,
         Reason.CPU_FREE,
         Reason.IP_TAKEN_HERE,
         Reason.IP_EXHAUSTED_EVICTABLE,

@@ -15,12 +15,19 @@ SHARE_MEMORY_RESOURCE: Final = "schedext.io/gpu-memory"
 SHARE_CORES_RESOURCE: Final = "schedext.io/gpu-cores"
 SHARE_COUNT_RESOURCE: Final = "schedext.io/gpu-shares"
 
+# MIG devices, one resource per profile as NVIDIA's "mixed" strategy names them
+# ("nvidia.com/mig-1g.10gb"); the node agent's device plugin serves them.
+MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
+
 # Written by schedext's bind, read back on every restart: the durable record of which GPU
 # indices a pod holds ("0,1").
 GPU_IDS: Final = "schedext.io/gpu-ids"
 # The same GPUs by UUID, written beside them when the node agent published UUIDs: the node
 # agent hands a container exactly these.
 GPU_UUIDS: Final = "schedext.io/gpu-uuids"
+# Written by bind for a pod that takes MIG devices: their UUIDs ("MIG-a,MIG-b"), which the node
+# agent gives its containers; read back on every restart as the record of which it holds.
+MIG_UUIDS: Final = "schedext.io/mig-uuids"
 # Written by the node agent when it gave a pod's containers their GPUs (UUIDs, "GPU-a,GPU-b"),
 # so that a restarted agent never hands the same GPUs to another pod.
 GPU_ALLOCATED: Final = "schedext.io/gpu-allocated"

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from extender.columns import NO_ROOM
+from extender.mig_state import MigState, MigView
 from extender.model import Holding, NodeSpec
 
 __all__ = ["Applied", "NodeState", "NodeView"]
@@ -34,6 +35,8 @@ class NodeView:
     share_room: tuple[tuple[int, int], ...] = ()
     # Per GPU index: the UIDs of the pods holding a share of it (what /inventory lists).
     share_holders: tuple[tuple[str, ...], ...] = ()
+    # MIG devices and who holds them (empty on a node without MIG).
+    mig: MigView = dataclasses.field(default_factory=MigView)
 
     def shared(self, index: int) -> bool:
         """Whether some pod holds a share of GPU ``index``."""
@@ -67,16 +70,19 @@ class NodeState:
     share_memory: list[int] = dataclasses.field(default_factory=list)
     share_cores: list[int] = dataclasses.field(default_factory=list)
     sharers: list[int] = dataclasses.field(default_factory=list)
+    mig: MigState = dataclasses.field(default_factory=MigState)
 
     def __post_init__(self) -> None:
         gpus = len(self.holders)
         self.share_memory, self.share_cores, self.sharers = [0] * gpus, [0] * gpus, [0] * gpus
+        self.mig = MigState.of(self.spec)
 
     def free_ids(self) -> list[int]:
         """Indices free for a whole-GPU pod: no pod holds them or a share of them, and the node
         agent has not marked them unhealthy (an unhealthy GPU is never handed out, and still
-        counts as held by a pod that has it)."""
+        counts as held by a pod that has it). A GPU in MIG mode is never free whole."""
         unhealthy = {index for index, _ in self.spec.gpu_unhealthy}
+        unhealthy.update(self.spec.gpu_mig)
         free = [
             i
             for i, h in enumerate(self.holders)
@@ -112,6 +118,7 @@ class NodeState:
     def apply(self, holding: Holding) -> None:
         """Count ``holding`` on this node: its annotated GPU indices where they are free (for a
         share: not held whole), else as many anonymous GPUs, and its CPU and memory."""
+        self.mig.apply(holding)  # its MIG devices, if any (never beside GPUs for a new pod)
         if holding.shares:
             self._apply_share(holding)
             return
@@ -138,6 +145,7 @@ class NodeState:
             0 <= index < len(self.holders)
             and self.holders[index] is None
             and not (self.sharers[index])
+            and index not in self.spec.gpu_mig
         )
 
     def _apply_share(self, holding: Holding) -> None:
@@ -152,7 +160,12 @@ class NodeState:
         if (
             wanted is not None
             and len(wanted) == holding.shares
-            and all(0 <= i < len(self.holders) and self.holders[i] is None for i in wanted)
+            and all(
+                0 <= i < len(self.holders)
+                and self.holders[i] is None
+                and i not in self.spec.gpu_mig
+                for i in wanted
+            )
         ):
             ids, anonymous = wanted, 0
             for index in ids:
@@ -185,6 +198,7 @@ class NodeState:
 
     def unapply(self, uid: str) -> None:
         """Take away what the holding of ``uid`` added, if anything."""
+        self.mig.unapply(uid)
         applied = self.applied.pop(uid, None)
         if applied is None:
             return
@@ -200,7 +214,7 @@ class NodeState:
 
     def reset(self) -> None:
         """Forget every holding (the node's GPU shape changed: they are applied anew)."""
-        self.holders = [None] * self.spec.gpu_count
+        self.holders = [None] * self.spec.gpu_indices
         self.__post_init__()
         self.anonymous = self.cpu_used = self.memory_used = 0
         self.applied.clear()

@@ -4,7 +4,8 @@ GPU facts come from the node's allocatable ``nvidia.com/gpu`` count and NVIDIA G
 discovery labels; NVLink/NUMA domains, GPU UUIDs and health from an optional
 ``schedext.io/gpu-topology`` annotation that the node agent publishes (or a person writes:
 ``{"groups": [[0, 1, 2, 3], [4, 5, 6, 7]]}``), and live use from ``schedext.io/gpu-use``
-(:mod:`extender.devices.document`).
+(:mod:`extender.devices.document`). GPUs in MIG mode and their MIG devices come from the same
+topology document (see :mod:`extender.mig` for how they count beside allocatable).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 import re
 from fractions import Fraction
 
-from extender import fields, names
+from extender import fields, mig, names
 from extender.devices.document import (
     DocumentError,
     Topology,
@@ -44,25 +45,29 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
     labels = fields.string_map(meta, "labels")
     annotations = fields.string_map(meta, "annotations")
     # A fractional GPU count is not a thing; round down to whole devices.
-    gpu_count = max(0, math.floor(_quantity(allocatable.get(gpu_resource))))
-    topology, problem = read_topology(annotations.get(names.GPU_TOPOLOGY), gpu_count)
-    use, use_problem = read_use(annotations.get(names.GPU_USE), gpu_count)
+    allocatable_gpus = max(0, math.floor(_quantity(allocatable.get(gpu_resource))))
+    topology, problem = read_topology(annotations.get(names.GPU_TOPOLOGY), allocatable_gpus)
+    shape = mig.node_gpus(allocatable_gpus, topology)
+    indices = shape.gpu_count + len(shape.gpu_mig)
+    use, use_problem = read_use(annotations.get(names.GPU_USE), indices)
     memory_label = labels.get(names.GPU_MEMORY_LABEL, "")
     return NodeSpec(
         name=name if _NODE_NAME.fullmatch(name) else "",
         uid=fields.text(meta, "uid"),
         cpu_milli=max(0, _ceil(_quantity(allocatable.get("cpu")) * 1000)),
         memory_bytes=max(0, _ceil(_quantity(allocatable.get("memory")))),
-        gpu_count=gpu_count,
+        gpu_count=shape.gpu_count,
         gpu_model=labels.get(names.GPU_PRODUCT_LABEL) or None,
         gpu_memory_mib=int(memory_label) if memory_label.isdigit() else None,
         gpu_groups=topology.groups,
         labels=labels,
         topology_problem=problem,
-        gpu_uuids=topology.uuids() if len(topology.gpus) == gpu_count else (),
+        gpu_uuids=shape.gpu_uuids,
         gpu_unhealthy=topology.unhealthy(),
         gpu_use=use,
         use_problem=use_problem,
+        gpu_mig=shape.gpu_mig,
+        mig_slices=shape.mig_slices,
     )
 
 

@@ -20,6 +20,7 @@ from extender.addressing import ip_conditions, ip_context, ip_messages
 from extender.config import GpuScoring, PolicyConfig
 from extender.devices.placement import pick_gpus
 from extender.inventory import IdArray, Inventory
+from extender.mig import mig_messages
 from extender.model import RANKED, FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
 from extender.node_state import NodeView
 from extender.packed import PackedNames, count_codes
@@ -74,6 +75,9 @@ def node_reasons(
         held.append((np.count_nonzero(memory, axis=1) < request.shares, Reason.GPU_SHARE_MEMORY))
         if request.share_cores:
             held.append((np.count_nonzero(cores, axis=1) < request.shares, Reason.GPU_SHARE_CORES))
+    for profile, count in request.mig:
+        free = inventory.mig_arrays(profile).free
+        held.append((col(free) < count, Reason.GPU_MIG_FREE))
     if request.workload is WorkloadClass.CPU_INTENSIVE:
         held.append((col(a.cpu_free) < request.cpu_milli, Reason.CPU_FREE))
     context = ip_context(inventory, request)
@@ -102,6 +106,7 @@ def _spec_ranks(
         request.share_memory_mib,
         request.cpu_milli if cpu_bound else None,
         config.cpu_intensive_min_cpu_milli if cpu_bound else None,
+        request.mig,
     )
     return inventory.spec_derived(shape, lambda: _judge_specs(inventory, shape))
 
@@ -116,13 +121,14 @@ class _SpecShape(NamedTuple):
     share_memory_mib: int
     cpu_milli: int | None  # CPU-intensive pods only
     cpu_intensive_min_cpu_milli: int | None  # likewise
+    mig: tuple[tuple[str, int], ...]  # MIG devices per profile
 
 
 def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint8]:
     a = inventory.arrays
     conditions: list[tuple[npt.NDArray[np.bool_], Reason]] = []
     if shape.needs_gpu_node:
-        conditions.append((a.gpu_total <= 0, Reason.NO_GPUS))
+        conditions.append((a.gpu_total + a.gpu_mig <= 0, Reason.NO_GPUS))
         if shape.gpu_model is not None:
             allowed = inventory.model_mask(shape.gpu_model)
             conditions.append((~allowed[a.model], Reason.GPU_MODEL))
@@ -134,6 +140,9 @@ def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint
         if shape.share_memory_mib:
             # Unknown device memory (0) holds no share: nothing says how much it has.
             conditions.append((a.gpu_memory_mib < shape.share_memory_mib, Reason.GPU_SHARE_SIZE))
+        for profile, count in shape.mig:
+            healthy = inventory.mig_arrays(profile).healthy
+            conditions.append((healthy < count, Reason.GPU_MIG_PROFILE))
     if shape.cpu_milli is not None and shape.cpu_intensive_min_cpu_milli is not None:
         threshold = shape.cpu_intensive_min_cpu_milli
         conditions.append((a.cpu_alloc < threshold, Reason.CPU_THRESHOLD))
@@ -172,6 +181,7 @@ def reason_messages(
             request.cpu_milli,
             config.cpu_intensive_min_cpu_milli,
             share=(request.shares, request.share_memory_mib, request.share_cores),
+            mig=request.mig,
         )
     )
     context = ip_context(inventory, request) if inventory is not None else None
@@ -190,6 +200,7 @@ def _messages(
     cpu_intensive_min_cpu_milli: int,
     *,
     share: tuple[int, int, int] = (0, 0, 0),
+    mig: tuple[tuple[str, int], ...] = (),
 ) -> tuple[str, ...]:
     """The reasons that depend only on the pod's shape: the same few shapes come through
     filter again and again, so they are written once each."""
@@ -223,6 +234,8 @@ def _messages(
         Reason.GPU_FREE: f"schedext: fewer than {gpus} free GPUs",
         Reason.CPU_FREE: f"schedext: under {_cpu(cpu_milli)} CPU free",
     }
+    if mig:
+        messages[Reason.GPU_MIG_PROFILE], messages[Reason.GPU_MIG_FREE] = mig_messages(mig)
     return tuple(messages.get(reason, f"schedext: {reason.name.lower()}") for reason in RANKED)
 
 

@@ -58,6 +58,7 @@ from enum import Enum
 
 from extender.addressing import IPContext, ip_context
 from extender.inventory import Inventory
+from extender.mig import met_after
 from extender.model import RANKED, Holding, HoldingKind, PodRequest, Reason, Victim
 from extender.node_state import NodeView
 from extender.policy import PolicyConfig, node_reasons
@@ -262,7 +263,11 @@ class _Need:
         memory = view.memory_free + sum(h.memory_bytes for h in victims)
         if cpu < request.cpu_milli or memory < request.memory_bytes:
             return False
-        return self._gpus_met(victims) and self._address_met(victims)
+        return (
+            self._gpus_met(victims)
+            and met_after(view.mig, request, victims)
+            and self._address_met(victims)
+        )
 
     def _gpus_met(self, victims: list[Holding]) -> bool:
         if self.request.gpus == 0:
@@ -271,7 +276,8 @@ class _Need:
         uids = {h.uid for h in victims}
         freed_anonymous = sum(h.gpus for h in victims if h.gpu_ids is None)
         holders = [None if holder in uids else holder for holder in view.holders]
-        free = [i for i, holder in enumerate(holders) if holder is None]
+        mig = set(view.spec.gpu_mig)  # never free whole
+        free = [i for i, holder in enumerate(holders) if holder is None and i not in mig]
         anonymous = max(0, view.anonymous_gpus - freed_anonymous)
         free = free[: max(0, len(free) - anonymous)]
         if len(free) < self.request.gpus:

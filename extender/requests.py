@@ -14,7 +14,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from extender import fields, names
+from extender import fields, mig, names
 from extender.config import ShareResources
 from extender.fields import JSONObject
 from extender.model import (
@@ -58,12 +58,18 @@ def pod_request(
     """Decode the scheduling needs of ``pod``; raise :class:`PodRequestError` with a reason."""
     meta = fields.obj(pod, "metadata")
     spec = fields.obj(pod, "spec")
-    totals = _effective_requests(spec, _resources(gpu_resource, shares))
+    mig_names = mig.resource_names(spec)
+    totals = _effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
     gpus, share = _gpus_or_share(totals, gpu_resource, shares)
+    beside = f"whole GPUs ({gpu_resource})" if gpus else "GPU shares" if share[0] else None
+    try:
+        asked = mig.demand(totals, mig_names, beside=beside)
+    except mig.MigRequestError as error:
+        raise PodRequestError(str(error)) from None
     labels = fields.string_map(meta, "labels")
     annotations = fields.string_map(meta, "annotations")
     return PodRequest(
-        **_demand(meta, spec, totals, gpus=gpus, share=share),
+        **_demand(meta, spec, totals, gpus=gpus, share=share, migs=asked),
         workload=_workload(labels, annotations),
         gpu_model=_hint(annotations, labels, names.GPU_MODEL),
         gpu_memory_mib=_gpu_memory(annotations, labels),
@@ -146,7 +152,8 @@ def holding_from_pod(
     if not node or phase in _TERMINAL_PHASES:
         return None
     meta = fields.obj(pod, "metadata")
-    resources = _resources(gpu_resource, shares)
+    mig_names = mig.resource_names(spec)
+    resources = _resources(gpu_resource, shares) + mig_names
     try:
         totals = _effective_requests(spec, resources)
     except PodRequestError:
@@ -165,11 +172,12 @@ def holding_from_pod(
             gpus = len(gpu_ids)
     uuids = gpu_uuids_annotation(annotations.get(names.GPU_UUIDS))
     return Holding(
-        **_demand(meta, spec, totals, gpus=gpus, share=share),
+        **_demand(meta, spec, totals, gpus=gpus, share=share, migs=mig.held(totals, mig_names)),
         node=node,
         kind=HoldingKind.BOUND,
         gpu_ids=gpu_ids,
         gpu_uuids=uuids if gpu_ids is not None and uuids and len(uuids) == len(gpu_ids) else None,
+        mig_uuids=gpu_uuids_annotation(annotations.get(names.MIG_UUIDS)),
         running=phase == "Running",
         ip=_held_address(annotations.get(names.IP)),
         ip_pool=annotations.get(names.IP_POOL) or None,
@@ -203,6 +211,7 @@ def _demand(
     *,
     gpus: int,
     share: _Share = _NO_SHARE,
+    migs: tuple[tuple[str, int], ...] = (),
 ) -> dict[str, Any]:
     """The fields of :class:`~extender.model.Demand`, read the same way for a pending pod and
     a bound one (``gpus``: the caller's reading of the GPU total, which differs)."""
@@ -215,6 +224,7 @@ def _demand(
         "shares": share[0],
         "share_memory_mib": share[1],
         "share_cores": share[2],
+        "mig": migs,
         "cpu_milli": _ceil_div(totals[_CPU], NANO // 1000),
         "memory_bytes": _ceil_div(totals[_MEMORY], NANO),
         "priority": priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
@@ -310,7 +320,8 @@ _MAX_UUIDS = 64  # more than any node has GPUs: a longer list is not ours
 
 
 def gpu_uuids_annotation(value: str | None) -> tuple[str, ...] | None:
-    """Parse ``schedext.io/gpu-uuids`` ("GPU-a,GPU-b"); None when absent or unreadable."""
+    """Parse ``schedext.io/gpu-uuids`` ("GPU-a,GPU-b"), or ``schedext.io/mig-uuids``; None
+    when absent or unreadable."""
     if value is None or len(value) > _MAX_UUIDS * 64:
         return None
     parts = [p.strip() for p in value.split(",")]

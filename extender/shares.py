@@ -114,7 +114,7 @@ def room_after(view: NodeView, victims: Sequence[Holding]) -> list[tuple[int, in
                 if 0 <= index < len(memory):
                     memory[index] -= victim.share_memory_mib
                     cores[index] -= victim.share_cores
-    unhealthy = {index for index, _ in view.spec.gpu_unhealthy}
+    unhealthy = {index for index, _ in view.spec.gpu_unhealthy} | set(view.spec.gpu_mig)
     anonymous = view.anonymous_gpus - sum(v.devices for v in victims if v.gpu_ids is None)
     usable = [
         i

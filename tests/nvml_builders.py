@@ -6,7 +6,8 @@ differs between GPUs: identity, PCI address, NUMA node, links. Every other answe
 "Not Supported"s, bytes, the XID wait's timeout) stays what the real driver said.
 
 ``python -m tests.nvml_builders > tests/fixtures/nvml/hgx-8-nvlink.json`` rebuilds the HGX
-fixture; a unit test checks the committed file is what this module builds.
+fixture, and ``python -m tests.nvml_builders h100-mig > tests/fixtures/nvml/h100-mig.json``
+the MIG one; a unit test checks each committed file is what this module builds.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvml"
 H100_SINGLE = FIXTURES / "h100-single.json"
 HGX_8_NVLINK = FIXTURES / "hgx-8-nvlink.json"
+H100_MIG = FIXTURES / "h100-mig.json"
 
 NOT_SUPPORTED = {"error": "Not Supported", "code": 3}
+NOT_FOUND = {"error": "Not Found", "code": 6}  # pynvml's NVMLError_NotFound
 # nvmlGpuTopologyLevel_t: GPUs under one CPU, and across CPUs.
 TOPOLOGY_NODE, TOPOLOGY_SYSTEM = 40, 50
 P2P_OK, P2P_NOT_SUPPORTED = 0, 5
@@ -39,6 +42,9 @@ class GpuSpec:
     numa: int | None = None
     links: tuple[str, ...] = ()
     p2p: frozenset[int] = frozenset()
+    # In MIG mode when given: (profile, UUID) per MIG device index, None where none is
+    # configured; the GPU answers as an H100 in MIG mode does (no utilisation).
+    migs: tuple[tuple[str, str] | None, ...] | None = None
 
 
 def bus_id(bus: str) -> str:
@@ -90,11 +96,43 @@ def recording(specs: Sequence[GpuSpec]) -> dict[str, Any]:
                 entry["ok"] = index
             elif call == "nvmlDeviceGetNumaNodeId" and spec.numa is not None:
                 entry = {"call": call, "device": index, "args": [], "ok": spec.numa}
+            elif spec.migs is not None and call in _IN_MIG_MODE:
+                calls.extend(_in_mig_mode(call, index, spec.migs))
+                continue
             elif call == "nvmlDeviceRegisterEvents.xid":
                 calls.extend(_links(index, spec))
                 calls.extend(_pairs(index, specs))
             calls.append(entry)
     return {"calls": calls}
+
+
+# The calls a GPU in MIG mode answers otherwise than the recorded H100 (MIG off) did.
+_IN_MIG_MODE = (
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetUtilizationRates",
+)
+
+
+def _in_mig_mode(
+    call: str, index: int, migs: Sequence[tuple[str, str] | None]
+) -> list[dict[str, Any]]:
+    """``call`` as a GPU in MIG mode answers it; after its MIG device count, each MIG device
+    index: its UUID and name, or NOT_FOUND for both where none is configured (the handle
+    call fails)."""
+    base = {"call": call, "device": index, "args": []}
+    if call == "nvmlDeviceGetMigMode":
+        return [{**base, "ok": [1, 1]}]
+    if call == "nvmlDeviceGetUtilizationRates":
+        return [{**base, **NOT_SUPPORTED}]
+    entries: list[dict[str, Any]] = [{**base, "ok": len(migs)}]
+    for mig, device in enumerate(migs):
+        at = {"device": index, "args": [mig]}
+        uuid = {"ok": device[1]} if device else NOT_FOUND
+        name = {"ok": f"NVIDIA H100 80GB HBM3 MIG {device[0]}"} if device else NOT_FOUND
+        entries.append({"call": "nvmlDeviceGetMigDeviceHandleByIndex.uuid", **at, **uuid})
+        entries.append({"call": "nvmlDeviceGetMigDeviceHandleByIndex.name", **at, **name})
+    return entries
 
 
 def _links(index: int, spec: GpuSpec) -> list[dict[str, Any]]:
@@ -141,9 +179,33 @@ def hgx_8_nvlink() -> dict[str, Any]:
     return recording(specs)
 
 
+def mig_uuid(gpu: int, mig: int) -> str:
+    return f"MIG-5e1ec7ed-0000-4000-9000-{gpu:04x}{mig:08x}"
+
+
+# GPU 0 of the MIG fixture: three 1g.10gb and one 2g.20gb (5 of an H100's 7 compute slices),
+# MIG device indices 4-6 empty.
+H100_MIG_LAYOUT: tuple[tuple[str, str] | None, ...] = (
+    ("1g.10gb", mig_uuid(0, 0)),
+    ("1g.10gb", mig_uuid(0, 1)),
+    ("1g.10gb", mig_uuid(0, 2)),
+    ("2g.20gb", mig_uuid(0, 3)),
+    None,
+    None,
+    None,
+)
+
+
+def h100_mig() -> dict[str, Any]:
+    """Two H100s on PCIe: GPU 0 in MIG mode (:data:`H100_MIG_LAYOUT`), GPU 1 whole."""
+    return recording([GpuSpec(bus="18", migs=H100_MIG_LAYOUT), GpuSpec(bus="2a")])
+
+
 def dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=1) + "\n"
 
 
+BUILT = {"hgx-8-nvlink": hgx_8_nvlink, "h100-mig": h100_mig}
+
 if __name__ == "__main__":
-    sys.stdout.write(dumps(hgx_8_nvlink()))
+    sys.stdout.write(dumps(BUILT[sys.argv[1] if len(sys.argv) > 1 else "hgx-8-nvlink"]()))

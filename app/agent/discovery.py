@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
+from app.agent.mig_discovery import read_migs
 from app.agent.nvml import (
     ERROR_GPU_IS_LOST,
     FEATURE_ENABLED,
@@ -31,7 +32,7 @@ from app.agent.nvml import (
     Nvml,
     NvmlError,
 )
-from extender.devices.gpus import HEALTHY, Gpu, GpuHealth, GpuUse
+from extender.devices.gpus import HEALTHY, Gpu, GpuHealth, GpuUse, MigSlice
 from extender.devices.links import pci_key
 
 __all__ = ["LOST", "read_node", "sample_use"]
@@ -64,6 +65,7 @@ class _Read:
     pci_bus_id: str = ""
     numa_node: int | None = None
     mig_enabled: bool = False
+    migs: tuple[MigSlice, ...] = ()
     problems: list[str] = field(default_factory=list)
     remote_bus_ids: list[str] = field(default_factory=list)
     lost: bool = False
@@ -88,6 +90,7 @@ def read_node(nvml: Nvml) -> tuple[str, tuple[Gpu, ...]]:
             mig_enabled=read.mig_enabled,
             health=_health(read),
             nvlink_peers=peers[read.index],
+            migs=read.migs,
         )
         for read in reads
     )
@@ -123,6 +126,8 @@ def _read_gpu(nvml: Nvml, index: int) -> _Read:
         read.numa_node = _optional(lambda: nvml.numa_node(index))
         mig = _optional(lambda: nvml.mig_mode(index))
         read.mig_enabled = mig is not None and mig[0] == MIG_ENABLED  # the current mode
+        if read.mig_enabled:
+            read.migs = read_migs(nvml, index)
         errors = _optional(lambda: nvml.ecc_uncorrected(index))
         if errors:
             read.problems.append(f"uncorrectable ECC errors: {errors}")

@@ -20,6 +20,7 @@ __all__ = [
     "ERROR_FUNCTION_NOT_FOUND",
     "ERROR_GPU_IS_LOST",
     "ERROR_INVALID_ARGUMENT",
+    "ERROR_NOT_FOUND",
     "ERROR_NOT_SUPPORTED",
     "ERROR_TIMEOUT",
     "ERROR_UNINITIALIZED",
@@ -42,6 +43,7 @@ __all__ = [
 ERROR_UNINITIALIZED = 1
 ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
+ERROR_NOT_FOUND = 6  # a MIG device index with no MIG device configured there
 ERROR_TIMEOUT = 10  # an event wait that saw nothing: the normal answer
 ERROR_FUNCTION_NOT_FOUND = 13
 ERROR_GPU_IS_LOST = 15  # fell off the bus, or otherwise gone until a reset
@@ -111,6 +113,21 @@ class Nvml(Protocol):
     def mig_mode(self, index: int) -> tuple[int, int]:
         """nvmlDeviceGetMigMode: (current, pending), each MIG_ENABLED or not; Not Supported
         on GPUs without MIG."""
+        ...
+
+    def mig_device_count(self, index: int) -> int:
+        """nvmlDeviceGetMaxMigDeviceCount: how many MIG device indices a GPU in MIG mode has
+        (7 on an H100), configured or not; 0 with MIG off."""
+        ...
+
+    def mig_uuid(self, index: int, mig: int) -> str:
+        """nvmlDeviceGetUUID of nvmlDeviceGetMigDeviceHandleByIndex(index, mig): "MIG-...";
+        ERROR_NOT_FOUND where no MIG device is configured at that index."""
+        ...
+
+    def mig_name(self, index: int, mig: int) -> str:
+        """nvmlDeviceGetName of the same MIG device: "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+        its GPU's name and its profile."""
         ...
 
     def utilisation(self, index: int) -> int:

@@ -104,6 +104,19 @@ class PynvmlBackend:
         current, pending = _call(pynvml.nvmlDeviceGetMigMode, self._handle(index))
         return int(current), int(pending)
 
+    def mig_device_count(self, index: int) -> int:
+        return int(_call(pynvml.nvmlDeviceGetMaxMigDeviceCount, self._handle(index)))
+
+    def mig_uuid(self, index: int, mig: int) -> str:
+        return _text(_call(pynvml.nvmlDeviceGetUUID, self._mig_handle(index, mig)))
+
+    def mig_name(self, index: int, mig: int) -> str:
+        return _text(_call(pynvml.nvmlDeviceGetName, self._mig_handle(index, mig)))
+
+    def _mig_handle(self, index: int, mig: int) -> Any:
+        # Not cached: MIG devices come and go with the GPU's layout, and are read rarely.
+        return _call(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, self._handle(index), mig)
+
     def utilisation(self, index: int) -> int:
         return int(_call(pynvml.nvmlDeviceGetUtilizationRates, self._handle(index)).gpu)
 

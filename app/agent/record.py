@@ -38,6 +38,9 @@ from app.agent.replay import (
     ECC,
     MEMORY,
     MIG,
+    MIG_COUNT,
+    MIG_NAME,
+    MIG_UUID,
     NAME,
     NUMA,
     NVLINK_REMOTE,
@@ -121,6 +124,19 @@ class Recorder:
 
     def mig_mode(self, index: int) -> tuple[int, int]:
         return self._keep(MIG, lambda: self._nvml.mig_mode(index), device=index, shape=list)
+
+    def mig_device_count(self, index: int) -> int:
+        return self._keep(MIG_COUNT, lambda: self._nvml.mig_device_count(index), device=index)
+
+    def mig_uuid(self, index: int, mig: int) -> str:
+        return self._keep(
+            MIG_UUID, lambda: self._nvml.mig_uuid(index, mig), device=index, args=(mig,)
+        )
+
+    def mig_name(self, index: int, mig: int) -> str:
+        return self._keep(
+            MIG_NAME, lambda: self._nvml.mig_name(index, mig), device=index, args=(mig,)
+        )
 
     def utilisation(self, index: int) -> int:
         return self._keep(

@@ -21,7 +21,6 @@ from pathlib import Path
 import grpc
 
 from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from app.agent.plugin import DevicePlugin
 from extender.names import GPU_RESOURCE
 
 __all__ = ["API_VERSION", "DEVICE_PLUGIN_DIR", "KUBELET_SOCKET", "Endpoint", "serve"]
@@ -61,7 +60,9 @@ class Endpoint:
         return self.directory / KUBELET_SOCKET
 
 
-async def serve(plugin: DevicePlugin, endpoint: Endpoint | None = None) -> None:
+async def serve(
+    plugin: api_pb2_grpc.DevicePluginServicer, endpoint: Endpoint | None = None
+) -> None:
     """Serve ``plugin`` and keep it registered until cancelled; on cancellation the server
     stops (``stop_grace_s``) and its socket file is removed. Never returns otherwise."""
     endpoint = endpoint or Endpoint()
@@ -80,7 +81,7 @@ async def serve(plugin: DevicePlugin, endpoint: Endpoint | None = None) -> None:
                     endpoint.socket.unlink()
 
 
-async def _start(plugin: DevicePlugin, endpoint: Endpoint) -> grpc.aio.Server:
+async def _start(plugin: api_pb2_grpc.DevicePluginServicer, endpoint: Endpoint) -> grpc.aio.Server:
     endpoint.directory.mkdir(parents=True, exist_ok=True)
     # A socket left by an earlier run (or by the kubelet's sweep racing us) blocks the bind.
     with contextlib.suppress(FileNotFoundError):

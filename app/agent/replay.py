@@ -81,6 +81,10 @@ MEMORY = "nvmlDeviceGetMemoryInfo"
 PCI = "nvmlDeviceGetPciInfo"
 NUMA = "nvmlDeviceGetNumaNodeId"
 MIG = "nvmlDeviceGetMigMode"
+MIG_COUNT = "nvmlDeviceGetMaxMigDeviceCount"
+# Calls on a MIG device's handle, by its index on the GPU (the entry's one argument).
+MIG_UUID = "nvmlDeviceGetMigDeviceHandleByIndex.uuid"
+MIG_NAME = "nvmlDeviceGetMigDeviceHandleByIndex.name"
 UTILISATION = "nvmlDeviceGetUtilizationRates"
 ECC = "nvmlDeviceGetTotalEccErrors.uncorrected.volatile"
 RETIRED = "nvmlDeviceGetRetiredPagesPendingStatus"
@@ -283,6 +287,15 @@ class ReplayBackend:
     def mig_mode(self, index: int) -> tuple[int, int]:
         current, pending = self._ask(index, MIG)
         return int(current), int(pending)
+
+    def mig_device_count(self, index: int) -> int:
+        return int(self._ask(index, MIG_COUNT))
+
+    def mig_uuid(self, index: int, mig: int) -> str:
+        return str(self._ask(index, MIG_UUID, (mig,)))
+
+    def mig_name(self, index: int, mig: int) -> str:
+        return str(self._ask(index, MIG_NAME, (mig,)))
 
     def utilisation(self, index: int) -> int:
         return int(self._ask(index, UTILISATION)["gpu"])

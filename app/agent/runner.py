@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 
 from app.agent.discovery import read_node, sample_use
 from app.agent.memory import StaticDevices
+from app.agent.mig_plugin import WholeGpus, mig_plugins
 from app.agent.node_publisher import NodePublisher
 from app.agent.nvml import Nvml, NvmlError
 from app.agent.plugin import DevicePlugin
@@ -103,7 +104,10 @@ class Agent:
             [g.index for g in gpus],
             lambda fault: self._from_thread(loop, fault),
         )
-        plugin = DevicePlugin(self.devices, self.ledger)
+        # The whole-GPU resource never serves a GPU in MIG mode: its MIG devices have their
+        # own resources, one plugin per profile (NVIDIA's "mixed" strategy).
+        plugin = DevicePlugin(WholeGpus(self.devices), self.ledger)
+        migs = mig_plugins(self.devices, self.ledger, self.endpoint)
         tasks = [
             asyncio.create_task(self._publish_forever(), name="agent-publish"),
             asyncio.create_task(
@@ -122,6 +126,9 @@ class Agent:
             # are listed: a restarted agent must know what it gave out before it gives more.
             await _first(self.ledger.listed.wait(), tasks)
             tasks.append(asyncio.create_task(serve(plugin, self.endpoint), name="agent-plugin"))
+            for mig, endpoint in migs:
+                name = f"agent-mig-{mig.profile}"
+                tasks.append(asyncio.create_task(serve(mig, endpoint), name=name))
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()  # a task that ended raises its error here

@@ -14,7 +14,7 @@ from extender.devices.document import (
     encode_topology,
     encode_use,
 )
-from extender.devices.gpus import HEALTHY, Gpu, GpuHealth, GpuUse
+from extender.devices.gpus import HEALTHY, Gpu, GpuHealth, GpuUse, MigSlice
 
 __all__ = [
     "HEALTHY",
@@ -24,6 +24,7 @@ __all__ = [
     "Gpu",
     "GpuHealth",
     "GpuUse",
+    "MigSlice",
     "Topology",
     "UseSample",
     "decode_topology",

@@ -38,7 +38,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class NodePod:
-    """A live pod on the agent's node that asks for the GPU resource."""
+    """A live pod on the agent's node that asks for the GPU resource, or MIG devices."""
 
     uid: str
     namespace: str
@@ -53,6 +53,10 @@ class NodePod:
     # When it was bound (its PodScheduled condition's lastTransitionTime, Unix seconds; the
     # creation time when absent): the oldest bind is admitted first.
     bound_at: float = 0.0
+    # MIG devices instead of GPUs: per profile, how many (extender.devices.mig_allocation),
+    # and schedext.io/mig-uuids, the ones schedext chose (None: it did not bind the pod).
+    mig: tuple[tuple[str, int], ...] = ()
+    mig_uuids: tuple[str, ...] | None = None
 
     @property
     def key(self) -> str:

@@ -6,7 +6,17 @@
      "groups": [[0, 1, 2, 3], [4, 5, 6, 7]],
      "gpus": [{"index": 0, "uuid": "GPU-...", "model": "NVIDIA H100 80GB HBM3",
                "memoryMiB": 81559, "pciBusId": "00000000:00:06.0", "numaNode": 0,
-               "mig": false, "health": "Healthy", "reason": ""}, ...]}
+               "mig": false, "health": "Healthy", "reason": ""},
+              {"index": 1, ..., "mig": true,
+               "migs": [{"profile": "1g.10gb", "uuid": "MIG-..."}, ...]}, ...]}
+
+``migs`` (a GPU in MIG mode: its MIG devices, at most :data:`MAX_MIGS`) is optional and written
+only when there are some, so that a node without MIG writes the same text as before it existed
+and a reader that predates it reads the rest as ever. Under NVIDIA's "mixed" strategy the
+node's whole-GPU resource leaves out the GPUs in MIG mode, while the document lists every GPU
+by NVML index: its indices may therefore reach the whole-GPU count plus the GPUs it marks
+``"mig": true`` (a reader that predates this refuses such a document as "index outside",
+which leaves it without topology, never handing out a wrong GPU).
 
 Version 1 is today's ``{"groups": [...]}`` with no version key; it stays readable, so a
 hand-written annotation keeps working. A newer version than this reader knows is refused
@@ -31,10 +41,12 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.devices.gpus import HEALTHY, Gpu, GpuHealth, GpuUse
+from extender.devices.gpus import HEALTHY, Gpu, GpuHealth, GpuUse, MigSlice
+from extender.devices.mig_slices import is_profile
 
 __all__ = [
     "MAX_DOCUMENT",
+    "MAX_MIGS",
     "TOPOLOGY_VERSION",
     "USE_VERSION",
     "DocumentError",
@@ -51,6 +63,7 @@ USE_VERSION = 1
 # Node annotations share the object's 256 KiB; 64 GPUs' entries take about 16 KiB.
 MAX_DOCUMENT = 64 * 1024
 _MAX_TEXT = 256  # a UUID, a model name, a health reason
+MAX_MIGS = 16  # MIG devices per GPU (7 on an H100): a longer list is not a GPU's
 
 
 class DocumentError(ValueError):
@@ -73,6 +86,10 @@ class Topology:
     def unhealthy(self) -> tuple[tuple[int, str], ...]:
         """(index, why) of each GPU published as unhealthy."""
         return tuple((g.index, g.health.reason) for g in self.gpus if not g.health.healthy)
+
+    def mig_gpus(self) -> tuple[int, ...]:
+        """Indices of the GPUs in MIG mode (never handed out whole)."""
+        return tuple(g.index for g in self.gpus if g.mig_enabled)
 
     def uuids(self) -> tuple[str, ...]:
         """UUIDs by index when every GPU's is published, else ()."""
@@ -98,22 +115,26 @@ def encode_topology(topology: Topology) -> str:
         "version": TOPOLOGY_VERSION,
         "driver": topology.driver,
         "groups": [list(group) for group in topology.groups],
-        "gpus": [
-            {
-                "index": gpu.index,
-                "uuid": gpu.uuid,
-                "model": gpu.model,
-                "memoryMiB": gpu.memory_mib,
-                "pciBusId": gpu.pci_bus_id,
-                "numaNode": gpu.numa_node,
-                "mig": gpu.mig_enabled,
-                "health": "Healthy" if gpu.health.healthy else "Unhealthy",
-                "reason": gpu.health.reason,
-            }
-            for gpu in sorted(topology.gpus, key=lambda g: g.index)
-        ],
+        "gpus": [_gpu_entry(gpu) for gpu in sorted(topology.gpus, key=lambda g: g.index)],
     }
     return json.dumps(document, separators=(",", ":"), sort_keys=True)
+
+
+def _gpu_entry(gpu: Gpu) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "model": gpu.model,
+        "memoryMiB": gpu.memory_mib,
+        "pciBusId": gpu.pci_bus_id,
+        "numaNode": gpu.numa_node,
+        "mig": gpu.mig_enabled,
+        "health": "Healthy" if gpu.health.healthy else "Unhealthy",
+        "reason": gpu.health.reason,
+    }
+    if gpu.migs:
+        entry["migs"] = [{"profile": m.profile, "uuid": m.uuid} for m in gpu.migs]
+    return entry
 
 
 def decode_topology(raw: str, gpu_count: int) -> Topology:
@@ -127,10 +148,13 @@ def decode_topology(raw: str, gpu_count: int) -> Topology:
         raise DocumentError(
             f"version {version} is not supported (this schedext reads 1 and {TOPOLOGY_VERSION})"
         )
-    groups = _groups(document.get("groups"), gpu_count)
     if version == 1:
-        return Topology(groups=groups, version=1)
-    gpus = _gpus(document.get("gpus", []), gpu_count)
+        return Topology(groups=_groups(document.get("groups"), gpu_count), version=1)
+    raw_gpus = document.get("gpus", [])
+    # The GPUs in MIG mode stand beside the whole-GPU count (see the module docstring).
+    indices = gpu_count + _mig_mode_count(raw_gpus)
+    groups = _groups(document.get("groups"), indices)
+    gpus = _gpus(raw_gpus, indices)
     driver = document.get("driver", "")
     return Topology(groups=groups, gpus=gpus, driver=_text(driver, "driver"), version=version)
 
@@ -153,6 +177,12 @@ def _groups(raw: object, gpu_count: int) -> GpuGroups:
     return tuple(parsed)
 
 
+def _mig_mode_count(raw: object) -> int:
+    if not isinstance(raw, list):
+        return 0
+    return sum(1 for entry in raw if isinstance(entry, Mapping) and entry.get("mig") is True)
+
+
 def _gpus(raw: object, gpu_count: int) -> tuple[Gpu, ...]:
     if not isinstance(raw, list):
         raise DocumentError("gpus is not a list")
@@ -172,6 +202,7 @@ def _gpus(raw: object, gpu_count: int) -> tuple[Gpu, ...]:
         reason = _text(entry.get("reason", ""), "reason")
         numa = entry.get("numaNode")
         memory = entry.get("memoryMiB", 0)
+        mig = entry.get("mig") is True
         gpus[index] = Gpu(
             index=index,
             uuid=_text(entry.get("uuid", ""), "uuid"),
@@ -179,10 +210,34 @@ def _gpus(raw: object, gpu_count: int) -> tuple[Gpu, ...]:
             memory_mib=memory if _is_int(memory) and memory >= 0 else 0,
             pci_bus_id=_text(entry.get("pciBusId", ""), "pciBusId"),
             numa_node=numa if _is_int(numa) else None,
-            mig_enabled=entry.get("mig") is True,
+            mig_enabled=mig,
             health=HEALTHY if health == "Healthy" else GpuHealth(False, reason or "unhealthy"),
+            migs=_migs(entry.get("migs", []), index, mig),
         )
-    return tuple(gpus[i] for i in sorted(gpus))
+    ordered = tuple(gpus[i] for i in sorted(gpus))
+    uuids = [m.uuid for gpu in ordered for m in gpu.migs]
+    if len(set(uuids)) != len(uuids):
+        raise DocumentError("gpus: a MIG device is listed twice")
+    return ordered
+
+
+def _migs(raw: object, index: int, mig: bool) -> tuple[MigSlice, ...]:
+    if not isinstance(raw, list) or len(raw) > MAX_MIGS:
+        raise DocumentError(f"gpus: GPU {index} migs is not a list of at most {MAX_MIGS}")
+    if raw and not mig:
+        raise DocumentError(f"gpus: GPU {index} lists MIG devices but is not in MIG mode")
+    slices = []
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            raise DocumentError(f"gpus: GPU {index} has a migs entry that is not an object")
+        profile = _text(entry.get("profile"), "profile")
+        uuid = _text(entry.get("uuid"), "uuid")
+        if not is_profile(profile) or not uuid:
+            raise DocumentError(
+                f"gpus: GPU {index} has a MIG device without a profile name or a UUID"
+            )
+        slices.append(MigSlice(profile, uuid))
+    return tuple(slices)
 
 
 # ---------------------------------------------------------------------------------- use

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["HEALTHY", "Gpu", "GpuHealth", "GpuUse"]
+__all__ = ["HEALTHY", "Gpu", "GpuHealth", "GpuUse", "MigSlice"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +21,18 @@ HEALTHY = GpuHealth()
 
 
 @dataclass(frozen=True, slots=True)
+class MigSlice:
+    """One MIG device of a GPU in MIG mode: its profile ("1g.10gb", the name NVIDIA's mixed
+    strategy gives the resource ``nvidia.com/mig-1g.10gb``) and its UUID ("MIG-...", what
+    NVIDIA_VISIBLE_DEVICES takes). Its health is its GPU's."""
+
+    profile: str
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
 class Gpu:
-    """One physical GPU (MIG slices are the GPU-sharing issue's; here only whether MIG is on)."""
+    """One physical GPU, and its MIG devices when it is in MIG mode."""
 
     index: int  # NVML's index, the one schedext.io/gpu-ids names
     uuid: str  # "GPU-6bd689b3-..."; what NVIDIA_VISIBLE_DEVICES takes
@@ -35,6 +45,9 @@ class Gpu:
     # PCI bus ids of the GPUs this one reaches over an active NVLink (or NVLink P2P); the
     # agent folds them into groups, and only the groups are published.
     nvlink_peers: tuple[str, ...] = ()
+    # In MIG mode: the MIG devices configured on it now, in NVML's order (schedext never
+    # changes the layout). A GPU in MIG mode is never handed out whole.
+    migs: tuple[MigSlice, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,10 @@ __all__ = ["node_pod"]
 
 
 def node_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> NodePod | None:
-    """The pod as the agent's device plugin sees it; None when it asks for no GPU or is done."""
+    """The pod as the agent's device plugins see it; None when it asks for no GPU and no MIG
+    device, or is done."""
     holding = holding_from_pod(pod, gpu_resource=gpu_resource)
-    if holding is None or holding.gpus <= 0:
+    if holding is None or (holding.gpus <= 0 and not holding.mig):
         return None
     meta = fields.obj(pod, "metadata")
     annotations = fields.string_map(meta, "annotations")
@@ -30,6 +31,8 @@ def node_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> Node
         gpu_uuids=holding.gpu_uuids,
         allocated=allocated,
         bound_at=_bound_at(pod),
+        mig=holding.mig,
+        mig_uuids=holding.mig_uuids,
     )
 
 

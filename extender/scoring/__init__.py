@@ -3,8 +3,9 @@
 Each scorer (:class:`Scorer`) says whether it applies to a pod and rates each candidate node
 0..1. A node's score is ``rint(10 * sum(weight * rating) / sum(weight))`` over the scorers
 that apply and weigh more than 0. A GPU pod scores 0 on a node that lacks the free GPUs now
-(or, for a share, too few devices with room; prioritize normally sees only filter's
-survivors, but such a node must never look attractive), and an unknown node scores 0.
+(or, for a share, too few devices with room; for MIG, too few free MIG devices; prioritize
+normally sees only filter's survivors, but such a node must never look attractive), and an
+unknown node scores 0.
 
 Adding an objective: a module here that defines ``SCORER``, and its line in :data:`SCORERS`.
 Its weight is ``policy.weights.<name>`` in settings (or its ``default_weight``).
@@ -27,6 +28,7 @@ from extender.scoring import (
     gang_rack,
     ip_headroom,
     live_use,
+    mig_pack,
     share_pack,
     share_spread,
     spread,
@@ -61,6 +63,7 @@ SCORERS: tuple[Scorer, ...] = (
     live_use.SCORER,
     share_pack.SCORER,
     share_spread.SCORER,
+    mig_pack.SCORER,
 )
 NAMES = frozenset(scorer.name for scorer in SCORERS)
 
@@ -95,6 +98,8 @@ def score_nodes(
             grid.memory_free.take(ids, axis=0), grid.cores_free.take(ids, axis=0), request
         )
         scores = np.where(np.count_nonzero(fits, axis=1) >= request.shares, scores, 0)
+    for profile, count in request.mig:
+        scores = np.where(inventory.mig_arrays(profile).free[ids] >= count, scores, 0)
     return np.where(inventory.arrays.alive[ids], scores, 0).astype(np.int64)
 
 

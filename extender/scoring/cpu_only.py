@@ -12,12 +12,14 @@ __all__ = ["SCORER"]
 
 
 def _score(nodes: Candidates) -> FloatArray:
-    return np.equal(nodes.column("gpu_total"), 0).astype(np.float64)
+    gpus = nodes.column("gpu_total") + nodes.column("gpu_mig")  # MIG GPUs are GPUs too
+    rating: FloatArray = np.equal(gpus, 0).astype(np.float64)
+    return rating
 
 
 SCORER = Scorer(
     name="cpu_only",
     default_weight=lambda config: config.allocation_weight + config.topology_weight,
-    applies=lambda nodes: nodes.request.devices == 0,
+    applies=lambda nodes: nodes.request.devices == 0 and not nodes.request.mig,
     score=_score,
 )

@@ -23,6 +23,7 @@ from extender.scoring import (
     gang_rack,
     ip_headroom,
     live_use,
+    mig_pack,
     score_nodes,
     share_pack,
     share_spread,
@@ -41,6 +42,7 @@ from tests.builders import (
     make_pod,
     share_pod,
 )
+from tests.mig_builders import mig_node, mig_pod, mig_uuid
 from tests.unit.helpers import scheduler_with
 
 NVLINK_2X4 = [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -306,6 +308,36 @@ SHARE_SPREAD_CASES = [
     ),
 ]
 
+MIG_NODES = [
+    mig_node("busy", migs={0: ["1g.10gb", "1g.10gb"], 1: ["1g.10gb", "2g.20gb", "2g.20gb"]}),
+    mig_node("idle", migs={0: ["1g.10gb", "1g.10gb"]}),
+]
+MIG_BOUND = [mig_pod("b", {"2g.20gb": 1}, node="busy", mig_uuids=[mig_uuid("busy", 1, 1)])]
+
+MIG_PACK_CASES = [
+    Case(
+        "a MIG device beside one in use rates 1; on an idle GPU 0",
+        MIG_NODES,
+        mig_pod("p", {"1g.10gb": 1}),
+        {"busy": 1.0, "idle": 0.0},
+        bound=MIG_BOUND,
+    ),
+    Case(
+        "the share of the pod's MIG devices that can go beside one in use",
+        MIG_NODES,
+        mig_pod("p", {"1g.10gb": 2}),
+        {"busy": 0.5, "idle": 0.0},
+        bound=MIG_BOUND,
+    ),
+    Case(
+        "several profiles, counted together",
+        MIG_NODES,
+        mig_pod("p", {"1g.10gb": 1, "2g.20gb": 1}),
+        {"busy": 1.0, "idle": 0.0},
+        bound=MIG_BOUND,
+    ),
+]
+
 TABLES = [
     (binpack.SCORER, BINPACK_CASES),
     (spread.SCORER, SPREAD_CASES),
@@ -316,7 +348,13 @@ TABLES = [
     (live_use.SCORER, LIVE_USE_CASES),
     (share_pack.SCORER, SHARE_PACK_CASES),
     (share_spread.SCORER, SHARE_SPREAD_CASES),
+    (mig_pack.SCORER, MIG_PACK_CASES),
 ]
+
+
+@pytest.mark.parametrize("case", MIG_PACK_CASES, ids=lambda c: c.id)
+def test_mig_pack_rates_mig_devices_beside_busy_ones(case: Case) -> None:
+    assert ratings(mig_pack.SCORER, case) == pytest.approx(case.expected)
 
 
 @pytest.mark.parametrize("case", SHARE_PACK_CASES, ids=lambda c: c.id)
@@ -406,6 +444,9 @@ APPLIES = [
     (ip_headroom.SCORER, make_pod(gpus=1), False),
     (live_use.SCORER, make_pod(gpus=1), True),
     (live_use.SCORER, make_pod(), False),
+    (mig_pack.SCORER, mig_pod("p"), True),
+    (mig_pack.SCORER, make_pod(gpus=1), False),
+    (cpu_only.SCORER, mig_pod("p"), False),
 ]
 
 
