@@ -30,11 +30,14 @@ from extender.columns import (
     IntArray,
     NodeArrays,
 )
+from extender.gpu_models import GpuModels
 from extender.ipam import AddressBook, IPPoolSpec, IPUse
 from extender.mig_state import MigArrays, MigColumns
 from extender.model import Holding, HoldingKind, NodeSpec
+from extender.node_rows import write_devices, write_use
 from extender.node_state import NodeState, NodeView
 from extender.packed import NameTable, PackedNames
+from extender.shares import share_conflict
 
 __all__ = [
     "BoolArray",
@@ -48,7 +51,6 @@ __all__ = [
 ]
 
 _SPEC_DERIVED_MAX = 64  # bounds the cache below: pod shapes are few, but pods are not trusted
-_MODEL_MASKS_MAX = 256  # the same for GPU model hints, which pods write
 _T = TypeVar("_T")
 
 
@@ -75,13 +77,7 @@ class Inventory:
         self._holdings: dict[str, Holding] = {}
         self._reserved: set[str] = set()  # uids of RESERVED holdings, so expiry is cheap
         self._holdings_by_node: dict[str, dict[str, None]] = {}  # insertion-ordered sets
-        self._model_ids: dict[str, int] = {"": 0}
-        self._model_names: list[str] = [""]
-        # Model ids are never reused (the column keeps them), but whether a hint names a
-        # product exactly depends on the nodes there now: count the nodes per model id.
-        self._model_nodes: list[int] = [0]
-        self._models_present = 0  # bumped when a model gains its first or loses its last node
-        self._model_masks: dict[str | None, tuple[int, BoolArray]] = {}
+        self._models = GpuModels()
         self._cols = Columns(max(capacity, 2))
         self._view: NodeArrays | None = None
         self._device_view: DeviceArrays | None = None
@@ -209,31 +205,11 @@ class Inventory:
         return mask
 
     def model_name(self, model_id: int) -> str:
-        return self._model_names[model_id]
+        return self._models.name(model_id)
 
     def model_mask(self, pattern: str | None) -> BoolArray:
-        """Which model ids satisfy a pod's GPU model hint: the exact product name when a node
-        in the inventory now has it, otherwise every model containing the hint, ignoring case
-        ("h100")."""
-        stamp = self._models_present
-        cached = self._model_masks.get(pattern)
-        if cached is not None and cached[0] == stamp and len(cached[1]) == len(self._model_names):
-            return cached[1]
-        mask = np.zeros(len(self._model_names), dtype=np.bool_)
-        exact = self._model_ids.get(pattern) if pattern is not None else None
-        if pattern is None:
-            mask[:] = True
-        elif exact is not None and self._model_nodes[exact] > 0:
-            mask[exact] = True
-        else:
-            folded = pattern.casefold()
-            for model_id, name in enumerate(self._model_names):
-                mask[model_id] = bool(name) and folded in name.casefold()
-        mask.flags.writeable = False
-        if len(self._model_masks) >= _MODEL_MASKS_MAX:
-            self._model_masks.clear()
-        self._model_masks[pattern] = (stamp, mask)
-        return mask
+        """Which model ids satisfy a pod's GPU model hint (:meth:`GpuModels.mask`)."""
+        return self._models.mask(pattern)
 
     # ----------------------------------------------------------------- nodes
 
@@ -256,7 +232,12 @@ class Inventory:
                 # Only the live-use sample changed (every few seconds per node): no spec
                 # derived answer depends on it, so the caches of filter stay.
                 state.spec = spec
-                self._sync_use(state)
+                write_use(
+                    self._cols.arrays,
+                    state,
+                    state.free_ids(),
+                    fresh_after=self._now - self._use_stale_s,
+                )
                 self._changed()
                 return True
             gpu_shape_same = (
@@ -273,8 +254,8 @@ class Inventory:
                 spec.mig_slices,
             )
             if state.spec.gpu_model != spec.gpu_model:
-                self._count_model(state.spec.gpu_model, -1)
-                self._count_model(spec.gpu_model, +1)
+                self._models.count(state.spec.gpu_model, -1)
+                self._models.count(spec.gpu_model, +1)
             state.spec = spec
             self.nodes_version += 1
             if not gpu_shape_same:
@@ -288,7 +269,7 @@ class Inventory:
         else:
             self._states[slot] = state
         self._slots[spec.name] = slot
-        self._count_model(spec.gpu_model, +1)
+        self._models.count(spec.gpu_model, +1)
         self.layout += 1
         self.nodes_version += 1
         for uid in self._holdings_by_node.get(spec.name, {}):
@@ -302,7 +283,7 @@ class Inventory:
         self._problems.pop(name, None)
         if slot is None:
             return False
-        self._count_model(self._state(slot).spec.gpu_model, -1)
+        self._models.count(self._state(slot).spec.gpu_model, -1)
         self.layout += 1
         self.nodes_version += 1
         self._states[slot] = None
@@ -371,11 +352,14 @@ class Inventory:
             raise InventoryConflictError(
                 f"GPU {list(ids)} on {holding.node}: not {holding.devices} distinct devices"
             )
-        if holding.shares:
-            self._check_share_room(state, holding)
-        free = set(state.free_ids())
         own = self._holdings.get(holding.uid)
-        if own is not None and own.node == holding.node and own.gpu_ids:
+        if own is not None and own.node != holding.node:
+            own = None
+        no_room = share_conflict(state, holding, own) if holding.shares else None
+        if no_room:
+            raise InventoryConflictError(no_room)
+        free = set(state.free_ids())
+        if own is not None and own.gpu_ids:
             free.update(own.gpu_ids)
         taken = [i for i in holding.gpu_ids or () if i not in free and not holding.shares]
         if taken:
@@ -389,21 +373,6 @@ class Inventory:
             if user is not None and user.uid and user.uid != holding.uid:
                 raise InventoryConflictError(f"address {holding.ip} already held by {user.pod}")
         self.upsert_holding(holding)
-
-    def _check_share_room(self, state: NodeState, holding: Holding) -> None:
-        """A share reserved on a stale view: refuse it where the device lacks the room now."""
-        room = state.share_room()
-        own = self._holdings.get(holding.uid)
-        for index in holding.gpu_ids or ():
-            memory, cores = room[index] if 0 <= index < len(room) else (-1, -1)
-            if own is not None and own.node == holding.node and index in (own.gpu_ids or ()):
-                memory += own.share_memory_mib
-                cores += own.share_cores
-            if memory < holding.share_memory_mib or cores < holding.share_cores:
-                raise InventoryConflictError(
-                    f"GPU {index} on {holding.node} has no room for a {holding.share_memory_mib}"
-                    " MiB share now"
-                )
 
     def remove_holding(self, uid: str) -> Holding | None:
         holding = self._holdings.pop(uid, None)
@@ -486,48 +455,13 @@ class Inventory:
         cols.cpu_free[slot] = spec.cpu_milli - state.cpu_used
         cols.memory_alloc[slot] = spec.memory_bytes
         cols.memory_free[slot] = spec.memory_bytes - state.memory_used
-        cols.model[slot] = self._model_id(spec.gpu_model)
+        cols.model[slot] = self._models.id(spec.gpu_model)
         cols.gpu_memory_mib[slot] = spec.gpu_memory_mib or 0
-        self._sync_devices(state, free)
+        write_devices(self._cols, state, free)
         cols.rack[slot] = self._topology_id(spec.labels.get(self._rack_label, ""))
         cols.zone[slot] = self._topology_id(spec.labels.get(self._zone_label, ""))
-        self._sync_use(state, free)
+        write_use(cols, state, free, fresh_after=self._now - self._use_stale_s)
         self._changed()
-
-    def _sync_devices(self, state: NodeState, free: list[int]) -> None:
-        """The node's row of the device grid, and its share totals."""
-        slot, cols = state.slot, self._cols.arrays
-        self._cols.fit_width(len(state.holders))
-        grid = self._cols.devices
-        grid.memory_free[slot] = grid.cores_free[slot] = -1
-        grid.sharers[slot] = 0
-        for index, (memory, cores) in enumerate(state.share_room(free)):
-            grid.memory_free[slot, index] = memory
-            grid.cores_free[slot, index] = cores
-            grid.sharers[slot, index] = state.sharers[index]
-        cols.share_devices[slot] = sum(1 for n in state.sharers if n)
-        cols.share_memory_held[slot] = sum(state.share_memory)
-
-    def _sync_use(self, state: NodeState, free: list[int] | None = None) -> None:
-        """The live-use columns: the means over the GPUs a pod would get (the free ones) of
-        the agent's last sample, when there is one."""
-        spec, slot, cols = state.spec, state.slot, self._cols.arrays
-        sample = spec.gpu_use
-        by_index = {u.index: u for u in sample.gpus} if sample is not None else {}
-        rows = [by_index[i] for i in (state.free_ids() if free is None else free) if i in by_index]
-        if sample is None or not rows:
-            cols.use_util[slot] = cols.use_memory[slot] = cols.use_at[slot] = 0
-            cols.use_fresh[slot] = 0
-            return
-        memory = spec.gpu_memory_mib or 0
-        cols.use_util[slot] = round(sum(u.utilisation for u in rows) / len(rows))
-        cols.use_memory[slot] = (
-            min(100, round(100 * sum(u.memory_used_mib for u in rows) / (memory * len(rows))))
-            if memory
-            else 0
-        )
-        cols.use_at[slot] = int(sample.at)
-        cols.use_fresh[slot] = int(sample.at >= self._now - self._use_stale_s)
 
     def age_use(self, now: float) -> None:
         """Stop trusting the live-use samples that grew stale by ``now`` (wall-clock Unix
@@ -538,23 +472,6 @@ class Inventory:
         if stale.any():
             cols.use_fresh[stale] = 0
             self._changed()
-
-    def _model_id(self, model: str | None) -> int:
-        if not model:
-            return 0
-        model_id = self._model_ids.get(model)
-        if model_id is None:
-            model_id = self._model_ids[model] = len(self._model_names)
-            self._model_names.append(model)
-            self._model_nodes.append(0)
-        return model_id
-
-    def _count_model(self, model: str | None, delta: int) -> None:
-        model_id = self._model_id(model)
-        before = self._model_nodes[model_id]
-        self._model_nodes[model_id] = before + delta
-        if model_id and (before == 0) != (before + delta == 0):
-            self._models_present += 1
 
     def _topology_id(self, value: str) -> int:
         topology_id = self._topology_ids.get(value)

@@ -20,15 +20,17 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from extender.columns import NO_ROOM
 from extender.config import SharePlacement
 from extender.model import Demand, Holding
-from extender.node_state import NodeView
+from extender.node_state import NodeState, NodeView
 
 __all__ = [
     "choose_share_gpus",
     "fitting",
     "pick_share_gpus",
     "room_after",
+    "share_conflict",
     "share_detail",
     "used_after",
 ]
@@ -128,6 +130,23 @@ def room_after(view: NodeView, victims: Sequence[Holding]) -> list[tuple[int, in
         (capacity - memory[i], 100 - cores[i]) if i in usable and i not in blocked else (-1, -1)
         for i in range(len(view.holders))
     ]
+
+
+def share_conflict(state: NodeState, holding: Holding, own: Holding | None) -> str | None:
+    """Why a share reserved on a stale view cannot be held now (a device lacks the room), or
+    None. ``own``: the pod's present holding on the same node, whose room it may reuse."""
+    room = state.share_room()
+    for index in holding.gpu_ids or ():
+        memory, cores = room[index] if 0 <= index < len(room) else (NO_ROOM, NO_ROOM)
+        if own is not None and index in (own.gpu_ids or ()):
+            memory += own.share_memory_mib
+            cores += own.share_cores
+        if memory < holding.share_memory_mib or cores < holding.share_cores:
+            return (
+                f"GPU {index} on {holding.node} has no room for a "
+                f"{holding.share_memory_mib} MiB share now"
+            )
+    return None
 
 
 def share_detail(view: NodeView, demand: Demand) -> str:

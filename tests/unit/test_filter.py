@@ -270,7 +270,7 @@ def test_filter_stays_right_for_more_model_hints_than_it_keeps() -> None:
         for hint in hints:
             verdict = scheduler.filter(make_pod(gpus=1, model=hint), names)
             assert (verdict.passed == names) is (not hint.startswith("no-such")), (round_, hint)
-    assert len(scheduler.inventory._model_masks) <= 256  # the bound itself
+    assert len(scheduler.inventory._models._masks) <= 256  # the bound itself
 
 
 def test_reasons_are_numbered_from_0_without_gaps() -> None:

@@ -1,0 +1,47 @@
+"""Writing one node's derived rows: the device grid and share totals, and the live-use
+columns. The inventory calls these from ``_sync`` whenever a node's state changes."""
+
+from __future__ import annotations
+
+from extender.columns import NO_ROOM, Columns, NodeArrays
+from extender.node_state import NodeState
+
+__all__ = ["write_devices", "write_use"]
+
+
+def write_devices(columns: Columns, state: NodeState, free: list[int]) -> None:
+    """The node's row of the device grid (the room a share has on each GPU), and its share
+    totals."""
+    slot, cols = state.slot, columns.arrays
+    columns.fit_width(len(state.holders))
+    grid = columns.devices
+    grid.memory_free[slot] = grid.cores_free[slot] = NO_ROOM
+    grid.sharers[slot] = 0
+    for index, (memory, cores) in enumerate(state.share_room(free)):
+        grid.memory_free[slot, index] = memory
+        grid.cores_free[slot, index] = cores
+        grid.sharers[slot, index] = state.sharers[index]
+    cols.share_devices[slot] = sum(1 for n in state.sharers if n)
+    cols.share_memory_held[slot] = sum(state.share_memory)
+
+
+def write_use(cols: NodeArrays, state: NodeState, free: list[int], *, fresh_after: float) -> None:
+    """The live-use columns: the means over the GPUs a pod would get (the free ones) of the
+    agent's last sample, when there is one; fresh when stamped at or after ``fresh_after``."""
+    spec, slot = state.spec, state.slot
+    sample = spec.gpu_use
+    by_index = {u.index: u for u in sample.gpus} if sample is not None else {}
+    rows = [by_index[i] for i in free if i in by_index]
+    if sample is None or not rows:
+        cols.use_util[slot] = cols.use_memory[slot] = cols.use_at[slot] = 0
+        cols.use_fresh[slot] = 0
+        return
+    memory = spec.gpu_memory_mib or 0
+    cols.use_util[slot] = round(sum(u.utilisation for u in rows) / len(rows))
+    cols.use_memory[slot] = (
+        min(100, round(100 * sum(u.memory_used_mib for u in rows) / (memory * len(rows))))
+        if memory
+        else 0
+    )
+    cols.use_at[slot] = int(sample.at)
+    cols.use_fresh[slot] = int(sample.at >= fresh_after)
