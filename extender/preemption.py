@@ -21,13 +21,26 @@ How the set is chosen: the fewest pods. Among sets of that size, the one with:
 
 * the lowest top priority (as kube-scheduler ranks candidates);
 * then the lowest sum of priorities;
-* then the fewest GPUs freed for nothing;
+* then the least freed for nothing: whole GPUs for a whole-GPU preemptor; for a share
+  preemptor, MiB of GPU memory (a share's memory on each of its devices, a whole GPU's full
+  memory), so that a share evicts small shares before large ones or a whole-GPU pod;
 * then the fewest pods holding an address (an address is worth keeping);
 * then the most of kube-scheduler's own picks.
 
 The search is exhaustive while that is cheap (a GPU node holds few pods). Beyond that it is a
 greedy reprieve: evict every eligible pod, then spare them one at a time, most important
 first, while the rest still suffice.
+
+**GPU shares.** A share preemptor (``shares > 0``) needs ``shares`` distinct devices that each
+have room for its memory and cores once the victims go (:func:`extender.shares.room_after`,
+judged by the rule bind places shares with, :func:`extender.shares.pick_share_gpus`): a share
+victim frees its memory and cores on its devices, a whole victim frees whole devices. The
+smallest set is therefore found on one device where one device suffices, never one share from
+each of several devices. A whole-GPU preemptor needs devices that no pod holds whole and no
+share is left on: on a node whose GPUs are all shared, every share of one device goes (the
+device with the fewest). What a gang preemptor's check is told the victims free is whole GPUs
+in both cases: the devices they leave free for a whole-GPU pod (a device whose every share
+goes counts; one still shared does not).
 
 Every returned list, whichever way it was chosen, obeys the same rules: only bound pods of
 strictly lower priority, gang members as ``gang_victims`` says, ordered by decreasing priority,
@@ -57,11 +70,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from extender.addressing import IPContext, ip_context
+from extender.config import SharePlacement
 from extender.inventory import Inventory
 from extender.mig import met_after
 from extender.model import RANKED, Holding, HoldingKind, PodRequest, Reason, Victim
 from extender.node_state import NodeView
 from extender.policy import PolicyConfig, node_reasons
+from extender.shares import pick_share_gpus, room_after
 
 __all__ = ["GangVictims", "NodeVictims", "select_victims"]
 
@@ -89,7 +104,8 @@ def select_victims(
     """Victims per candidate node worth preempting on (see the module docstring).
 
     ``group_can_fit(node, freed_gpus)``: for a gang preemptor, whether its whole group fits
-    once ``freed_gpus`` are freed on ``node``.
+    once ``freed_gpus`` whole GPUs are freed on ``node`` (devices the victims leave free for a
+    whole-GPU pod; a device still shared is not one).
     """
     if request.preempt_never:
         return {}
@@ -109,7 +125,7 @@ def select_victims(
         )
         if chosen is None:
             continue
-        freed = sum(h.gpus for h in chosen)
+        freed = _whole_gpus_freed(inventory.node(node), chosen)
         if group_can_fit is not None and not group_can_fit(node, freed):
             continue
         result[node] = NodeVictims(
@@ -160,6 +176,9 @@ def _proposed_units(units: list[list[Holding]], proposed: Sequence[Victim]) -> l
     return list(chosen.values()) or None
 
 
+# Whether a share fits does not depend on where it would go: any placement answers it.
+_ANY_PLACEMENT = SharePlacement.PACK
+
 # Exhaustive search is used while it stays cheap; beyond, a greedy reprieve.
 _MAX_COMBINATIONS = 20_000
 
@@ -178,7 +197,7 @@ def _smallest(units: list[list[Holding]], need: _Need, proposed: set[str]) -> li
                 key = (
                     max(h.priority for h in victims),
                     sum(h.priority for h in victims),
-                    sum(h.gpus for h in victims),
+                    sum(map(need.freed, victims)),
                     sum(1 for h in victims if h.ip),  # addresses are worth keeping
                     -sum(1 for h in victims if h.uid in proposed),
                 )
@@ -187,9 +206,9 @@ def _smallest(units: list[list[Holding]], need: _Need, proposed: set[str]) -> li
         if best is not None:
             return best[1]
     # Greedy: evict everything, then spare the most important first (highest priority, then
-    # the smallest GPU holders, then pods kube-scheduler did not pick) while the rest suffice.
+    # those that free the least, then pods kube-scheduler did not pick) while the rest suffice.
     victims = [h for unit in units for h in unit]
-    for unit in sorted(units, key=lambda u: _reprieve_order(u, proposed)):
+    for unit in sorted(units, key=lambda u: _reprieve_order(u, proposed, need.freed)):
         spared = [h for h in victims if h not in unit]
         if need.met(spared):
             victims = spared
@@ -215,13 +234,45 @@ def _units(view: NodeView, request: PodRequest, gang_victims: GangVictims) -> li
     return units + [members for members in gangs.values() if all(map(evictable, members))]
 
 
-def _reprieve_order(unit: list[Holding], proposed: set[str]) -> tuple[int, int, bool, str]:
+def _reprieve_order(
+    unit: list[Holding], proposed: set[str], freed: Callable[[Holding], int]
+) -> tuple[int, int, bool, str]:
     return (
         -max(h.priority for h in unit),
-        sum(h.gpus for h in unit),
+        sum(map(freed, unit)),
         any(h.uid in proposed for h in unit),
         min(h.uid for h in unit),
     )
+
+
+def _free_after(view: NodeView, victims: Sequence[Holding]) -> list[int]:
+    """The GPU indices free for a whole-GPU pod once ``victims`` are gone: no pod left holds
+    them whole or a share of them, and they are healthy; GPUs held anonymously are assumed on
+    the highest of those (as :meth:`NodeState.free_ids` assumes)."""
+    gone = {h.uid for h in victims}
+    shared = list(view.share_memory) or [0] * len(view.holders)  # MiB of shares per device
+    for victim in victims:
+        if victim.shares:
+            for index in victim.gpu_ids or ():
+                if 0 <= index < len(shared):
+                    shared[index] -= victim.share_memory_mib
+    # Unhealthy GPUs and GPUs in MIG mode are never free whole.
+    closed = {index for index, _ in view.spec.gpu_unhealthy} | set(view.spec.gpu_mig)
+    free = [
+        i
+        for i, holder in enumerate(view.holders)
+        if (holder is None or holder in gone) and shared[i] <= 0 and i not in closed
+    ]
+    # A victim without readable indices was counted as that many anonymous GPUs.
+    anonymous = view.anonymous_gpus - sum(h.devices for h in victims if h.gpu_ids is None)
+    return free[: max(0, len(free) - max(0, anonymous))]
+
+
+def _whole_gpus_freed(view: NodeView | None, victims: Sequence[Holding]) -> int:
+    """How many more GPUs are free for a whole-GPU pod once ``victims`` are gone."""
+    if view is None:
+        return sum(h.gpus for h in victims)
+    return len(_free_after(view, victims)) - len(_free_after(view, ()))
 
 
 def _broken_gang_members(inventory: Inventory, victims: list[Holding], node: str) -> int:
@@ -269,18 +320,28 @@ class _Need:
             and self._address_met(victims)
         )
 
+    def freed(self, victim: Holding) -> int:
+        """What evicting ``victim`` frees, in the unit the preemptor is short of: whole GPUs
+        for a whole-GPU preemptor; for a share preemptor, MiB of GPU memory (its share on
+        each of its devices, or the whole memory of the GPUs it holds whole)."""
+        if not self.request.shares:
+            return victim.gpus
+        if victim.shares:
+            return victim.share_memory_mib * victim.shares
+        return victim.gpus * (self.view.spec.gpu_memory_mib or 0)
+
     def _gpus_met(self, victims: list[Holding]) -> bool:
-        if self.request.gpus == 0:
+        request, view = self.request, self.view
+        if request.shares:
+            # Distinct devices with room for the share once the victims go, by bind's rule.
+            room = room_after(view, victims)
+            capacity = view.spec.gpu_memory_mib or 0
+            groups = view.spec.gpu_groups
+            return pick_share_gpus(room, capacity, groups, request, _ANY_PLACEMENT) is not None
+        if request.gpus == 0:
             return True
-        view = self.view
-        uids = {h.uid for h in victims}
-        freed_anonymous = sum(h.gpus for h in victims if h.gpu_ids is None)
-        holders = [None if holder in uids else holder for holder in view.holders]
-        mig = set(view.spec.gpu_mig)  # never free whole
-        free = [i for i, holder in enumerate(holders) if holder is None and i not in mig]
-        anonymous = max(0, view.anonymous_gpus - freed_anonymous)
-        free = free[: max(0, len(free) - anonymous)]
-        if len(free) < self.request.gpus:
+        free = _free_after(view, victims)
+        if len(free) < request.gpus:
             return False
         if not self._one_group:
             return True
@@ -288,7 +349,7 @@ class _Need:
         for index in free:
             group = self._group_of.get(index, -1 - index)
             per_group[group] = per_group.get(group, 0) + 1
-        return max(per_group.values()) >= self.request.gpus
+        return max(per_group.values()) >= request.gpus
 
     def _address_met(self, victims: list[Holding]) -> bool:
         """Whether the pod gets its address here once ``victims`` are gone. Evicting a pod

@@ -80,7 +80,9 @@ def pick_share_gpus(
     fits = [
         i
         for i, (memory, cores) in enumerate(room)
-        if memory >= demand.share_memory_mib and cores >= demand.share_cores
+        # Cores only when asked: as the filter's fitting() judges it.
+        if memory >= demand.share_memory_mib
+        and (not demand.share_cores or cores >= demand.share_cores)
     ]
     if len(fits) < demand.shares:
         return None
@@ -124,7 +126,7 @@ def room_after(view: NodeView, victims: Sequence[Holding]) -> list[tuple[int, in
         if (holder is None or holder in gone) and i not in unhealthy
     ]
     unshared = [i for i in usable if memory[i] <= 0]
-    blocked = set(unshared[len(unshared) - anonymous :]) if anonymous > 0 else set()
+    blocked = set(unshared[max(0, len(unshared) - anonymous) :]) if anonymous > 0 else set()
     capacity = view.spec.gpu_memory_mib or 0
     return [
         (capacity - memory[i], 100 - cores[i]) if i in usable and i not in blocked else (-1, -1)

@@ -601,14 +601,18 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         taints: Sequence[Mapping[str, Any]] | None = None,
+        extended: Mapping[str, str] | None = None,
     ) -> JSON:
         """Create a schedulable Node with its status in one POST (no kubelet will report it).
+        ``extended``: more resources in its capacity and allocatable (what a device plugin or
+        the node agent advertises).
 
         The node registry keeps status on create; later status changes need PUT .../status.
         """
         resources = {"cpu": cpu, "memory": memory, "pods": pods}
         if gpus:
             resources[gpu_resource] = str(gpus)
+        resources.update(extended or {})
         now = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
         metadata: JSON = {
             "name": name,

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from extender.model import Victim
-from extender.preemption import GangVictims
+from extender.preemption import GangVictims, select_victims
+from extender.requests import pod_request
 from extender.scheduler import Scheduler
 from tests.builders import (
     A100,
@@ -21,6 +22,7 @@ from tests.builders import (
     make_node,
     make_pod,
     make_pod_group,
+    share_pod,
 )
 
 HIGH = 100
@@ -288,6 +290,176 @@ def test_victim_selection(case: Case) -> None:
         preempt(case.nodes, case.pods, case.preemptor, case.proposed, **case.kwargs)
         == case.expected
     )
+
+
+# ------------------------------------------------------------------------- GPU shares
+
+GIB = 1024
+GPU_80G = 80 * GIB
+
+
+def shared(
+    name: str,
+    node: str,
+    ids: list[int],
+    *,
+    gib: int = 10,
+    cores: int | None = None,
+    priority: int = LOW,
+) -> dict[str, Any]:
+    """A bound pod holding a ``gib`` GiB share (and ``cores`` percent) of each GPU in ``ids``."""
+    return share_pod(
+        name, uid=name, memory_mib=gib * GIB, cores=cores, shares=len(ids), node=node,
+        gpu_ids=ids, priority=priority,
+    )  # fmt: skip
+
+
+def share_node(name: str = "g", gpus: int = 1) -> dict[str, Any]:
+    return make_node(name, gpus=gpus, gpu_memory_mib=GPU_80G)
+
+
+def full_gpu(
+    node: str, index: int, prefix: str, *, priorities: list[int] | None = None
+) -> list[dict[str, Any]]:
+    """GPU ``index`` of ``node`` full of eight 10 GiB shares, ``prefix``0 to ``prefix``7."""
+    return [
+        shared(f"{prefix}{i}", node, [index], priority=(priorities or [LOW] * 8)[i])
+        for i in range(8)
+    ]
+
+
+SHARE_CASES = [
+    Case(
+        "a 10 GiB share on a GPU full of 10 GiB shares evicts exactly one",
+        [share_node()],
+        full_gpu("g", 0, "s", priorities=[LOW, LOW, LOW, 3, LOW, LOW, LOW, LOW]),
+        share_pod("p", memory_mib=10 * GIB, priority=HIGH),
+        {"g": ["s0", "s1"]},
+        {"g": ["s3"]},  # one is enough; the lowest priority of them
+    ),
+    Case(
+        "a 40 GiB share evicts four shares of one GPU, not shares spread over GPUs",
+        [share_node(gpus=2)],
+        [
+            *full_gpu("g", 0, "a", priorities=[1, 2, 3, 4, 5, 6, 7, 8]),
+            *full_gpu("g", 1, "b", priorities=[5] * 8),
+        ],
+        share_pod("p", memory_mib=40 * GIB, priority=HIGH),
+        {"g": ["a0", "a1", "b0", "b1"]},  # a count-only pick: 40 GiB freed, 20 GiB per GPU
+        {"g": ["a3", "a2", "a1", "a0"]},
+    ),
+    Case(
+        "a 30 GiB share on four GPUs with 10 GiB free each evicts two shares of one GPU",
+        [share_node(gpus=4)],
+        [
+            shared(f"d{gpu}-{i}", "g", [gpu], priority=LOW if gpu != 2 else 5)
+            for gpu in range(4)
+            for i in range(7)
+        ],
+        share_pod("p", memory_mib=30 * GIB, priority=HIGH),
+        {"g": ["d0-0", "d1-0", "d3-0"]},  # 30 GiB on the node, 10 on each GPU
+        {"g": ["d2-0", "d2-1"]},
+    ),
+    Case(
+        "a share never evicts shares of equal or higher priority",
+        [share_node()],
+        full_gpu("g", 0, "s", priorities=[HIGH, HIGH + 1] * 4),
+        share_pod("p", memory_mib=10 * GIB, priority=HIGH),
+        {"g": ["s0"]},
+        {},
+    ),
+    Case(
+        "cores limit: the victim that frees cores, not the one with the lowest priority",
+        [share_node()],
+        [
+            shared("big-memory", "g", [0], gib=50, cores=10, priority=1),
+            shared("busy0", "g", [0], gib=5, cores=45, priority=5),
+            shared("busy1", "g", [0], gib=5, cores=45, priority=6),
+        ],
+        share_pod("p", memory_mib=10 * GIB, cores=40, priority=HIGH),
+        {"g": ["big-memory"]},  # 20 GiB are free already; the cores are not
+        {"g": ["busy0"]},
+    ),
+    Case(
+        "a share evicts a small share rather than a large one (fewer MiB freed for nothing)",
+        [share_node(gpus=2)],
+        [
+            shared("large0", "g", [0], gib=40),
+            shared("large1", "g", [0], gib=40),
+            *full_gpu("g", 1, "small"),
+        ],
+        share_pod("p", memory_mib=10 * GIB, priority=HIGH),
+        {"g": ["large0"]},
+        {"g": ["small0"]},
+    ),
+    Case(
+        "a share evicts a share rather than a whole-GPU pod",
+        [share_node(gpus=2)],
+        [held("whole", "g", [0]), *full_gpu("g", 1, "s")],
+        share_pod("p", memory_mib=10 * GIB, priority=HIGH),
+        {"g": ["whole"]},
+        {"g": ["s0"]},
+    ),
+    Case(
+        "a share on two GPUs frees room on two distinct devices",
+        [share_node(gpus=2)],
+        [*full_gpu("g", 0, "a"), *full_gpu("g", 1, "b")],
+        share_pod("p", memory_mib=10 * GIB, shares=2, priority=HIGH),
+        {"g": ["a0", "a1"]},  # both on GPU 0: room on one device only
+        {"g": ["a0", "b0"]},
+    ),
+    Case(
+        "a whole-GPU pod on shared GPUs evicts every share of the GPU with the fewest",
+        [share_node(gpus=2)],
+        [
+            shared("a0", "g", [0], gib=10),
+            shared("a1", "g", [0], gib=10),
+            shared("a2", "g", [0], gib=10),
+            shared("b0", "g", [1], gib=20),
+            shared("b1", "g", [1], gib=20),
+        ],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["a0"]},  # one share: its GPU stays shared
+        {"g": ["b0", "b1"]},
+    ),
+    Case(
+        "a whole-GPU pod is not given a GPU whose higher-priority share stays",
+        [share_node()],
+        [shared("low", "g", [0]), shared("vip", "g", [0], priority=HIGH)],
+        make_pod("p", gpus=1, priority=HIGH),
+        {"g": ["low"]},
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SHARE_CASES, ids=[c.name for c in SHARE_CASES])
+def test_share_victim_selection(case: Case) -> None:
+    assert (
+        preempt(case.nodes, case.pods, case.preemptor, case.proposed, **case.kwargs)
+        == case.expected
+    )
+
+
+def test_a_gang_preemptor_is_told_the_whole_gpus_a_shared_device_frees() -> None:
+    """select_victims tells a gang preemptor's check whole GPUs: a device whose every share
+    goes counts as one, shares freed elsewhere count as none."""
+    nodes = [share_node(gpus=2)]
+    pods = [shared("a0", "g", [0]), shared("a1", "g", [0]), shared("b0", "g", [1], gib=20)]
+    scheduler = scheduler_for(nodes, pods)
+    told: list[tuple[str, int]] = []
+
+    def group_can_fit(node: str, freed: int) -> bool:
+        told.append((node, freed))
+        return True
+
+    request = pod_request(make_pod("p", gpus=1, priority=HIGH))
+    chosen = select_victims(
+        scheduler.inventory, request, {"g": [Victim("a0")]}, scheduler.config,
+        group_can_fit=group_can_fit,
+    )  # fmt: skip
+    assert {n: v.uids for n, v in chosen.items()} == {"g": ["b0"]}
+    assert told == [("g", 1)]
 
 
 # -------------------------------------------------------------------------- addresses
