@@ -30,6 +30,7 @@ from extender.columns import (
     IntArray,
     NodeArrays,
 )
+from extender.conflicts import reservation_conflict
 from extender.gpu_models import GpuModels
 from extender.ipam import AddressBook, IPPoolSpec, IPUse
 from extender.mig_state import MigArrays, MigColumns
@@ -37,7 +38,6 @@ from extender.model import Holding, HoldingKind, NodeSpec
 from extender.node_rows import write_devices, write_use
 from extender.node_state import NodeState, NodeView
 from extender.packed import NameTable, PackedNames
-from extender.shares import share_conflict
 
 __all__ = [
     "BoolArray",
@@ -54,8 +54,13 @@ _SPEC_DERIVED_MAX = 64  # bounds the cache below: pod shapes are few, but pods a
 _T = TypeVar("_T")
 
 
+def _gpu_shape(spec: NodeSpec) -> tuple[object, ...]:
+    """What of a node's spec decides where its holdings sit: a change re-applies them."""
+    return (spec.gpu_count, spec.gpu_groups, spec.gpu_uuids, spec.gpu_mig, spec.mig_slices)
+
+
 class InventoryConflictError(Exception):
-    """A reservation asked for GPU indices that another pod already holds."""
+    """A reservation asked for what another pod holds now (see extender.conflicts)."""
 
 
 class Inventory:
@@ -67,8 +72,7 @@ class Inventory:
         zone_label: str = names.ZONE_LABEL,
         use_stale_s: float = 300.0,
     ) -> None:
-        self._rack_label, self._zone_label = rack_label, zone_label
-        self._use_stale_s = use_stale_s
+        self._rack_label, self._zone_label, self._use_stale_s = rack_label, zone_label, use_stale_s
         self._now = 0.0  # the latest wall-clock time age_use() was given
         self._topology_ids: dict[str, int] = {"": 0}
         self._slots: dict[str, int] = {}
@@ -89,8 +93,7 @@ class Inventory:
         self.layout = 0  # bumped when the name -> id mapping changes (nodes added or removed)
         self._names: tuple[int, NameTable] | None = None  # (layout, table) for packed names
         self._spec_derived: dict[Hashable, object] = {}
-        # Nodes whose agent documents were not read, and why (reported by the shell as Node
-        # events and a metric); a few entries at most, kept as changes come.
+        # Nodes whose agent documents were not read, and why (Node events and a metric).
         self._problems: dict[str, tuple[str, ...]] = {}
         self._spec_derived_version = 0
 
@@ -232,27 +235,10 @@ class Inventory:
                 # Only the live-use sample changed (every few seconds per node): no spec
                 # derived answer depends on it, so the caches of filter stay.
                 state.spec = spec
-                write_use(
-                    self._cols.arrays,
-                    state,
-                    state.free_ids(),
-                    fresh_after=self._now - self._use_stale_s,
-                )
+                self._write_use(state, state.free_ids())
                 self._changed()
                 return True
-            gpu_shape_same = (
-                state.spec.gpu_count,
-                state.spec.gpu_groups,
-                state.spec.gpu_uuids,
-                state.spec.gpu_mig,
-                state.spec.mig_slices,
-            ) == (
-                spec.gpu_count,
-                spec.gpu_groups,
-                spec.gpu_uuids,
-                spec.gpu_mig,
-                spec.mig_slices,
-            )
+            gpu_shape_same = _gpu_shape(state.spec) == _gpu_shape(spec)
             if state.spec.gpu_model != spec.gpu_model:
                 self._models.count(state.spec.gpu_model, -1)
                 self._models.count(spec.gpu_model, +1)
@@ -342,36 +328,12 @@ class Inventory:
         slot = self._slots.get(holding.node)
         if slot is None:
             raise InventoryConflictError(f"node {holding.node} is not in the inventory")
-        state = self._state(slot)
-        ids = holding.gpu_ids or ()
-        if len(set(ids)) != len(ids) or (
-            holding.gpu_ids is not None and len(ids) != holding.devices
-        ):
-            # A plan naming a device twice would hold it twice (two shares' worth of memory on
-            # one device, or two whole GPUs counted as one): refuse it rather than apply it.
-            raise InventoryConflictError(
-                f"GPU {list(ids)} on {holding.node}: not {holding.devices} distinct devices"
-            )
         own = self._holdings.get(holding.uid)
         if own is not None and own.node != holding.node:
             own = None
-        no_room = share_conflict(state, holding, own) if holding.shares else None
-        if no_room:
-            raise InventoryConflictError(no_room)
-        free = set(state.free_ids())
-        if own is not None and own.gpu_ids:
-            free.update(own.gpu_ids)
-        taken = [i for i in holding.gpu_ids or () if i not in free and not holding.shares]
-        if taken:
-            raise InventoryConflictError(f"GPU {taken} on {holding.node} already held")
-        mig_taken = state.mig.taken(state.spec, holding.mig_uuids or (), holding.uid)
-        if mig_taken:
-            raise InventoryConflictError(f"MIG {mig_taken} on {holding.node} already held")
-        if holding.ip is not None:
-            address = int(ipaddress.ip_address(holding.ip))
-            user = self.addresses.user(address)
-            if user is not None and user.uid and user.uid != holding.uid:
-                raise InventoryConflictError(f"address {holding.ip} already held by {user.pod}")
+        conflict = reservation_conflict(self._state(slot), holding, own, self.addresses)
+        if conflict is not None:
+            raise InventoryConflictError(conflict)
         self.upsert_holding(holding)
 
     def remove_holding(self, uid: str) -> Holding | None:
@@ -460,8 +422,11 @@ class Inventory:
         write_devices(self._cols, state, free)
         cols.rack[slot] = self._topology_id(spec.labels.get(self._rack_label, ""))
         cols.zone[slot] = self._topology_id(spec.labels.get(self._zone_label, ""))
-        write_use(cols, state, free, fresh_after=self._now - self._use_stale_s)
+        self._write_use(state, free)
         self._changed()
+
+    def _write_use(self, state: NodeState, free: list[int]) -> None:
+        write_use(self._cols.arrays, state, free, fresh_after=self._now - self._use_stale_s)
 
     def age_use(self, now: float) -> None:
         """Stop trusting the live-use samples that grew stale by ``now`` (wall-clock Unix
