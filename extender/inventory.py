@@ -95,6 +95,8 @@ class Inventory:
         # events and a metric); a few entries at most, kept as changes come.
         self._problems: dict[str, tuple[str, ...]] = {}
         self._spec_derived_version = 0
+        self._held_derived: dict[Hashable, object] = {}
+        self._held_derived_version = 0
 
     # ----------------------------------------------------------------- reads
 
@@ -133,6 +135,22 @@ class Inventory:
         if len(self._spec_derived) >= _SPEC_DERIVED_MAX:
             self._spec_derived.clear()
         value = self._spec_derived[key] = compute()
+        return value
+
+    def held_derived(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, kept under ``key`` until anything changes (:attr:`version`).
+
+        For values that depend on what pods hold: prioritize reads what filter derived for
+        the same pod, and pods of one shape come one after another between two changes.
+        ``key`` must name everything ``compute`` reads besides the inventory."""
+        if self._held_derived_version != self.version:
+            self._held_derived.clear()
+            self._held_derived_version = self.version
+        if key in self._held_derived:
+            return self._held_derived[key]  # type: ignore[return-value]  # stored by compute
+        if len(self._held_derived) >= _SPEC_DERIVED_MAX:
+            self._held_derived.clear()
+        value = self._held_derived[key] = compute()
         return value
 
     @property

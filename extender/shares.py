@@ -16,19 +16,24 @@ when one has room.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from extender.config import SharePlacement
+from extender.inventory import Inventory
 from extender.model import Demand, Holding
 from extender.node_state import NodeView
 
 __all__ = [
+    "RoomCounts",
     "choose_share_gpus",
+    "count_per_row",
     "fitting",
     "pick_share_gpus",
     "room_after",
+    "room_counts",
     "share_detail",
     "used_after",
 ]
@@ -45,6 +50,56 @@ def fitting(
     if not demand.share_cores:
         return memory_fits, memory_fits
     return memory_fits, memory_fits & (cores_free >= demand.share_cores)
+
+
+class RoomCounts(NamedTuple):
+    """Per slot of the inventory, how many devices have room for a share, and which
+    (read-only)."""
+
+    memory: npt.NDArray[np.int64]  # for its memory
+    both: npt.NDArray[np.int64]  # for its memory and its cores (``memory`` if it asks none)
+    fits: npt.NDArray[np.bool_]  # per slot and GPU index: room for both (what ``both`` counts)
+    shared: npt.NDArray[np.bool_]  # per slot and GPU index: some pod holds a share of it
+
+
+def room_counts(inventory: Inventory, demand: Demand) -> RoomCounts:
+    """:class:`RoomCounts` for ``demand``'s share, kept until the inventory changes: filter
+    computes it for the whole cluster, and prioritize of the same pod reads it again."""
+    key = ("share room", demand.share_memory_mib, demand.share_cores)
+    return inventory.held_derived(key, lambda: _count_room(inventory, demand))
+
+
+def _count_room(inventory: Inventory, demand: Demand) -> RoomCounts:
+    grid = inventory.devices
+    memory, both = fitting(grid.memory_free, grid.cores_free, demand)
+    memory_count = count_per_row(memory)
+    both_count = count_per_row(both) if both is not memory else memory_count
+    shared = grid.sharers > 0
+    for array in (memory_count, both_count, both, shared):
+        array.flags.writeable = False
+    return RoomCounts(memory_count, both_count, both, shared)
+
+
+_BYTE_SUM = np.uint64(0x0101010101010101)
+
+
+def count_per_row(mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    """Per row of a 2-D mask, how many are true: ``np.count_nonzero(mask, axis=1)``, which
+    numpy reduces one short row at a time (70 µs over 5,000 rows of 8 GPUs). Here eight at
+    a time: eight bools read as one uint64 and multiplied by 0x0101010101010101 leave their
+    sum in the top byte (each partial sum is at most 8, so nothing carries), whatever the
+    byte order."""
+    rows, width = mask.shape
+    words = -(-width // 8)
+    if width != 8 * words or not mask.flags.c_contiguous:
+        padded = np.zeros((rows, 8 * words), dtype=np.bool_)
+        padded[:, :width] = mask
+        mask = padded
+    packed = mask.view(np.uint64)
+    counts = np.zeros(rows, dtype=np.uint64)
+    for word in range(words):
+        counts += np.right_shift(np.multiply(packed[:, word], _BYTE_SUM), np.uint64(56))
+    return counts.view(np.int64)
 
 
 def used_after(
