@@ -35,6 +35,7 @@ __all__ = [
     "room_after",
     "room_counts",
     "share_detail",
+    "shared_devices",
     "used_after",
 ]
 
@@ -59,7 +60,6 @@ class RoomCounts(NamedTuple):
     memory: npt.NDArray[np.int64]  # for its memory
     both: npt.NDArray[np.int64]  # for its memory and its cores (``memory`` if it asks none)
     fits: npt.NDArray[np.bool_]  # per slot and GPU index: room for both (what ``both`` counts)
-    shared: npt.NDArray[np.bool_]  # per slot and GPU index: some pod holds a share of it
 
 
 def room_counts(inventory: Inventory, demand: Demand) -> RoomCounts:
@@ -74,10 +74,21 @@ def _count_room(inventory: Inventory, demand: Demand) -> RoomCounts:
     memory, both = fitting(grid.memory_free, grid.cores_free, demand)
     memory_count = count_per_row(memory)
     both_count = count_per_row(both) if both is not memory else memory_count
-    shared = grid.sharers > 0
-    for array in (memory_count, both_count, both, shared):
+    for array in (memory_count, both_count, both):
         array.flags.writeable = False
-    return RoomCounts(memory_count, both_count, both, shared)
+    return RoomCounts(memory_count, both_count, both)
+
+
+def shared_devices(inventory: Inventory) -> npt.NDArray[np.bool_]:
+    """Per slot and GPU index, whether some pod holds a share of it (read-only), kept until
+    the inventory changes."""
+
+    def compute() -> npt.NDArray[np.bool_]:
+        shared = inventory.devices.sharers > 0
+        shared.flags.writeable = False
+        return shared
+
+    return inventory.held_derived("shared devices", compute)
 
 
 _BYTE_SUM = np.uint64(0x0101010101010101)

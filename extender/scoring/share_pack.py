@@ -13,7 +13,7 @@ import numpy as np
 from extender.config import PolicyConfig, SharePlacement
 from extender.inventory import IntArray
 from extender.scoring.scorer import Candidates, FloatArray, Scorer
-from extender.shares import count_per_row, room_counts, used_after
+from extender.shares import count_per_row, room_counts, shared_devices, used_after
 
 __all__ = ["SCORER", "for_share_pods", "share_rating", "share_weight"]
 
@@ -45,7 +45,7 @@ def _every_device(nodes: Candidates, placement: SharePlacement) -> FloatArray:
     fits = counts.fits.take(nodes.ids, axis=0)
     used = used_after(memory_free, nodes.column("gpu_memory_mib"), request)
     if placement is SharePlacement.PACK:
-        shared = counts.shared.take(nodes.ids, axis=0)
+        shared = shared_devices(nodes.inventory).take(nodes.ids, axis=0)
         device = np.where(shared, 0.5 + 0.5 * used, 0.45 * _opened(nodes).reshape(-1, 1))
     else:
         device = 1.0 - used
@@ -86,7 +86,7 @@ def _one_device(nodes: Candidates, placement: SharePlacement) -> FloatArray:
     capacity = np.maximum(nodes.column("gpu_memory_mib"), 1)  # as used_after has it
     mib = request.share_memory_mib
     if placement is SharePlacement.PACK:
-        shared = counts.shared.take(ids, axis=0)
+        shared = shared_devices(nodes.inventory).take(ids, axis=0)
         # A device without room is pushed _FAR above every device with room.
         nearest = _row_min(memory_free + np.multiply(~(fits & shared), _FAR))
         on_shared = np.clip(0.5 + 0.5 * ((capacity - nearest + mib) / capacity), 0.0, 1.0)

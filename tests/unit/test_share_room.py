@@ -17,7 +17,7 @@ from extender.requests import pod_request
 from extender.scheduler import Scheduler
 from extender.scoring import share_pack
 from extender.scoring.scorer import Candidates
-from extender.shares import count_per_row, room_counts
+from extender.shares import count_per_row, room_counts, shared_devices
 from tests.builders import agent_annotations, make_node, make_pod, share_pod
 from tests.unit.helpers import scheduler_with
 
@@ -162,15 +162,19 @@ def test_one_device_rating_is_every_devices_rating(seed: int, placement: SharePl
         assert fast.tolist() == full.tolist()
 
 
-def test_room_counts_are_computed_again_once_the_inventory_changes() -> None:
+def test_room_counts_and_shared_devices_are_computed_again_once_the_inventory_changes() -> None:
     scheduler = scheduler_with([make_node("n", gpus=1, gpu_memory_mib=80 * GIB)])
     request = pod_request(share_pod(memory_mib=50 * GIB))
     slot = scheduler.inventory.ids(["n"])
     assert room_counts(scheduler.inventory, request).memory[slot].tolist() == [1]
     assert room_counts(scheduler.inventory, request) is room_counts(scheduler.inventory, request)
 
+    assert shared_devices(scheduler.inventory)[slot].tolist() == [[False]]
+
     held = share_pod("held", memory_mib=40 * GIB, node="n", gpu_ids=[0])
     scheduler.upsert_pod(held)
     assert room_counts(scheduler.inventory, request).memory[slot].tolist() == [0]
+    assert shared_devices(scheduler.inventory)[slot].tolist() == [[True]]
     scheduler.delete_pod(held["metadata"]["uid"])
     assert room_counts(scheduler.inventory, request).memory[slot].tolist() == [1]
+    assert shared_devices(scheduler.inventory)[slot].tolist() == [[False]]
