@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import ipaddress
 
+from extender.columns import NO_ROOM
 from extender.ipam import AddressBook
 from extender.model import Holding
 from extender.node_state import NodeState
-from extender.shares import share_conflict
 
 __all__ = ["reservation_conflict"]
 
@@ -43,4 +43,21 @@ def reservation_conflict(
         user = addresses.user(int(ipaddress.ip_address(holding.ip)))
         if user is not None and user.uid and user.uid != holding.uid:
             return f"address {holding.ip} already held by {user.pod}"
+    return None
+
+
+def share_conflict(state: NodeState, holding: Holding, own: Holding | None) -> str | None:
+    """Why a share reserved on a stale view cannot be held now (a device lacks the room), or
+    None. ``own``: the pod's present holding on the same node, whose room it may reuse."""
+    room = state.share_room()
+    for index in holding.gpu_ids or ():
+        memory, cores = room[index] if 0 <= index < len(room) else (NO_ROOM, NO_ROOM)
+        if own is not None and index in (own.gpu_ids or ()):
+            memory += own.share_memory_mib
+            cores += own.share_cores
+        if memory < holding.share_memory_mib or cores < holding.share_cores:
+            return (
+                f"GPU {index} on {holding.node} has no room for a "
+                f"{holding.share_memory_mib} MiB share now"
+            )
     return None

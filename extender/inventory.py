@@ -31,6 +31,7 @@ from extender.columns import (
     NodeArrays,
 )
 from extender.conflicts import reservation_conflict
+from extender.derived import Derived
 from extender.gpu_models import GpuModels
 from extender.ipam import AddressBook, IPPoolSpec, IPUse
 from extender.mig_state import MigArrays, MigColumns
@@ -50,7 +51,6 @@ __all__ = [
     "NodeView",
 ]
 
-_SPEC_DERIVED_MAX = 64  # bounds the cache below: pod shapes are few, but pods are not trusted
 _T = TypeVar("_T")
 
 
@@ -92,10 +92,9 @@ class Inventory:
         self.version = 0  # bumped on every change; lets callers cache derived answers
         self.layout = 0  # bumped when the name -> id mapping changes (nodes added or removed)
         self._names: tuple[int, NameTable] | None = None  # (layout, table) for packed names
-        self._spec_derived: dict[Hashable, object] = {}
+        self._spec_derived, self._held_derived = Derived(), Derived()
         # Nodes whose agent documents were not read, and why (Node events and a metric).
         self._problems: dict[str, tuple[str, ...]] = {}
-        self._spec_derived_version = 0
 
     # ----------------------------------------------------------------- reads
 
@@ -121,20 +120,16 @@ class Inventory:
         return self._names[1]
 
     def spec_derived(self, key: Hashable, compute: Callable[[], _T]) -> _T:
-        """``compute()``, kept under ``key`` until a node is added, removed or changes its spec.
-
-        For values that depend on the nodes' specs alone, never on what pods hold: filter
-        judges the same few pod shapes against the same nodes again and again. ``key`` must
+        """``compute()``, kept under ``key`` until a node is added, removed or changes its spec:
+        for values that depend on the nodes' specs alone, never on what pods hold. ``key`` must
         name everything ``compute`` reads besides the specs."""
-        if self._spec_derived_version != self.nodes_version:
-            self._spec_derived.clear()
-            self._spec_derived_version = self.nodes_version
-        if key in self._spec_derived:
-            return self._spec_derived[key]  # type: ignore[return-value]  # stored by compute
-        if len(self._spec_derived) >= _SPEC_DERIVED_MAX:
-            self._spec_derived.clear()
-        value = self._spec_derived[key] = compute()
-        return value
+        return self._spec_derived.get(self.nodes_version, key, compute)
+
+    def held_derived(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, kept under ``key`` until anything changes (:attr:`version`): for
+        values that depend on what pods hold (prioritize reads what filter derived for the
+        same pod). ``key`` must name everything ``compute`` reads besides the inventory."""
+        return self._held_derived.get(self.version, key, compute)
 
     @property
     def arrays(self) -> NodeArrays:

@@ -24,7 +24,7 @@ from extender.mig import mig_messages
 from extender.model import RANKED, FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
 from extender.node_state import NodeView
 from extender.packed import PackedNames, count_codes
-from extender.shares import fitting
+from extender.shares import room_counts
 
 # GpuScoring and PolicyConfig live in extender.config; named here too, where the filter's
 # callers have long imported them from.
@@ -66,15 +66,10 @@ def node_reasons(
     if request.gpus:
         held.append((col(a.gpu_free) < request.gpus, Reason.GPU_FREE))
     if request.shares:
-        grid = inventory.devices
-        memory, cores = fitting(
-            grid.memory_free if whole else grid.memory_free.take(ids, axis=0),
-            grid.cores_free if whole else grid.cores_free.take(ids, axis=0),
-            request,
-        )
-        held.append((np.count_nonzero(memory, axis=1) < request.shares, Reason.GPU_SHARE_MEMORY))
+        room = room_counts(inventory, request)  # for the whole cluster, kept for prioritize
+        held.append((col(room.memory) < request.shares, Reason.GPU_SHARE_MEMORY))
         if request.share_cores:
-            held.append((np.count_nonzero(cores, axis=1) < request.shares, Reason.GPU_SHARE_CORES))
+            held.append((col(room.both) < request.shares, Reason.GPU_SHARE_CORES))
     for profile, count in request.mig:
         free = inventory.mig_arrays(profile).free
         held.append((col(free) < count, Reason.GPU_MIG_FREE))

@@ -16,22 +16,26 @@ when one has room.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from extender.columns import NO_ROOM
 from extender.config import SharePlacement
+from extender.inventory import Inventory
 from extender.model import Demand, Holding
-from extender.node_state import NodeState, NodeView
+from extender.node_state import NodeView
 
 __all__ = [
+    "RoomCounts",
     "choose_share_gpus",
+    "count_per_row",
     "fitting",
     "pick_share_gpus",
     "room_after",
-    "share_conflict",
+    "room_counts",
     "share_detail",
+    "shared_devices",
     "used_after",
 ]
 
@@ -47,6 +51,66 @@ def fitting(
     if not demand.share_cores:
         return memory_fits, memory_fits
     return memory_fits, memory_fits & (cores_free >= demand.share_cores)
+
+
+class RoomCounts(NamedTuple):
+    """Per slot of the inventory, how many devices have room for a share, and which
+    (read-only)."""
+
+    memory: npt.NDArray[np.int64]  # for its memory
+    both: npt.NDArray[np.int64]  # for its memory and its cores (``memory`` if it asks none)
+    fits: npt.NDArray[np.bool_]  # per slot and GPU index: room for both (what ``both`` counts)
+
+
+def room_counts(inventory: Inventory, demand: Demand) -> RoomCounts:
+    """:class:`RoomCounts` for ``demand``'s share, kept until the inventory changes: filter
+    computes it for the whole cluster, and prioritize of the same pod reads it again."""
+    key = ("share room", demand.share_memory_mib, demand.share_cores)
+    return inventory.held_derived(key, lambda: _count_room(inventory, demand))
+
+
+def _count_room(inventory: Inventory, demand: Demand) -> RoomCounts:
+    grid = inventory.devices
+    memory, both = fitting(grid.memory_free, grid.cores_free, demand)
+    memory_count = count_per_row(memory)
+    both_count = count_per_row(both) if both is not memory else memory_count
+    for array in (memory_count, both_count, both):
+        array.flags.writeable = False
+    return RoomCounts(memory_count, both_count, both)
+
+
+def shared_devices(inventory: Inventory) -> npt.NDArray[np.bool_]:
+    """Per slot and GPU index, whether some pod holds a share of it (read-only), kept until
+    the inventory changes."""
+
+    def compute() -> npt.NDArray[np.bool_]:
+        shared = inventory.devices.sharers > 0
+        shared.flags.writeable = False
+        return shared
+
+    return inventory.held_derived("shared devices", compute)
+
+
+_BYTE_SUM = np.uint64(0x0101010101010101)
+
+
+def count_per_row(mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    """Per row of a 2-D mask, how many are true: ``np.count_nonzero(mask, axis=1)``, which
+    numpy reduces one short row at a time (70 µs over 5,000 rows of 8 GPUs). Here eight at
+    a time: eight bools read as one uint64 and multiplied by 0x0101010101010101 leave their
+    sum in the top byte (each partial sum is at most 8, so nothing carries), whatever the
+    byte order."""
+    rows, width = mask.shape
+    words = -(-width // 8)
+    if width != 8 * words or not mask.flags.c_contiguous:
+        padded = np.zeros((rows, 8 * words), dtype=np.bool_)
+        padded[:, :width] = mask
+        mask = padded
+    packed = mask.view(np.uint64)
+    counts = np.zeros(rows, dtype=np.uint64)
+    for word in range(words):
+        counts += np.right_shift(np.multiply(packed[:, word], _BYTE_SUM), np.uint64(56))
+    return counts.view(np.int64)
 
 
 def used_after(
@@ -132,23 +196,6 @@ def room_after(view: NodeView, victims: Sequence[Holding]) -> list[tuple[int, in
         (capacity - memory[i], 100 - cores[i]) if i in usable and i not in blocked else (-1, -1)
         for i in range(len(view.holders))
     ]
-
-
-def share_conflict(state: NodeState, holding: Holding, own: Holding | None) -> str | None:
-    """Why a share reserved on a stale view cannot be held now (a device lacks the room), or
-    None. ``own``: the pod's present holding on the same node, whose room it may reuse."""
-    room = state.share_room()
-    for index in holding.gpu_ids or ():
-        memory, cores = room[index] if 0 <= index < len(room) else (NO_ROOM, NO_ROOM)
-        if own is not None and index in (own.gpu_ids or ()):
-            memory += own.share_memory_mib
-            cores += own.share_cores
-        if memory < holding.share_memory_mib or cores < holding.share_cores:
-            return (
-                f"GPU {index} on {holding.node} has no room for a "
-                f"{holding.share_memory_mib} MiB share now"
-            )
-    return None
 
 
 def share_detail(view: NodeView, demand: Demand) -> str:

@@ -7,6 +7,14 @@ kube-scheduler's parallel filters do), and prioritize (with exactly the list fil
 as kube-scheduler sends it). It prints p50/p90/p99 per verb and N, and the ratios to the floor.
 It also times the core alone, in a process of its own, on the same data (loadtests/corebench.py).
 
+``--scenarios whole,shares`` measures two workloads in the same run, a server each, their
+rounds interleaved: *whole*, the cluster of ``payloads.make_cluster`` and a pod asking for
+whole GPUs (``--pod``); *shares*, 8-GPU nodes with half their GPUs holding shares
+(``payloads.make_share_cluster``) and a pod asking for a share (10 GiB and 25 % of the cores
+of one GPU). Each has its floor (its own server's constant answer), and it then also prints,
+per size, shares over whole. Whenever more than one server runs (two scenarios, or a
+baseline), all of them share one CPU, and so do the cores.
+
 With ``--baseline DIR`` (another checkout of schedext, e.g. ``git worktree add --detach
 ../schedext-before <commit>``, its compiled part built with ``setup.py build_ext --inplace``)
 both trees' servers run on the same snapshot, each on its own connection, and every round
@@ -17,6 +25,7 @@ this tree's p50 over the baseline's.
 
     python -m loadtests.bench --nodes 100,1000,5000 --rounds 2000
     python -m loadtests.bench --nodes 5000 --rounds 1000 --baseline ../schedext-before
+    python -m loadtests.bench --nodes 5000 --rounds 2000 --scenarios whole,shares
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +55,8 @@ from loadtests import payloads
 ROOT = Path(__file__).resolve().parents[1]  # this tree
 CORE_SCRIPT = Path(__file__).resolve().with_name("corebench.py")
 THIS, BASELINE = "this", "baseline"
+WHOLE, SHARES = "whole", "shares"
+SCENARIOS = (WHOLE, SHARES)
 VERBS = ("constant", "filter", "prioritize")
 CORE_VERBS = ("filter", "prioritize")
 VARIANTS = 8  # distinct node orders, cycled (kube-scheduler's order varies per cycle)
@@ -54,7 +66,34 @@ PODS = {
     "h100": payloads.make_pod("bench-pod", gpus=2, model="H100", uid="bench-pod-uid"),
     "any": payloads.make_pod("bench-pod", gpus=2, model=None, uid="bench-pod-uid"),
 }
+SHARE_POD = payloads.make_share_pod("bench-pod", uid="bench-pod-uid")
 Row = dict[str, Any]
+Arm = tuple[str, str]  # (tree, scenario): one server, one core process
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One scenario at one size: the cluster, the pod under test, and the node orders of its
+    filter requests (the same for every tree)."""
+
+    scenario: str
+    cluster: dict[str, Any]
+    pod: dict[str, Any]
+    orders: list[list[str]]
+
+    @classmethod
+    def build(cls, scenario: str, size: int, pod: dict[str, Any]) -> Workload:
+        if scenario == SHARES:
+            cluster, pod = payloads.make_share_cluster(size), SHARE_POD
+        else:
+            cluster = payloads.make_cluster(size)
+        names = [i["metadata"]["name"] for i in cluster["items"] if i["kind"] == "Node"]
+        rng = random.Random(size)
+        orders = [rng.sample(names, len(names)) for _ in range(VARIANTS)]
+        return cls(scenario, cluster, pod, orders)
+
+    def filter_bodies(self) -> list[bytes]:
+        return [orjson.dumps({"Pod": self.pod, "Nodes": None, "NodeNames": o}) for o in self.orders]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,22 +102,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(n) for n in args.nodes.split(",") if n.strip()]
     if args.rounds < 100 or not sizes or min(sizes) < 2:
         parser.error("need --rounds >= 100 and cluster sizes >= 2")
+    scenarios = args.scenarios
     trees = {THIS: ROOT}
-    cpu = None
     if args.baseline is not None:
         trees[BASELINE] = args.baseline
-        cpu = _shared_cpu()
-        on_cpu = f"; both trees' servers and cores on CPU {cpu}" if cpu is not None else ""
+    cpu = _shared_cpu() if len(trees) * len(scenarios) > 1 else None
+    on_cpu = f"; every server and core on CPU {cpu}" if cpu is not None else ""
+    if args.baseline is not None:
         print(f"this tree: {_describe(ROOT)}; baseline: {_describe(args.baseline)}{on_cpu}")
+    elif len(scenarios) > 1:
+        print(f"scenarios: {', '.join(scenarios)}{on_cpu}")
     results: list[Row] = []
     for size in sizes:
         rows = _bench_size(
-            size, PODS[args.pod], trees, rounds=args.rounds, warmup=args.warmup, cpu=cpu
+            size,
+            [Workload.build(s, size, PODS[args.pod]) for s in scenarios],
+            trees,
+            rounds=args.rounds,
+            warmup=args.warmup,
+            cpu=cpu,
         )
         results.extend(rows)
-    _print(results, with_tree=len(trees) > 1)
+    _print(results, with_tree=len(trees) > 1, with_scenario=len(scenarios) > 1)
     if len(trees) > 1:
         _print_comparison(results)
+    if WHOLE in scenarios and SHARES in scenarios:
+        _print_scenarios(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
@@ -95,8 +144,19 @@ def _parser() -> argparse.ArgumentParser:
         "--pod",
         choices=sorted(PODS),
         default="h100",
-        help="h100: asks for 2 H100 GPUs (1 node in 3 has them, the rest are rejected with "
-        "reasons: the costly answer); any: 2 GPUs of any model (most nodes pass)",
+        help="the whole scenario's pod. h100: asks for 2 H100 GPUs (1 node in 3 has them, the "
+        "rest are rejected with reasons: the costly answer); any: 2 GPUs of any model (most "
+        "nodes pass)",
+    )
+    parser.add_argument(
+        "--scenarios",
+        type=_scenarios,
+        default=[WHOLE],
+        metavar="LIST",
+        help="comma-separated, measured side by side: whole (the cluster of 3 GPU models, "
+        "40 %% of the GPUs held, a pod asking for whole GPUs); shares (8 GPUs of 80 GiB per "
+        "node, half of them holding shares, a pod asking for a 10 GiB share with 25 %% of the "
+        "cores; one node in three has room). Default: whole",
     )
     parser.add_argument(
         "--baseline",
@@ -107,6 +167,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     return parser
+
+
+def _scenarios(value: str) -> list[str]:
+    """--scenarios' type: known names, each once, in the order given."""
+    chosen = list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    unknown = [v for v in chosen if v not in SCENARIOS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: scenarios are {' and '.join(SCENARIOS)}, comma-separated"
+        )
+    return chosen
 
 
 def _checkout(value: str) -> Path:
@@ -146,99 +217,111 @@ def _git(root: Path, *args: str) -> str | None:
 
 def _bench_size(
     size: int,
-    pod: dict[str, Any],
+    workloads: list[Workload],
     trees: dict[str, Path],
     *,
     rounds: int,
     warmup: int,
     cpu: int | None,
 ) -> list[Row]:
-    cluster = payloads.make_cluster(size)
-    node_names = [i["metadata"]["name"] for i in cluster["items"] if i["kind"] == "Node"]
-    rng = random.Random(size)
-    orders = [rng.sample(node_names, len(node_names)) for _ in range(VARIANTS)]
-    filter_bodies = [orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": o}) for o in orders]
+    """Every tree's server on every workload, their rounds interleaved; then the cores."""
+    arms: list[Arm] = [(tree, w.scenario) for w in workloads for tree in trees]
+    filter_bodies = {w.scenario: w.filter_bodies() for w in workloads}
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
-        snapshot = workdir / "cluster.json"
-        snapshot.write_bytes(orjson.dumps(cluster))
-        conns = {
-            tree: stack.enter_context(_connection(snapshot, workdir / f"{tree}.log", root, cpu))
-            for tree, root in trees.items()
-        }
+        conns: dict[Arm, http.client.HTTPConnection] = {}
+        for workload in workloads:
+            snapshot = workdir / f"{workload.scenario}.json"
+            snapshot.write_bytes(orjson.dumps(workload.cluster))
+            for tree, root in trees.items():
+                log = workdir / f"{tree}-{workload.scenario}.log"
+                conns[(tree, workload.scenario)] = stack.enter_context(
+                    _connection(snapshot, log, root, cpu)
+                )
         passed = {
-            tree: [orjson.loads(_post(conn, "/filter", b))["NodeNames"] for b in filter_bodies]
-            for tree, conn in conns.items()
+            arm: [
+                orjson.loads(_post(conn, "/filter", b))["NodeNames"] for b in filter_bodies[arm[1]]
+            ]
+            for arm, conn in conns.items()
         }
-        _warn_if_answers_differ(passed)
-        # both trees get this tree's filter answers, so that their prioritize bodies are equal
-        prioritize_bodies = [
-            orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": p}) for p in passed[THIS]
-        ]
+        for workload in workloads:
+            scenario = workload.scenario
+            _warn_if_answers_differ({tree: passed[(tree, scenario)] for tree in trees}, scenario)
+        # every tree gets this tree's filter answers, so that their prioritize bodies are equal
         bodies = {
-            "constant": filter_bodies,
-            "filter": filter_bodies,
-            "prioritize": prioritize_bodies,
+            w.scenario: {
+                "constant": filter_bodies[w.scenario],
+                "filter": filter_bodies[w.scenario],
+                "prioritize": [
+                    orjson.dumps({"Pod": w.pod, "Nodes": None, "NodeNames": p})
+                    for p in passed[(THIS, w.scenario)]
+                ],
+            }
+            for w in workloads
         }
         samples = _rounds(conns, bodies, rounds=rounds, warmup=warmup)
-    # the core after the servers are gone, so that they take no CPU from it
-    core_rounds = min(rounds, 1000)
+    # the cores after the servers are gone, so that they take no CPU from them
     core = _core_times(
         trees,
-        cluster,
-        pod,
-        orders,
-        passed[THIS],
-        rounds=core_rounds,
+        workloads,
+        {w.scenario: passed[(THIS, w.scenario)] for w in workloads},
+        rounds=min(rounds, 1000),
         warmup=min(warmup, 300),
         cpu=cpu,
     )
     rows: list[Row] = []
-    for tree in trees:
-        rows.extend(_rows(tree, size, len(passed[tree][0]), samples[tree], core[tree]))
-    return _add_baseline_ratios(rows) if len(trees) > 1 else rows
+    for arm in arms:
+        feasible = len(passed[arm][0])
+        rows.extend(_rows(arm, size, feasible, samples[arm], core[arm]))
+    if len(trees) > 1:
+        _add_baseline_ratios(rows)
+    if {w.scenario for w in workloads} == {WHOLE, SHARES}:
+        _add_whole_ratios(rows)
+    return rows
 
 
 def _rounds(
-    conns: dict[str, http.client.HTTPConnection],
-    bodies: dict[str, list[bytes]],
+    conns: dict[Arm, http.client.HTTPConnection],
+    bodies: dict[str, dict[str, list[bytes]]],
     *,
     rounds: int,
     warmup: int,
-) -> dict[str, dict[str, list[float]]]:
-    """ms per request, per tree and verb. Within a round every tree gets the same bodies, one
-    tree after the other; which goes first swaps every round, so neither always follows the
-    other's requests (and their cache effects)."""
+) -> dict[Arm, dict[str, list[float]]]:
+    """ms per request, per arm (tree and scenario) and verb. Within a round every arm gets
+    its scenario's bodies, one arm after the other; the order reverses every round, so that
+    none always follows another's requests (and their cache effects)."""
     paths = {"constant": "/bench/constant", "filter": "/filter", "prioritize": "/prioritize"}
-    samples: dict[str, dict[str, list[float]]] = {t: {v: [] for v in VERBS} for t in conns}
+    samples: dict[Arm, dict[str, list[float]]] = {a: {v: [] for v in VERBS} for a in conns}
     order = list(conns)
     for round_ in range(warmup + rounds):
         k = round_ % VARIANTS
-        for tree in order if round_ % 2 == 0 else reversed(order):
+        for arm in order if round_ % 2 == 0 else reversed(order):
             for verb in VERBS:
                 started = time.perf_counter_ns()
-                _post(conns[tree], paths[verb], bodies[verb][k])
+                _post(conns[arm], paths[verb], bodies[arm[1]][verb][k])
                 if round_ >= warmup:
-                    samples[tree][verb].append((time.perf_counter_ns() - started) / 1e6)
+                    samples[arm][verb].append((time.perf_counter_ns() - started) / 1e6)
     return samples
 
 
-def _warn_if_answers_differ(passed: dict[str, list[list[str]]]) -> None:
+def _warn_if_answers_differ(passed: dict[str, list[list[str]]], scenario: str) -> None:
     """The trees measured different work if filter passed different nodes: say so."""
     if len(passed) < 2:
         return
     this, baseline = passed[THIS], passed[BASELINE]
     if any(sorted(a) != sorted(b) for a, b in zip(this, baseline, strict=True)):
         print(
-            f"warning: the trees' filter answers differ ({len(this[0])} and "
-            f"{len(baseline[0])} nodes pass); both get this tree's list to prioritize",
+            f"warning: the trees' filter answers differ in the {scenario} scenario "
+            f"({len(this[0])} and {len(baseline[0])} nodes pass); both get this tree's list "
+            "to prioritize",
             file=sys.stderr,
         )
 
 
 def _rows(
-    tree: str, size: int, feasible: int, samples: dict[str, list[float]], core: dict[str, Any]
+    arm: Arm, size: int, feasible: int, samples: dict[str, list[float]], core: dict[str, Any]
 ) -> list[Row]:
+    tree, scenario = arm
     floor = _percentiles(samples["constant"])
     rows: list[Row] = []
     for verb, values in samples.items():
@@ -253,63 +336,84 @@ def _rows(
                 "p99_ratio": figures["p99_ms"] / floor["p99_ms"],
                 "core_p50_ms": core.get(verb),
                 "tree": tree,
+                "scenario": scenario,
                 "compiled": core["compiled"],
             }
         )
     return rows
 
 
-def _add_baseline_ratios(rows: list[Row]) -> list[Row]:
+def _add_baseline_ratios(rows: list[Row]) -> None:
     """On this tree's rows: p50 this / p50 baseline (after / before), served and core."""
-    baseline = {r["verb"]: r for r in rows if r["tree"] == BASELINE}
+    baseline = {(r["scenario"], r["verb"]): r for r in rows if r["tree"] == BASELINE}
     for row in rows:
         if row["tree"] != THIS:
             continue
-        before = baseline[row["verb"]]
+        before = baseline[(row["scenario"], row["verb"])]
         row["p50_vs_baseline"] = row["p50_ms"] / before["p50_ms"]
         core_pair = (row["core_p50_ms"], before["core_p50_ms"])
         row["core_p50_vs_baseline"] = None if None in core_pair else core_pair[0] / core_pair[1]
-    return rows
+
+
+def _add_whole_ratios(rows: list[Row]) -> None:
+    """On the shares scenario's rows: p50 and p99 shares / whole (the same tree and verb),
+    served and core."""
+    whole = {(r["tree"], r["verb"]): r for r in rows if r["scenario"] == WHOLE}
+    for row in rows:
+        if row["scenario"] != SHARES:
+            continue
+        other = whole[(row["tree"], row["verb"])]
+        row["p50_vs_whole"] = row["p50_ms"] / other["p50_ms"]
+        row["p99_vs_whole"] = row["p99_ms"] / other["p99_ms"]
+        core_pair = (row["core_p50_ms"], other["core_p50_ms"])
+        row["core_p50_vs_whole"] = None if None in core_pair else core_pair[0] / core_pair[1]
 
 
 def _core_times(
     trees: dict[str, Path],
-    cluster: dict[str, Any],
-    pod: dict[str, Any],
-    orders: list[list[str]],
-    passed: list[list[str]],
+    workloads: list[Workload],
+    passed: dict[str, list[list[str]]],
     *,
     rounds: int,
     warmup: int,
     cpu: int | None,
-) -> dict[str, dict[str, Any]]:
-    """The core alone (loadtests/corebench.py): one process per tree, ``extender`` imported
-    from it, the same script for every tree. Their batches alternate like the servers' rounds
-    (a tree timed after the other only would take all of a noisy moment); p50 over all calls.
-    """
+) -> dict[Arm, dict[str, Any]]:
+    """The core alone (loadtests/corebench.py): one process per tree and scenario,
+    ``extender`` imported from the tree, the same script for every tree. Their batches
+    alternate like the servers' rounds (an arm timed after the others only would take all of
+    a noisy moment); p50 over all calls."""
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        data = Path(tmp) / "core.json"
-        data.write_bytes(
-            orjson.dumps({"cluster": cluster, "pod": pod, "orders": orders, "passed": passed})
-        )
-        cores = {
-            tree: stack.enter_context(_CoreProcess(data, root, Path(tmp) / f"{tree}.log", cpu))
-            for tree, root in trees.items()
-        }
+        cores: dict[Arm, _CoreProcess] = {}
+        for workload in workloads:
+            scenario = workload.scenario
+            data = Path(tmp) / f"{scenario}.json"
+            data.write_bytes(
+                orjson.dumps(
+                    {
+                        "cluster": workload.cluster,
+                        "pod": workload.pod,
+                        "orders": workload.orders,
+                        "passed": passed[scenario],
+                    }
+                )
+            )
+            for tree, root in trees.items():
+                log = Path(tmp) / f"{tree}-{scenario}.log"
+                cores[(tree, scenario)] = stack.enter_context(_CoreProcess(data, root, log, cpu))
         for core in cores.values():
             core.run(warmup)  # the first calls build the name table: not measured
-        samples: dict[str, dict[str, list[float]]] = {t: {v: [] for v in CORE_VERBS} for t in cores}
+        samples: dict[Arm, dict[str, list[float]]] = {a: {v: [] for v in CORE_VERBS} for a in cores}
         order = list(cores)
         for batch, size in enumerate(_split(rounds, CORE_BATCHES)):
-            for tree in order if batch % 2 == 0 else reversed(order):
-                for verb, values in cores[tree].run(size).items():
-                    samples[tree][verb].extend(values)
+            for arm in order if batch % 2 == 0 else reversed(order):
+                for verb, values in cores[arm].run(size).items():
+                    samples[arm][verb].extend(values)
     return {
-        tree: {
+        arm: {
             **{verb: float(np.percentile(values, 50)) for verb, values in by_verb.items()},
-            "compiled": cores[tree].compiled,
+            "compiled": cores[arm].compiled,
         }
-        for tree, by_verb in samples.items()
+        for arm, by_verb in samples.items()
     }
 
 
@@ -429,35 +533,40 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     return {"p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "count": len(values)}
 
 
-def _print(rows: list[Row], *, with_tree: bool) -> None:
+def _print(rows: list[Row], *, with_tree: bool, with_scenario: bool) -> None:
     tree_header = f"{'tree':<10}" if with_tree else ""
+    scenario_header = f"{'scenario':<9}" if with_scenario else ""
     header = (
-        f"{tree_header}{'verb':<11}{'nodes':>7}{'feasible':>9}{'p50 ms':>9}{'p90 ms':>9}"
-        f"{'p99 ms':>9}{'p50/floor':>11}{'p99/floor':>11}{'core p50':>10}"
+        f"{tree_header}{scenario_header}{'verb':<11}{'nodes':>7}{'feasible':>9}{'p50 ms':>9}"
+        f"{'p90 ms':>9}{'p99 ms':>9}{'p50/floor':>11}{'p99/floor':>11}{'core p50':>10}"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
         tree = f"{r['tree']:<10}" if with_tree else ""
+        scenario = f"{r['scenario']:<9}" if with_scenario else ""
         core = f"{r['core_p50_ms']:.3f}" if r["core_p50_ms"] is not None else "-"
         print(
-            f"{tree}{r['verb']:<11}{r['nodes']:>7}{r['feasible']:>9}{r['p50_ms']:>9.3f}"
-            f"{r['p90_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['p50_ratio']:>10.2f}x{r['p99_ratio']:>10.2f}x"
-            f"{core:>10}"
+            f"{tree}{scenario}{r['verb']:<11}{r['nodes']:>7}{r['feasible']:>9}"
+            f"{r['p50_ms']:>9.3f}{r['p90_ms']:>9.3f}{r['p99_ms']:>9.3f}"
+            f"{r['p50_ratio']:>10.2f}x{r['p99_ratio']:>10.2f}x{core:>10}"
         )
     print("floor = the constant-answer endpoint of the same server, same body, same connection")
 
 
 def _print_comparison(rows: list[Row]) -> None:
-    """Per size and verb: p50 this / p50 baseline (after / before), served and core."""
-    baseline = {(r["nodes"], r["verb"]): r for r in rows if r["tree"] == BASELINE}
+    """Per size, scenario and verb: p50 this / p50 baseline (after / before), served and
+    core."""
+    baseline = {(r["nodes"], r["scenario"], r["verb"]): r for r in rows if r["tree"] == BASELINE}
+    scenarios = {r["scenario"] for r in rows}
     print("\nthis / baseline (after / before), p50:")
     for row in rows:
         if row["tree"] != THIS:
             continue
-        before = baseline[(row["nodes"], row["verb"])]
+        before = baseline[(row["nodes"], row["scenario"], row["verb"])]
+        scenario = f"{row['scenario']:<9}" if len(scenarios) > 1 else ""
         line = (
-            f"{row['verb']:<11}{row['nodes']:>7}  served {row['p50_ms']:.3f} / "
+            f"{scenario}{row['verb']:<11}{row['nodes']:>7}  served {row['p50_ms']:.3f} / "
             f"{before['p50_ms']:.3f} ms = {row['p50_vs_baseline']:.2f}x"
         )
         if row["core_p50_vs_baseline"] is not None:
@@ -472,6 +581,30 @@ def _print_comparison(rows: list[Row]) -> None:
                 f"note: {tree} tree runs without its compiled part (extender/_packed), on the "
                 "pure-Python twin: build it with setup.py build_ext --inplace in that checkout"
             )
+
+
+def _print_scenarios(rows: list[Row]) -> None:
+    """Per tree, size and verb: shares / whole, p50 and p99 served, p50 of the core (the
+    constant answer's line compares the two servers' floors)."""
+    whole = {(r["tree"], r["nodes"], r["verb"]): r for r in rows if r["scenario"] == WHOLE}
+    trees = {r["tree"] for r in rows}
+    print("\nshares / whole (the same tree, verb and size; each over its own server):")
+    for row in rows:
+        if row["scenario"] != SHARES:
+            continue
+        other = whole[(row["tree"], row["nodes"], row["verb"])]
+        tree = f"{row['tree']:<10}" if len(trees) > 1 else ""
+        line = (
+            f"{tree}{row['verb']:<11}{row['nodes']:>7}  p50 {row['p50_ms']:.3f} / "
+            f"{other['p50_ms']:.3f} ms = {row['p50_vs_whole']:.2f}x   p99 {row['p99_ms']:.3f} / "
+            f"{other['p99_ms']:.3f} ms = {row['p99_vs_whole']:.2f}x"
+        )
+        if row["core_p50_vs_whole"] is not None:
+            line += (
+                f"   core {row['core_p50_ms']:.3f} / {other['core_p50_ms']:.3f} ms"
+                f" = {row['core_p50_vs_whole']:.2f}x"
+            )
+        print(line)
 
 
 @contextlib.contextmanager

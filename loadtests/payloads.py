@@ -15,7 +15,13 @@ MODELS = [
 ]
 
 
-def make_node(index: int, rng: random.Random) -> dict[str, Any]:
+# The GPU of the shares scenario: every node has 8 of them, 80 GiB each.
+SHARE_MODEL = ("NVIDIA-H100-80GB-HBM3", 81920, 8, [[0, 1, 2, 3], [4, 5, 6, 7]])
+GpuModel = tuple[str, int, int, list[list[int]]]  # product, MiB per GPU, count, NVLink groups
+
+
+def make_node(index: int, rng: random.Random, *, gpu: GpuModel | None = None) -> dict[str, Any]:
+    """A node; with ``gpu``, that GPU, else the mix of MODELS with every tenth node CPU-only."""
     name = f"node-{index:05d}"
     rack, zone = f"rack-{index // 40:03d}", f"zone-{'abc'[index % 3]}"
     labels = {
@@ -41,8 +47,10 @@ def make_node(index: int, rng: random.Random) -> dict[str, Any]:
         "hugepages-1Gi": "0",
         "hugepages-2Mi": "0",
     }
-    if index % 10 != 9:  # 90 % GPU nodes, the rest CPU-only
-        model, memory, count, groups = MODELS[index % len(MODELS)]
+    if gpu is None and index % 10 != 9:  # 90 % GPU nodes, the rest CPU-only
+        gpu = MODELS[index % len(MODELS)]
+    if gpu is not None:
+        model, memory, count, groups = gpu
         labels |= {
             "nvidia.com/gpu.product": model,
             "nvidia.com/gpu.memory": str(memory),
@@ -252,6 +260,117 @@ def make_cluster(nodes: int, *, seed: int = 7, used_fraction: float = 0.4) -> di
                 )
             )
     return {"apiVersion": "v1", "kind": "List", "items": items + pods}
+
+
+# What the pod under test in the shares scenario asks for, on each of SHARE_POD_SHARES GPUs.
+SHARE_POD_MIB, SHARE_POD_CORES, SHARE_POD_SHARES = 10240, 25, 1
+_SHARE_UNIT_MIB = 10240  # the shares the scenario's nodes hold are made of 10 GiB pieces
+
+
+def make_share_pod(
+    name: str,
+    *,
+    memory_mib: int = SHARE_POD_MIB,
+    cores: int | None = SHARE_POD_CORES,
+    shares: int = SHARE_POD_SHARES,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    """A pending pod asking for a share of GPUs (schedext's resources: ``memory_mib`` MiB and
+    ``cores`` percent on each of ``shares`` GPUs), otherwise the benchmark's pod."""
+    pod = make_pod(name, model=None, uid=uid)
+    resources = pod["spec"]["containers"][0]["resources"]
+    asked = {"schedext.io/gpu-memory": str(memory_mib), "schedext.io/gpu-shares": str(shares)}
+    if cores is not None:
+        asked["schedext.io/gpu-cores"] = str(cores)
+    for part in ("requests", "limits"):
+        del resources[part]["nvidia.com/gpu"]
+        resources[part].update(asked)
+    return pod
+
+
+def make_share_cluster(nodes: int, *, seed: int = 7) -> dict[str, Any]:
+    """A kubectl-style List for the shares scenario: ``nodes`` nodes of 8 GPUs (80 GiB each),
+    half of the GPUs holding shares (3, 4 or 5 per node), the others mostly held whole.
+
+    The nodes come in three kinds, in equal numbers, so that filter answers the share pod
+    (:func:`make_share_pod`: 10 GiB and 25 % of the cores) as it answers the whole-GPU pod of
+    :func:`make_cluster`, with a reason for two nodes in three:
+
+    - *room*: 1-6 shares of 10 GiB and 10 % of the cores on each shared GPU (room left on
+      every one of them); one of the other GPUs free on half of these nodes;
+    - *memory*: 1-6 shares on each shared GPU, filling its 80 GiB (rejected: no GPU with
+      10 GiB free);
+    - *cores*: 1-6 shares of 10 GiB on each shared GPU, holding 80-84 % of its cores
+      (rejected: memory, but not 25 % of the cores).
+
+    The bound pods are lean (what bind writes and the resources, nothing else): there are
+    about 16 per node, and only what they hold matters to the benchmark."""
+    rng = random.Random(seed)
+    items = [make_node(i, rng, gpu=SHARE_MODEL) for i in range(nodes)]
+    pods: list[dict[str, Any]] = []
+    gpus, capacity = SHARE_MODEL[2], SHARE_MODEL[1]
+    for index, node in enumerate(items):
+        name = node["metadata"]["name"]
+        kind = ("room", "memory", "cores")[index % 3]
+        order = rng.sample(range(gpus), gpus)
+        shared = order[: rng.choice((3, 4, 5))]
+        free = 1 if kind == "room" and rng.random() < 0.5 else 0
+        whole = sorted(order[len(shared) : gpus - free])
+        for start in range(0, len(whole), 2):
+            ids = whole[start : start + 2]
+            pods.append(_bound_pod(f"{name}-w{start}", name, ids, {"nvidia.com/gpu": len(ids)}))
+        for device in shared:
+            count = rng.randint(1, 6)
+            memory = [_SHARE_UNIT_MIB] * count
+            cores = [10] * count
+            if kind == "memory":
+                memory[-1] = capacity - _SHARE_UNIT_MIB * (count - 1)
+            elif kind == "cores":
+                cores = [-(-80 // count)] * count
+            for k, (mib, pct) in enumerate(zip(memory, cores, strict=True)):
+                pods.append(_share_holder(f"{name}-g{device}-s{k}", name, device, mib, pct))
+    return {"apiVersion": "v1", "kind": "List", "items": items + pods}
+
+
+def _share_holder(name: str, node: str, device: int, mib: int, cores: int) -> dict[str, Any]:
+    """A bound share pod, as schedext's bind leaves it: the device and its share annotated."""
+    pod = _bound_pod(
+        name,
+        node,
+        [device],
+        {
+            "schedext.io/gpu-memory": mib,
+            "schedext.io/gpu-cores": cores,
+            "schedext.io/gpu-shares": 1,
+        },
+    )
+    pod["metadata"]["annotations"] |= {
+        "schedext.io/gpu-share-memory-mib": str(mib),
+        "schedext.io/gpu-share-cores": str(cores),
+    }
+    return pod
+
+
+def _bound_pod(name: str, node: str, gpu_ids: list[int], extra: dict[str, int]) -> dict[str, Any]:
+    """A lean running pod on ``node`` holding ``extra`` resources on ``gpu_ids``."""
+    resources = {"cpu": "4", "memory": "32Gi", **{k: str(v) for k, v in extra.items()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"pod-{name}",
+            "annotations": {"schedext.io/gpu-ids": ",".join(map(str, gpu_ids))},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "main", "resources": {"requests": resources, "limits": dict(resources)}}
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

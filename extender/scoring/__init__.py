@@ -35,7 +35,7 @@ from extender.scoring import (
     topology,
 )
 from extender.scoring.scorer import Candidates, FloatArray, GroupAffinity, Scorer
-from extender.shares import fitting
+from extender.shares import room_counts
 
 __all__ = [
     "MAX_SCORE",
@@ -93,11 +93,8 @@ def score_nodes(
     if request.gpus:
         scores = np.where(nodes.column("gpu_free") >= request.gpus, scores, 0)
     if request.shares:
-        grid = inventory.devices
-        _, fits = fitting(
-            grid.memory_free.take(ids, axis=0), grid.cores_free.take(ids, axis=0), request
-        )
-        scores = np.where(np.count_nonzero(fits, axis=1) >= request.shares, scores, 0)
+        room = room_counts(inventory, request)
+        scores = np.where(room.both.take(ids) >= request.shares, scores, 0)
     for profile, count in request.mig:
         scores = np.where(inventory.mig_arrays(profile).free[ids] >= count, scores, 0)
     return np.where(inventory.arrays.alive[ids], scores, 0).astype(np.int64)

@@ -54,7 +54,8 @@ class Candidates:
         """The inventory column ``name`` (a field of NodeArrays) for these nodes."""
         gathered = self._gathered.get(name)
         if gathered is None:
-            gathered = self._gathered[name] = getattr(self._arrays, name)[self.ids]
+            # take: twice as fast as [ids] over a few thousand ids
+            gathered = self._gathered[name] = getattr(self._arrays, name).take(self.ids)
         return gathered
 
 

@@ -102,6 +102,45 @@ def test_bench_with_a_baseline_measures_both_trees_and_their_ratios(tmp_path: Pa
         )
 
 
+def test_bench_measures_the_shares_scenario_beside_the_whole_one(tmp_path: Path) -> None:
+    """Both scenarios in one run, each with its own floor, and shares over whole per verb.
+    The shares cluster is built so that one node in three has room for the share pod."""
+    out = tmp_path / "out.json"
+    size = 30
+    result = bench(
+        "--nodes", str(size), "--rounds", str(ROUNDS), "--warmup", "10",
+        "--scenarios", "whole,shares", "--json", str(out), timeout=90,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "shares / whole" in result.stdout
+
+    rows = json.loads(out.read_text())
+    by_key = {(row["scenario"], row["verb"]): row for row in rows}
+    assert set(by_key) == {(s, verb) for s in ("whole", "shares") for verb in VERBS}
+    assert len(rows) == len(by_key)
+    assert by_key[("shares", "filter")]["feasible"] == len(range(0, size, 3))
+    for (scenario, verb), row in by_key.items():
+        assert row["count"] == ROUNDS
+        floor = by_key[(scenario, "constant")]
+        assert math.isclose(row["p50_ratio"], row["p50_ms"] / floor["p50_ms"])
+        if scenario == "whole":
+            assert "p50_vs_whole" not in row
+            continue
+        whole = by_key[("whole", verb)]
+        assert math.isclose(row["p50_vs_whole"], row["p50_ms"] / whole["p50_ms"])
+        assert math.isclose(row["p99_vs_whole"], row["p99_ms"] / whole["p99_ms"])
+        if verb != "constant":
+            assert math.isclose(row["core_p50_vs_whole"], row["core_p50_ms"] / whole["core_p50_ms"])
+
+
+def test_bench_rejects_an_unknown_scenario() -> None:
+    result = bench("--nodes", "10", "--scenarios", "whole,fractional", timeout=30)
+    assert result.returncode != 0
+    assert "fractional" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("kind", ["missing", "not a checkout"])
 def test_bench_rejects_a_baseline_that_is_not_a_checkout(tmp_path: Path, kind: str) -> None:
     """Refused by the argument parser, before any server starts: a one-line error naming the
