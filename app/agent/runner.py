@@ -32,6 +32,7 @@ from app.agent.plugin import DevicePlugin
 from app.agent.pod_ledger import ApiPodLedger, node_pods_resource
 from app.agent.registration import Endpoint, serve
 from app.agent.settings import AgentSettings
+from app.agent.sharing import Shares
 from app.agent.xid_watch import GpuFault, XidWatch
 from app.kube.api import KubeApi
 from app.kube.errors import ApiError
@@ -55,7 +56,10 @@ class Agent:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.settings, self._nvml, self._api, self._wall = settings, nvml, api, wall
-        self.ledger = ApiPodLedger(api, gpu_resource=settings.resource_name)
+        self.ledger = ApiPodLedger(
+            api, gpu_resource=settings.resource_name, shares=settings.share_resources()
+        )
+        self.shares = Shares.from_settings(settings, api)  # None: whole GPUs only
         gate = UseGate(
             interval_s=settings.use_interval_s,
             threshold=settings.use_threshold,
@@ -78,8 +82,13 @@ class Agent:
         )
 
     def ready(self) -> bool:
-        """Readiness: the GPUs are published, the node's pods are listed, the plugin listens."""
-        return self.published.is_set() and self.ledger.synced and self.endpoint.socket.exists()
+        """Readiness: the GPUs are published, the node's pods are listed, the plugins listen."""
+        return (
+            self.published.is_set()
+            and self.ledger.synced
+            and self.endpoint.socket.exists()
+            and (self.shares is None or self.shares.ready())
+        )
 
     async def run(self) -> None:
         """Until cancelled. Raises :class:`NvmlError` when the GPUs cannot be read at start."""
@@ -118,10 +127,17 @@ class Agent:
         ]
         xids.start()
         try:
+            if self.shares is not None:  # MPS daemons up before a share is handed out
+                tasks += [asyncio.create_task(c) for c in await self.shares.prepare(self.devices)]
             # The plugin registers only once the node's pods (and their allocation records)
             # are listed: a restarted agent must know what it gave out before it gives more.
             await _first(self.ledger.listed.wait(), tasks)
             tasks.append(asyncio.create_task(serve(plugin, self.endpoint), name="agent-plugin"))
+            if self.shares is not None:
+                shares = self.shares.plugin(self.devices, self.ledger)
+                tasks.append(
+                    asyncio.create_task(serve(shares, self.shares.endpoint), name="agent-shares")
+                )
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()  # a task that ended raises its error here
@@ -175,6 +191,8 @@ class Agent:
                 groups=self.devices.groups(), gpus=self.devices.current(), driver=self._driver
             )
             await self._retrying(functools.partial(self.publisher.topology, topology))
+            if self.shares is not None:
+                await self._retrying(functools.partial(self.shares.publish, topology.gpus))
             self.published.set()
             use = await asyncio.to_thread(sample_use, self._nvml)
             try:

@@ -38,7 +38,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class NodePod:
-    """A live pod on the agent's node that asks for the GPU resource."""
+    """A live pod on the agent's node that asks for the GPU resource, or for a share of GPUs."""
 
     uid: str
     namespace: str
@@ -53,6 +53,12 @@ class NodePod:
     # When it was bound (its PodScheduled condition's lastTransitionTime, Unix seconds; the
     # creation time when absent): the oldest bind is admitted first.
     bound_at: float = 0.0
+    # A share of GPUs instead of whole ones (``gpus`` is then 0): on ``shares`` distinct GPUs,
+    # this much memory (MiB) and compute (percent of the SMs; 0: none asked) on each; what
+    # bind wrote (schedext.io/gpu-share-*), else what the pod's resources ask.
+    shares: int = 0
+    share_memory_mib: int = 0
+    share_cores: int = 0
 
     @property
     def key(self) -> str:
@@ -135,11 +141,12 @@ def own_pick(
 
 def in_use(pods: Iterable[NodePod], uuid_by_index: Mapping[int, str]) -> frozenset[str]:
     """The UUIDs an own pick must leave alone: those allocated to live pods, and those schedext
-    chose for bound pods not given them yet (their ``Allocate`` is still to come)."""
+    chose for bound pods not given them yet (their ``Allocate`` is still to come), shares
+    included (a GPU that carries a share is nobody's whole GPU)."""
     used: set[str] = set()
     for pod in pods:
         used.update(pod.allocated)
-        if pod.gpu_ids is not None and _pending(pod):
+        if pod.gpu_ids is not None and (_pending(pod) or pod.shares):
             used.update(chosen_uuids(pod, uuid_by_index) or ())
     return frozenset(used)
 
