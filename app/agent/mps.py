@@ -11,8 +11,9 @@ with ``CUDA_VISIBLE_DEVICES=<uuid>`` and its own pipe and log directories under 
 sends ``quit`` through ``nvidia-cuda-mps-control`` as the documentation says, then kills the
 process after a grace period.
 
-:class:`MpsDaemons` keeps one running per healthy, non-MIG GPU: started before the share
-plugin registers, restarted when it exits, with a backoff that doubles while it keeps dying
+:class:`MpsDaemons` keeps one running per healthy, non-MIG GPU: started, and listening on its
+``control`` socket, before the share plugin registers (a client that finds no daemon runs
+without MPS, unlimited); restarted when it exits, with a backoff that doubles while it keeps dying
 young (bounded by ``retry_max_s``).
 """
 
@@ -49,6 +50,8 @@ MPS_CONTROL = "nvidia-cuda-mps-control"
 CONTAINER_PIPE_DIRECTORY = "/tmp/nvidia-mps"  # noqa: S108 (a path inside the container)
 # MPS clients and their server share POSIX shared memory: the containers get the daemons'
 # /dev/shm (the DaemonSet mounts <mps_dir>/shm there), as NVIDIA's device plugin does.
+# The daemon's socket in its pipe directory, where clients (and `quit`) reach it.
+CONTROL_SOCKET = "control"
 CONTAINER_SHM = "/dev/shm"  # noqa: S108 (a path inside the container)
 
 
@@ -78,8 +81,8 @@ class MpsControl(Protocol):
     """One MPS control daemon per GPU, by UUID. Called from the event loop's thread."""
 
     async def start(self, uuid: str) -> None:
-        """Start the daemon for ``uuid`` (nothing when it runs); :class:`MpsError` if it
-        cannot be started."""
+        """Start the daemon for ``uuid`` (nothing when it runs) and wait until it listens;
+        :class:`MpsError` if it cannot be started."""
         ...
 
     async def stop(self, uuid: str) -> None:
@@ -97,10 +100,12 @@ class SubprocessMps:
         layout: MpsLayout,
         *,
         binary: str = MPS_CONTROL,
+        ready_s: float = 5.0,
         stop_grace_s: float = 5.0,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self._layout, self._binary, self._grace = layout, binary, stop_grace_s
+        self._ready_s = ready_s
         self._base_env = dict(os.environ if env is None else env)
         self._processes: dict[str, asyncio.subprocess.Process] = {}
 
@@ -122,6 +127,8 @@ class SubprocessMps:
         try:
             for directory in (self._layout.pipe(uuid), self._layout.log(uuid)):
                 directory.mkdir(parents=True, exist_ok=True)
+            # A dead daemon's socket would pass for the new one's.
+            (self._layout.pipe(uuid) / CONTROL_SOCKET).unlink(missing_ok=True)
             with (self._layout.log(uuid) / "control.out").open("ab") as output:
                 self._processes[uuid] = await asyncio.create_subprocess_exec(
                     self._binary,
@@ -140,6 +147,23 @@ class SubprocessMps:
             ) from None
         except OSError as error:
             raise MpsError(f"cannot start {self._binary} for {uuid}: {error}") from None
+        await self._until_listening(uuid, self._processes[uuid])
+
+    async def _until_listening(self, uuid: str, process: asyncio.subprocess.Process) -> None:
+        """Wait (up to ``ready_s``) for the daemon's ``control`` socket: a share's client that
+        finds no daemon runs without MPS, unlimited."""
+        control = self._layout.pipe(uuid) / CONTROL_SOCKET
+        deadline = time.monotonic() + self._ready_s
+        while not control.exists():
+            if process.returncode is not None:
+                raise MpsError(
+                    f"{self._binary} for {uuid} exited with code {process.returncode} at start "
+                    f"(its log: {self._layout.log(uuid)})"
+                )
+            if time.monotonic() >= deadline:
+                log.warning("MPS daemon not listening yet", extra={"gpu": uuid})
+                return
+            await asyncio.sleep(0.02)
 
     async def stop(self, uuid: str) -> None:
         process = self._processes.pop(uuid, None)

@@ -7,6 +7,9 @@ What runs, as tasks of one event loop (plus the XID watch's own thread):
   does not carry it already;
 - the pod watch (this node's pods) feeds the ledger the plugin allocates from;
 - the device plugin serves and re-registers when the kubelet restarts;
+- with shares on (:mod:`app.agent.sharing`): the MPS daemons, when asked for, start before
+  the plugins register; the share handle's plugin serves beside the whole-GPU one; share
+  memory and cores are written on the Node's status with the topology, on change;
 - every ``poll_s``: health is read again (ECC, retired pages, lost GPUs) and use is sampled.
   A health change goes to ListAndWatch at once and to the Node's topology document, which
   the extender's node watch turns into "never hand out this GPU";
@@ -191,9 +194,12 @@ class Agent:
                 groups=self.devices.groups(), gpus=self.devices.current(), driver=self._driver
             )
             await self._retrying(functools.partial(self.publisher.topology, topology))
-            if self.shares is not None:
-                await self._retrying(functools.partial(self.shares.publish, topology.gpus))
             self.published.set()
+            if self.shares is not None:
+                try:
+                    await self.shares.publish(topology.gpus)
+                except ApiError as error:  # the next poll reads the Node and tries again
+                    log.warning("cannot write share capacity", extra={"error": str(error)})
             use = await asyncio.to_thread(sample_use, self._nvml)
             try:
                 await self.publisher.use(UseSample(at=self._wall(), gpus=use))

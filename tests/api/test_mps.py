@@ -1,61 +1,24 @@
-"""The agent's MPS daemons as real subprocesses: a stand-in ``nvidia-cuda-mps-control`` (put on
-``PATH`` here) records how it was started and listens on its pipe directory's ``control``
-socket until ``nvidia-cuda-mps-control`` sends it ``quit``, as the real daemon does. The real
-one needs a GPU: tests/gpu/test_mps_real.py."""
+"""The agent's MPS daemons as real subprocesses of a stand-in ``nvidia-cuda-mps-control`` put
+on ``PATH`` (tests/fake_mps.py). The real one needs a GPU: tests/gpu/test_mps_real.py."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from app.agent.mps import MpsDaemons, MpsError, MpsLayout, SubprocessMps
+from app.agent.mps import MpsDaemons, MpsError, SubprocessMps
 from extender.devices.gpus import Gpu, GpuHealth
+from tests.fake_mps import FakeMps
 
 WAIT_S = 10.0
 SICK = GpuHealth(healthy=False, reason="XID 79: GPU fell off the bus")
-
-FAKE = """#!{python}
-import json, os, socket, sys
-
-record = os.environ["FAKE_MPS_RECORD"]
-control = os.path.join(os.environ["CUDA_MPS_PIPE_DIRECTORY"], "control")
-
-
-def note(entry):
-    with open(record, "a") as out:
-        out.write(json.dumps(entry) + "\\n")
-
-
-if sys.argv[1:] == ["-f"]:
-    keys = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
-    if os.path.exists(control):
-        os.unlink(control)
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(control)
-    server.listen()
-    note({{"started": os.environ["CUDA_VISIBLE_DEVICES"], "pid": os.getpid(),
-           "env": {{k: os.environ[k] for k in keys}}}})
-    while True:
-        connection, _ = server.accept()
-        if connection.recv(64).strip() == b"quit":
-            note({{"quit": os.environ["CUDA_VISIBLE_DEVICES"]}})
-            os.unlink(control)
-            sys.exit(0)
-else:
-    client = socket.socket(socket.AF_UNIX)
-    client.connect(control)
-    client.sendall(sys.stdin.read().encode())
-"""
 
 
 def uuid(index: int) -> str:
@@ -70,50 +33,20 @@ def node_gpus() -> list[Gpu]:
     ]
 
 
-class Fake:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.record = root / "record.jsonl"
-        bin_dir = root / "bin"
-        bin_dir.mkdir()
-        script = bin_dir / "nvidia-cuda-mps-control"
-        script.write_text(FAKE.format(python=sys.executable))
-        script.chmod(0o755)
-        self.env = {
-            **os.environ,
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            "FAKE_MPS_RECORD": str(self.record),
-        }
-        self.layout = MpsLayout(root / "mps")
-
-    def entries(self) -> list[dict[str, Any]]:
-        if not self.record.exists():
-            return []
-        return [json.loads(line) for line in self.record.read_text().splitlines()]
-
-    def started(self) -> list[dict[str, Any]]:
-        return [e for e in self.entries() if "started" in e]
-
-    async def until(self, predicate: Any) -> None:
-        async with asyncio.timeout(WAIT_S):
-            while not predicate():
-                await asyncio.sleep(0.01)
-
-
 @pytest.fixture
-def fake() -> Iterator[Fake]:
+def fake() -> Iterator[FakeMps]:
     # Short: the control socket's path must fit in 108 bytes.
     root = Path(tempfile.mkdtemp(prefix="mps-"))
-    yield Fake(root)
+    yield FakeMps(root)
     shutil.rmtree(root, ignore_errors=True)
 
 
-def daemons(fake: Fake, gpus: list[Gpu], **timing: float) -> tuple[SubprocessMps, MpsDaemons]:
+def daemons(fake: FakeMps, gpus: list[Gpu], **timing: float) -> tuple[SubprocessMps, MpsDaemons]:
     control = SubprocessMps(fake.layout, env=fake.env, stop_grace_s=2.0)
     return control, MpsDaemons(control, lambda: gpus, **{"check_s": 0.02, **timing})
 
 
-def test_one_daemon_per_sharable_gpu_with_its_own_pipes_until_quit(fake: Fake) -> None:
+def test_one_daemon_per_sharable_gpu_with_its_own_pipes_until_quit(fake: FakeMps) -> None:
     async def scenario() -> None:
         control, supervisor = daemons(fake, node_gpus())
         await supervisor.check()
@@ -140,7 +73,7 @@ def test_one_daemon_per_sharable_gpu_with_its_own_pipes_until_quit(fake: Fake) -
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
-def test_a_daemon_that_dies_is_started_again(fake: Fake) -> None:
+def test_a_daemon_that_dies_is_started_again(fake: FakeMps) -> None:
     gpus = node_gpus()[:1]
 
     async def scenario() -> None:
@@ -151,8 +84,8 @@ def test_a_daemon_that_dies_is_started_again(fake: Fake) -> None:
             os.kill(fake.started()[0]["pid"], signal.SIGKILL)  # our own child, by its id
             await fake.until(lambda: len(fake.started()) == 2)
             assert fake.started()[1]["pid"] != fake.started()[0]["pid"]
-            await fake.until(lambda: control.running(uuid(0)))
-            assert supervisor.starts == 2
+            await fake.until(lambda: supervisor.starts == 2)  # once it listens
+            assert control.running(uuid(0))
         finally:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -161,7 +94,7 @@ def test_a_daemon_that_dies_is_started_again(fake: Fake) -> None:
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
-def test_a_missing_binary_is_a_clear_error(fake: Fake) -> None:
+def test_a_missing_binary_is_a_clear_error(fake: FakeMps) -> None:
     control = SubprocessMps(fake.layout, env={**fake.env, "PATH": str(fake.root / "empty")})
 
     async def scenario() -> None:
@@ -170,3 +103,14 @@ def test_a_missing_binary_is_a_clear_error(fake: Fake) -> None:
 
     asyncio.run(scenario())
     assert not control.running(uuid(0))
+
+
+def test_a_daemon_that_ends_at_start_is_a_clear_error(fake: FakeMps) -> None:
+    control = SubprocessMps(fake.layout, env={**fake.env, "FAKE_MPS_FAIL": "1"})
+
+    async def scenario() -> None:
+        with pytest.raises(MpsError, match="exited with code 3 at start") as failed:
+            await control.start(uuid(0))
+        assert str(fake.layout.log(uuid(0))) in str(failed.value)
+
+    asyncio.run(scenario())

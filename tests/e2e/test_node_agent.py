@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from tests.e2e.harness import ApiError as HarnessApiError
 from tests.e2e.harness import ControlPlane, free_port, pod_manifest
 from tests.e2e.harness import KubeApi as HarnessKubeApi
 from tests.e2e.kubeapply import Kube, documents
+from tests.fake_mps import FakeMps
 from tests.kubelet import KubeletClient, KubeletThread
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -49,7 +50,7 @@ class AgentProcess:
         self.cluster, self.directory, self.recording, self.log = cluster, directory, recording, log
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, *extra: str, env: Mapping[str, str] | None = None) -> None:
         command = [
             sys.executable, "-m", "app.cli", "agent",
             "--node-name", NODE,
@@ -59,10 +60,11 @@ class AgentProcess:
             "--probe-host", "127.0.0.1",
             "--probe-port", str(free_port()),
             "--poll-s", "0.5",
+            *extra,
         ]  # fmt: skip
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
             )
 
     def usage(self) -> str:
@@ -260,14 +262,25 @@ def share_pod(cluster: Cluster, name: str, *, memory_mib: int, cores: int, node:
     cluster.api.create_pod(cluster.namespace, manifest)
 
 
+@pytest.fixture
+def fake_mps() -> Iterator[FakeMps]:
+    # Short: the stand-in's control socket path must fit in 108 bytes.
+    root = Path(tempfile.mkdtemp(prefix="mps-"))
+    yield FakeMps(root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def test_the_agent_offers_shares_and_gives_each_the_gpu_schedext_chose(
-    cluster: Cluster, agent: AgentProcess, plugin_dir: Path
+    cluster: Cluster, agent: AgentProcess, plugin_dir: Path, fake_mps: FakeMps
 ) -> None:
     cluster.node(NODE, gpus=8, model=H100, memory_mib=81559)
     kubelet = KubeletThread(plugin_dir)
     try:
-        agent.start()
+        # With MPS, through a stand-in nvidia-cuda-mps-control (there is no GPU here).
+        agent.start("--mps", "--mps-dir", str(fake_mps.layout.base), env=fake_mps.env)
         kubelet.registered(2)
+        # A daemon per GPU, up before the share plugin registered.
+        assert sorted(e["started"] for e in fake_mps.started()) == [uuid(i) for i in range(8)]
         assert {r.resource_name: r.endpoint for r in kubelet.kubelet.requests} == {
             "nvidia.com/gpu": "schedext-gpu.sock",
             SHARE_COUNT: "schedext-gpu-shares.sock",
@@ -305,6 +318,7 @@ def test_the_agent_offers_shares_and_gives_each_the_gpu_schedext_chose(
             "NVIDIA_VISIBLE_DEVICES": chosen["schedext.io/gpu-uuids"],
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M",
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+            "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
         }
         eventually(
             lambda: (
@@ -323,6 +337,9 @@ def test_the_agent_offers_shares_and_gives_each_the_gpu_schedext_chose(
             f"pod {cluster.namespace}/stray asks for a GPU share but schedext did not place it"
         )
         client.close()
+        agent.stop()  # the agent's daemons are told to quit
+        quits = sorted(e["quit"] for e in fake_mps.entries() if "quit" in e)
+        assert quits == [uuid(i) for i in range(8)]
     finally:
         kubelet.stop()
 
