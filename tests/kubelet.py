@@ -75,6 +75,7 @@ class KubeletThread:
         self._call(self.kubelet.stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(WAIT_S)
+        self._loop.close()  # its self-pipe sockets, or the garbage collector warns of them
 
 
 class KubeletClient:
@@ -89,12 +90,16 @@ class KubeletClient:
 
     def allocate(self, device_ids: list[str]) -> tuple[str, ...]:
         """NVIDIA_VISIBLE_DEVICES of one container's allocation."""
+        return tuple(self.allocate_envs(device_ids)["NVIDIA_VISIBLE_DEVICES"].split(","))
+
+    def allocate_envs(self, device_ids: list[str]) -> dict[str, str]:
+        """The environment of one container's allocation."""
         request = api_pb2.AllocateRequest(
             container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=device_ids)]
         )
         answer = self._stub.Allocate(request, timeout=WAIT_S)
         (container,) = answer.container_responses
-        return tuple(container.envs["NVIDIA_VISIBLE_DEVICES"].split(","))
+        return dict(container.envs)
 
     def devices(self) -> Iterator[dict[str, str]]:
         """ListAndWatch: each list the plugin sends, as {device id: health}."""

@@ -27,9 +27,9 @@ def add_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
         help="run the node agent (NVML, the GPU device plugin, the Node's GPU annotations)",
         description=(
             "Run on each GPU node (a DaemonSet): read the GPUs through NVML, publish their "
-            "topology, health and use on the Node, and serve the kubelet device plugin that "
-            "gives each container exactly the GPUs schedext chose. Settings also come from "
-            "SCHEDEXT_AGENT_* environment variables."
+            "topology, health and use on the Node, and serve the kubelet device plugins that "
+            "give each container exactly the GPUs, or the GPU shares, schedext chose. Settings "
+            "also come from SCHEDEXT_AGENT_* environment variables."
         ),
     )
     agent.add_argument("--node-name", help="this node's name (default: $SCHEDEXT_AGENT_NODE_NAME)")
@@ -41,6 +41,24 @@ def add_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
     agent.add_argument("--probe-port", type=int, help="/healthz, /readyz and /metrics port")
     agent.add_argument("--probe-host", help="address of the probe port (default 0.0.0.0)")
     agent.add_argument("--nvml-replay", type=Path, help="replay recorded NVML answers (tests)")
+    agent.add_argument(
+        "--shares",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve GPU shares: the share handle's plugin and share capacity on the Node",
+    )
+    agent.add_argument(
+        "--share-preset", choices=["schedext", "gpushare", "hami"], help="share resource names"
+    )
+    agent.add_argument("--share-slots", type=int, help="share handle devices per GPU (32)")
+    agent.add_argument("--share-socket-name", help="the share plugin's socket file name")
+    agent.add_argument(
+        "--mps",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run a CUDA MPS daemon per GPU, so that shares' limits bind",
+    )
+    agent.add_argument("--mps-dir", type=Path, help="MPS pipes, logs and /dev/shm (host path)")
     agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     agent.set_defaults(handler=run)
 
@@ -50,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         key: value
         for key in (
             "node_name", "kubeconfig", "resource_name", "device_plugin_dir", "socket_name",
-            "poll_s", "probe_port", "probe_host", "nvml_replay", "log_level",
+            "poll_s", "probe_port", "probe_host", "nvml_replay", "log_level", "shares",
+            "share_preset", "share_slots", "share_socket_name", "mps", "mps_dir",
         )
         if (value := getattr(args, key)) is not None
     }  # fmt: skip

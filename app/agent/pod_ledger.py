@@ -19,6 +19,7 @@ from app.kube.api import KubeApi
 from app.kube.errors import ApiNotFoundError
 from app.kube.watch import Relist, Resource
 from extender import names
+from extender.config import ShareResources
 from extender.devices.allocation import NodePod
 from extender.devices.pods import node_pod
 
@@ -27,6 +28,7 @@ __all__ = ["ApiPodLedger", "node_pods_resource"]
 log = logging.getLogger("schedext.agent")
 
 JSON = dict[str, Any]
+_DEFAULT_SHARES = ShareResources()
 
 
 def node_pods_resource(node: str) -> Resource:
@@ -39,11 +41,19 @@ def node_pods_resource(node: str) -> Resource:
 
 
 class ApiPodLedger:
-    """The node's GPU pods by UID, kept by a watch (this object is its sink)."""
+    """The node's GPU pods (whole GPUs or shares, read with ``shares``' resource names) by
+    UID, kept by a watch (this object is its sink)."""
 
-    def __init__(self, api: KubeApi, *, gpu_resource: str = names.GPU_RESOURCE) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        gpu_resource: str = names.GPU_RESOURCE,
+        shares: ShareResources = _DEFAULT_SHARES,
+    ) -> None:
         self._api = api
         self._gpu_resource = gpu_resource
+        self._shares = shares
         self._pods: dict[str, NodePod] = {}
         self.synced = False
         # Set once the first list is in: until then the plugin must not allocate, or a
@@ -89,7 +99,7 @@ class ApiPodLedger:
         return self._delete
 
     def _upsert(self, pod: JSON) -> None:
-        decoded = node_pod(pod, gpu_resource=self._gpu_resource)
+        decoded = node_pod(pod, gpu_resource=self._gpu_resource, shares=self._shares)
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         if decoded is None:
             self._pods.pop(uid, None)

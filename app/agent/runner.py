@@ -7,6 +7,9 @@ What runs, as tasks of one event loop (plus the XID watch's own thread):
   does not carry it already;
 - the pod watch (this node's pods) feeds the ledger the plugin allocates from;
 - the device plugin serves and re-registers when the kubelet restarts;
+- with shares on (:mod:`app.agent.sharing`): the MPS daemons, when asked for, start before
+  the plugins register; the share handle's plugin serves beside the whole-GPU one; share
+  memory and cores are written on the Node's status with the topology, on change;
 - every ``poll_s``: health is read again (ECC, retired pages, lost GPUs) and use is sampled.
   A health change goes to ListAndWatch at once and to the Node's topology document, which
   the extender's node watch turns into "never hand out this GPU";
@@ -33,6 +36,7 @@ from app.agent.plugin import DevicePlugin
 from app.agent.pod_ledger import ApiPodLedger, node_pods_resource
 from app.agent.registration import Endpoint, serve
 from app.agent.settings import AgentSettings
+from app.agent.sharing import Shares
 from app.agent.xid_watch import GpuFault, XidWatch
 from app.kube.api import KubeApi
 from app.kube.errors import ApiError
@@ -56,7 +60,10 @@ class Agent:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.settings, self._nvml, self._api, self._wall = settings, nvml, api, wall
-        self.ledger = ApiPodLedger(api, gpu_resource=settings.resource_name)
+        self.ledger = ApiPodLedger(
+            api, gpu_resource=settings.resource_name, shares=settings.share_resources()
+        )
+        self.shares = Shares.from_settings(settings, api)  # None: whole GPUs only
         gate = UseGate(
             interval_s=settings.use_interval_s,
             threshold=settings.use_threshold,
@@ -79,8 +86,13 @@ class Agent:
         )
 
     def ready(self) -> bool:
-        """Readiness: the GPUs are published, the node's pods are listed, the plugin listens."""
-        return self.published.is_set() and self.ledger.synced and self.endpoint.socket.exists()
+        """Readiness: the GPUs are published, the node's pods are listed, the plugins listen."""
+        return (
+            self.published.is_set()
+            and self.ledger.synced
+            and self.endpoint.socket.exists()
+            and (self.shares is None or self.shares.ready())
+        )
 
     async def run(self) -> None:
         """Until cancelled. Raises :class:`NvmlError` when the GPUs cannot be read at start."""
@@ -122,6 +134,8 @@ class Agent:
         ]
         xids.start()
         try:
+            if self.shares is not None:  # MPS daemons up before a share is handed out
+                tasks += [asyncio.create_task(c) for c in await self.shares.prepare(self.devices)]
             # The plugin registers only once the node's pods (and their allocation records)
             # are listed: a restarted agent must know what it gave out before it gives more.
             await _first(self.ledger.listed.wait(), tasks)
@@ -129,6 +143,11 @@ class Agent:
             for mig, endpoint in migs:
                 name = f"agent-mig-{mig.profile}"
                 tasks.append(asyncio.create_task(serve(mig, endpoint), name=name))
+            if self.shares is not None:
+                shares = self.shares.plugin(self.devices, self.ledger)
+                tasks.append(
+                    asyncio.create_task(serve(shares, self.shares.endpoint), name="agent-shares")
+                )
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()  # a task that ended raises its error here
@@ -183,6 +202,11 @@ class Agent:
             )
             await self._retrying(functools.partial(self.publisher.topology, topology))
             self.published.set()
+            if self.shares is not None:
+                try:
+                    await self.shares.publish(topology.gpus)
+                except ApiError as error:  # the next poll reads the Node and tries again
+                    log.warning("cannot write share capacity", extra={"error": str(error)})
             use = await asyncio.to_thread(sample_use, self._nvml)
             try:
                 await self.publisher.use(UseSample(at=self._wall(), gpus=use))

@@ -38,7 +38,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class NodePod:
-    """A live pod on the agent's node that asks for the GPU resource, or MIG devices."""
+    """A live pod on the agent's node that asks for the GPU resource, a share of GPUs, or MIG
+    devices."""
 
     uid: str
     namespace: str
@@ -57,6 +58,12 @@ class NodePod:
     # and schedext.io/mig-uuids, the ones schedext chose (None: it did not bind the pod).
     mig: tuple[tuple[str, int], ...] = ()
     mig_uuids: tuple[str, ...] | None = None
+    # A share of GPUs instead of whole ones (``gpus`` is then 0): on ``shares`` distinct GPUs,
+    # this much memory (MiB) and compute (percent of the SMs; 0: none asked) on each; what
+    # bind wrote (schedext.io/gpu-share-*), else what the pod's resources ask.
+    shares: int = 0
+    share_memory_mib: int = 0
+    share_cores: int = 0
 
     @property
     def key(self) -> str:
@@ -139,11 +146,12 @@ def own_pick(
 
 def in_use(pods: Iterable[NodePod], uuid_by_index: Mapping[int, str]) -> frozenset[str]:
     """The UUIDs an own pick must leave alone: those allocated to live pods, and those schedext
-    chose for bound pods not given them yet (their ``Allocate`` is still to come)."""
+    chose for bound pods not given them yet (their ``Allocate`` is still to come), shares
+    included (a GPU that carries a share is nobody's whole GPU)."""
     used: set[str] = set()
     for pod in pods:
         used.update(pod.allocated)
-        if pod.gpu_ids is not None and _pending(pod):
+        if pod.gpu_ids is not None and (_pending(pod) or pod.shares):
             used.update(chosen_uuids(pod, uuid_by_index) or ())
     return frozenset(used)
 

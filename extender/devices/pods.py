@@ -1,11 +1,12 @@
-"""A pod object, as the node agent needs it: a :class:`NodePod` (what it asks for, what
-schedext chose, what the agent already gave it)."""
+"""A pod object, as the node agent needs it: a :class:`NodePod` (what it asks for, whole GPUs
+or a share of some, what schedext chose, what the agent already gave it)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 from extender import fields, names
+from extender.config import ShareResources
 from extender.devices.allocation import NodePod
 from extender.fields import JSONObject
 from extender.requests import gpu_uuids_annotation, holding_from_pod
@@ -13,11 +14,21 @@ from extender.requests import gpu_uuids_annotation, holding_from_pod
 __all__ = ["node_pod"]
 
 
-def node_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> NodePod | None:
-    """The pod as the agent's device plugins see it; None when it asks for no GPU and no MIG
-    device, or is done."""
-    holding = holding_from_pod(pod, gpu_resource=gpu_resource)
-    if holding is None or (holding.gpus <= 0 and not holding.mig):
+_DEFAULT_SHARES = ShareResources()
+
+
+def node_pod(
+    pod: JSONObject,
+    *,
+    gpu_resource: str = names.GPU_RESOURCE,
+    shares: ShareResources = _DEFAULT_SHARES,
+) -> NodePod | None:
+    """The pod as the agent's device plugins see it; None when it asks for no GPU, no share of
+    one and no MIG device, or is done. A share is read as the extender reads a bound pod's:
+    the bind's annotations (``schedext.io/gpu-share-memory-mib``, ``-cores``) first, else the
+    ``shares`` resources it asks for."""
+    holding = holding_from_pod(pod, gpu_resource=gpu_resource, shares=shares)
+    if holding is None or (holding.devices <= 0 and not holding.mig):
         return None
     meta = fields.obj(pod, "metadata")
     annotations = fields.string_map(meta, "annotations")
@@ -33,6 +44,9 @@ def node_pod(pod: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> Node
         bound_at=_bound_at(pod),
         mig=holding.mig,
         mig_uuids=holding.mig_uuids,
+        shares=holding.shares,
+        share_memory_mib=holding.share_memory_mib,
+        share_cores=holding.share_cores,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,4 +53,21 @@ def test_an_unreadable_replay_file_exits_with_a_clear_message(tmp_path: Path) ->
     result = agent("--node-name", "n1", "--nvml-replay", str(broken))
     assert result.returncode == 1
     assert str(broken) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_shares_that_cannot_be_served_stop_the_agent_with_the_reason() -> None:
+    # Memory in MiB with no count resource: one device per MiB is more than the kubelet reads.
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "agent", "--node-name", "n1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "SCHEDEXT_AGENT_SHARE_COUNT_RESOURCE": ""},
+    )
+    assert result.returncode == 2
+    assert "GPU shares cannot be served" in result.stderr
+    assert "schedext.io/gpu-memory counts MiB and no share count resource is set" in result.stderr
+    assert "shares=false" in result.stderr
     assert "Traceback" not in result.stderr

@@ -6,7 +6,11 @@ ListAndWatch).
 What it shows: the agent publishes the node's NVLink groups, UUIDs and health; schedext binds
 pods inside one group and names their UUIDs; the agent gives each container exactly those
 UUIDs, also after a restart between bind and Allocate, and never twice; a GPU turned
-unhealthy (an XID in the replay) reaches ListAndWatch and schedext's inventory."""
+unhealthy (an XID in the replay) reaches ListAndWatch and schedext's inventory.
+
+For shares: the agent writes share memory and cores on the Node's status, where kube-
+scheduler's NodeResourcesFit reads them; its second plugin serves the share handle; a share
+schedext placed gets its GPU and limits, and a share nobody placed is refused."""
 
 from __future__ import annotations
 
@@ -18,16 +22,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
 import pytest
+import yaml
 
-from tests.e2e.conftest import ROOT, Cluster, eventually
-from tests.e2e.harness import free_port
+from tests.e2e.conftest import ROOT, Cluster, eventually, scheduler_config
+from tests.e2e.harness import ApiError as HarnessApiError
+from tests.e2e.harness import ControlPlane, free_port, pod_manifest
+from tests.e2e.harness import KubeApi as HarnessKubeApi
+from tests.e2e.kubeapply import Kube, documents
+from tests.fake_mps import FakeMps
 from tests.kubelet import KubeletClient, KubeletThread
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -41,7 +50,7 @@ class AgentProcess:
         self.cluster, self.directory, self.recording, self.log = cluster, directory, recording, log
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, *extra: str, env: Mapping[str, str] | None = None) -> None:
         command = [
             sys.executable, "-m", "app.cli", "agent",
             "--node-name", NODE,
@@ -51,10 +60,11 @@ class AgentProcess:
             "--probe-host", "127.0.0.1",
             "--probe-port", str(free_port()),
             "--poll-s", "0.5",
+            *extra,
         ]  # fmt: skip
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
             )
 
     def usage(self) -> str:
@@ -139,8 +149,11 @@ def test_the_agent_gives_each_container_exactly_the_gpus_schedext_chose(
     kubelet = KubeletThread(plugin_dir)
     try:
         agent.start()
-        registration = kubelet.registered()
-        assert (registration.resource_name, registration.version) == ("nvidia.com/gpu", "v1beta1")
+        kubelet.registered(2)  # whole GPUs, and the share handle (its own test is below)
+        assert {(r.resource_name, r.version) for r in kubelet.kubelet.requests} == {
+            ("nvidia.com/gpu", "v1beta1"),
+            ("schedext.io/gpu-shares", "v1beta1"),
+        }
         # The agent publishes the node; schedext's inventory takes it from its node watch.
         published = eventually(
             lambda: (cluster.api.get_node(NODE)["metadata"].get("annotations") or {}).get(TOPOLOGY),
@@ -186,7 +199,7 @@ def test_the_agent_gives_each_container_exactly_the_gpus_schedext_chose(
         assert cluster.wait_bound("c") == NODE
         chosen["c"] = annotations(cluster, "c")["schedext.io/gpu-uuids"].split(",")
         agent.start()
-        kubelet.registered(2)
+        kubelet.registered(4)
         client = KubeletClient(plugin_dir / "schedext-gpu.sock")
         assert list(allocate_when_seen(client, chosen["a"])) == chosen["c"]
         with pytest.raises(grpc.RpcError) as refused:
@@ -217,6 +230,139 @@ def test_the_agent_gives_each_container_exactly_the_gpus_schedext_chose(
         kubelet.stop()
 
 
+SHARE_MEMORY, SHARE_CORES, SHARE_COUNT = (
+    "schedext.io/gpu-memory",
+    "schedext.io/gpu-cores",
+    "schedext.io/gpu-shares",
+)
+
+
+def manage_shares(cluster: Cluster) -> None:
+    """kube-scheduler with the shipped configuration, sending share pods to schedext too (the
+    share resources as managedResources, counted by NodeResourcesFit as well)."""
+    text = scheduler_config(cluster.schedext.url).replace("{{KUBECONFIG}}", "KUBECONFIG-PATH")
+    config = yaml.safe_load(text)
+    (extender,) = config["extenders"]
+    managed = extender.setdefault("managedResources", [])
+    known = {m["name"] for m in managed}
+    managed += [
+        {"name": name, "ignoredByScheduler": False}
+        for name in (SHARE_MEMORY, SHARE_CORES, SHARE_COUNT)
+        if name not in known
+    ]
+    cluster.cp.stop_scheduler()
+    cluster.cp.start_scheduler(yaml.safe_dump(config).replace("KUBECONFIG-PATH", "{{KUBECONFIG}}"))
+
+
+def share_pod(cluster: Cluster, name: str, *, memory_mib: int, cores: int, node: str = "") -> None:
+    asked = {SHARE_MEMORY: str(memory_mib), SHARE_CORES: str(cores), SHARE_COUNT: "1"}
+    manifest = pod_manifest(name, requests={"cpu": "100m", **asked}, limits=asked)
+    if node:
+        manifest["spec"]["nodeName"] = node  # bound by someone else than schedext
+    cluster.api.create_pod(cluster.namespace, manifest)
+
+
+@pytest.fixture
+def fake_mps() -> Iterator[FakeMps]:
+    # Short: the stand-in's control socket path must fit in 108 bytes.
+    root = Path(tempfile.mkdtemp(prefix="mps-"))
+    yield FakeMps(root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_agent_offers_shares_and_gives_each_the_gpu_schedext_chose(
+    cluster: Cluster, agent: AgentProcess, plugin_dir: Path, fake_mps: FakeMps
+) -> None:
+    cluster.node(NODE, gpus=8, model=H100, memory_mib=81559)
+    kubelet = KubeletThread(plugin_dir)
+    try:
+        # With MPS, through a stand-in nvidia-cuda-mps-control (there is no GPU here).
+        agent.start("--mps", "--mps-dir", str(fake_mps.layout.base), env=fake_mps.env)
+        kubelet.registered(2)
+        # A daemon per GPU, up before the share plugin registered.
+        assert sorted(e["started"] for e in fake_mps.started()) == [uuid(i) for i in range(8)]
+        assert {r.resource_name: r.endpoint for r in kubelet.kubelet.requests} == {
+            "nvidia.com/gpu": "schedext-gpu.sock",
+            SHARE_COUNT: "schedext-gpu-shares.sock",
+        }
+        # Node-level share memory and cores, written by the agent on its Node's status.
+        status = eventually(
+            lambda: (s := cluster.api.get_node(NODE)["status"])["capacity"].get(SHARE_MEMORY) and s,
+            message="no share capacity on the Node",
+        )
+        for field in ("capacity", "allocatable"):
+            assert status[field][SHARE_MEMORY] == str(8 * 81559)
+            assert status[field][SHARE_CORES] == "800"
+            assert status[field]["nvidia.com/gpu"] == "8"  # the rest as it was
+
+        # The handle: 32 IDs per GPU, which the kubelet would put in the Node's capacity.
+        client = KubeletClient(plugin_dir / "schedext-gpu-shares.sock")
+        listed = next(client.devices())
+        assert len(listed) == 8 * 32
+        assert set(listed.values()) == {"Healthy"}
+        node = cluster.api.get_node(NODE)
+        for field in ("capacity", "allocatable"):
+            node["status"][field][SHARE_COUNT] = str(len(listed))
+        cluster.api.apply_raw("PUT", f"/api/v1/nodes/{NODE}/status", node)
+
+        # Placed by schedext (and fitted by kube-scheduler against the agent's capacity).
+        manage_shares(cluster)
+        share_pod(cluster, "s1", memory_mib=10240, cores=30)
+        assert cluster.wait_bound("s1") == NODE
+        chosen = annotations(cluster, "s1")
+        assert chosen["schedext.io/gpu-share-memory-mib"] == "10240"
+        envs = eventually(
+            lambda: _allocate_share(client, [f"{uuid(0)}::5"]), message="share refused"
+        )
+        assert envs == {
+            "NVIDIA_VISIBLE_DEVICES": chosen["schedext.io/gpu-uuids"],
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+            "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
+        }
+        eventually(
+            lambda: (
+                annotations(cluster, "s1").get("schedext.io/gpu-allocated")
+                == chosen["schedext.io/gpu-uuids"]
+            ),
+            message="share allocation not recorded",
+        )
+
+        # Bound without schedext: no GPU was chosen for it, and the agent guesses none.
+        share_pod(cluster, "stray", memory_mib=1024, cores=10, node=NODE)
+        refused = eventually(
+            lambda: _share_refusal(client, [f"{uuid(1)}::0"]), message="stray share not refused"
+        )
+        assert refused.startswith(
+            f"pod {cluster.namespace}/stray asks for a GPU share but schedext did not place it"
+        )
+        client.close()
+        agent.stop()  # the agent's daemons are told to quit
+        quits = sorted(e["quit"] for e in fake_mps.entries() if "quit" in e)
+        assert quits == [uuid(i) for i in range(8)]
+    finally:
+        kubelet.stop()
+
+
+def _allocate_share(client: KubeletClient, device_ids: list[str]) -> dict[str, str] | None:
+    """The share's environment, or None while the agent has not seen the pod yet."""
+    try:
+        return client.allocate_envs(device_ids)
+    except grpc.RpcError as error:
+        if "no GPU share on this node awaits" in (error.details() or ""):
+            return None
+        raise
+
+
+def _share_refusal(client: KubeletClient, device_ids: list[str]) -> str | None:
+    try:
+        client.allocate_envs(device_ids)
+    except grpc.RpcError as error:
+        details: str = error.details() or ""
+        return None if "no GPU share on this node awaits" in details else details
+    raise AssertionError("a share nobody placed was given a GPU")
+
+
 def test_an_unreadable_topology_is_no_topology_with_a_warning_on_the_node(
     cluster: Cluster,
 ) -> None:
@@ -245,3 +391,61 @@ def test_an_unreadable_topology_is_no_topology_with_a_warning_on_the_node(
     # The node stays usable, without topology.
     cluster.pod("p", gpus=2)
     assert cluster.wait_bound("p") == "odd"
+
+
+def test_the_shipped_policy_lets_the_agent_patch_only_its_own_nodes_status(
+    control_plane: ControlPlane,
+) -> None:
+    """manifests/agent.yaml's RBAC and ValidatingAdmissionPolicy, applied for real, with the
+    token a pod of the agent on ``own`` gets (bound to the pod, naming its node)."""
+    api, kube = control_plane.api, Kube(control_plane)
+    namespace, stand_in = "schedext-node", "agent-stand-in"
+    for doc in documents(ROOT / "manifests" / "agent.yaml"):
+        if doc["kind"] != "DaemonSet":
+            kube.apply(doc, dry_run=False)
+    kube.close()
+    for name in ("own", "other"):
+        api.delete_node(name)
+        api.create_node(name)
+    api.delete_pod(namespace, stand_in)
+    eventually(
+        lambda: not any(p["metadata"]["name"] == stand_in for p in api.list_pods(namespace)),
+        message="the previous stand-in pod is still there",
+    )
+    pod = pod_manifest(stand_in)
+    pod["spec"].update(serviceAccountName="schedext-agent", nodeName="own")
+    uid = api.create_pod(namespace, pod)["metadata"]["uid"]
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "expirationSeconds": 3600,
+            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": stand_in, "uid": uid},
+        },
+    }
+    token = api.apply_raw(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/schedext-agent/token", request
+    )["status"]["token"]
+    body = {"status": {"capacity": {SHARE_MEMORY: "652472"}}}
+    merge = "application/merge-patch+json"
+    with HarnessKubeApi(control_plane.server, token, control_plane.ca_cert) as agent_api:
+
+        def patch(node: str, **params: str) -> HarnessApiError | None:
+            try:
+                agent_api.apply_raw(
+                    "PATCH", f"/api/v1/nodes/{node}/status", body, content_type=merge, params=params
+                )
+            except HarnessApiError as error:
+                return error
+            return None
+
+        # The API server loads a new policy within a moment: until then RBAC alone answers,
+        # so it is waited for with dry runs (admitted as writes are, and never stored).
+        eventually(lambda: patch("other", dryRun="All"), message="the policy is not in force")
+        refused = patch("other")
+        assert refused is not None
+        assert "may change only its own Node" in refused.body
+        assert patch("own") is None
+    assert api.get_node("own")["status"]["capacity"][SHARE_MEMORY] == "652472"
+    assert SHARE_MEMORY not in api.get_node("other")["status"]["capacity"]
+    api.delete_pod(namespace, stand_in)
