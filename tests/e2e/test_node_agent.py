@@ -237,21 +237,15 @@ SHARE_MEMORY, SHARE_CORES, SHARE_COUNT = (
 )
 
 
-def manage_shares(cluster: Cluster) -> None:
-    """kube-scheduler with the shipped configuration, sending share pods to schedext too (the
-    share resources as managedResources, counted by NodeResourcesFit as well)."""
-    text = scheduler_config(cluster.schedext.url).replace("{{KUBECONFIG}}", "KUBECONFIG-PATH")
-    config = yaml.safe_load(text)
+def assert_shares_managed(cluster: Cluster) -> None:
+    """The shipped scheduler configuration sends share pods to schedext, and kube-scheduler
+    counts the share resources the agent advertises (managedResources, not ignored)."""
+    config = yaml.safe_load(scheduler_config(cluster.schedext.url).replace("{{KUBECONFIG}}", "x"))
     (extender,) = config["extenders"]
-    managed = extender.setdefault("managedResources", [])
-    known = {m["name"] for m in managed}
-    managed += [
-        {"name": name, "ignoredByScheduler": False}
-        for name in (SHARE_MEMORY, SHARE_CORES, SHARE_COUNT)
-        if name not in known
-    ]
-    cluster.cp.stop_scheduler()
-    cluster.cp.start_scheduler(yaml.safe_dump(config).replace("KUBECONFIG-PATH", "{{KUBECONFIG}}"))
+    managed = {m["name"]: m["ignoredByScheduler"] for m in extender["managedResources"]}
+    assert {name: managed.get(name) for name in (SHARE_MEMORY, SHARE_CORES, SHARE_COUNT)} == (
+        dict.fromkeys((SHARE_MEMORY, SHARE_CORES, SHARE_COUNT), False)
+    )
 
 
 def share_pod(cluster: Cluster, name: str, *, memory_mib: int, cores: int, node: str = "") -> None:
@@ -306,7 +300,7 @@ def test_the_agent_offers_shares_and_gives_each_the_gpu_schedext_chose(
         cluster.api.apply_raw("PUT", f"/api/v1/nodes/{NODE}/status", node)
 
         # Placed by schedext (and fitted by kube-scheduler against the agent's capacity).
-        manage_shares(cluster)
+        assert_shares_managed(cluster)
         share_pod(cluster, "s1", memory_mib=10240, cores=30)
         assert cluster.wait_bound("s1") == NODE
         chosen = annotations(cluster, "s1")
