@@ -206,6 +206,9 @@ class PolicySettings(_Group):
     # scorers, and the scheduler configuration registers no prioritizeVerb (one call per pod
     # instead of two). 0: filter answers every feasible node and prioritize scores them.
     shortlist: int = Field(default=0, ge=0, le=1000)
+    # The shortlist of a pod with soft preferences (preferred affinities, a ScheduleAnyway
+    # topology spread), for kube-scheduler's Score plugins to choose from; 0: as shortlist.
+    shortlist_preferred: int = Field(default=0, ge=0, le=1000)
 
     @field_validator("cpu_intensive_min_cpu")
     @classmethod
@@ -234,6 +237,7 @@ class PolicySettings(_Group):
             share_placement=SharePlacement(self.shares.placement),
             share_weight=self.shares.weight,
             shortlist=self.shortlist,
+            shortlist_preferred=self.shortlist_preferred,
         )
 
     @model_validator(mode="after")

@@ -106,8 +106,16 @@ class PolicyConfig:
     share_weight: int = 7
     # Shortlist mode (extender.shortlist): filter answers only this many of the feasible
     # nodes, the best by the scorers, and kube-scheduler needs no prioritize call; 0 answers
-    # every feasible node (full mode, prioritize registered).
+    # every feasible node (full mode, prioritize registered). A pod that states soft
+    # preferences gets ``shortlist_preferred`` nodes instead, for kube-scheduler to weigh them.
     shortlist: int = 0
+    shortlist_preferred: int = 0
+
+    def shortlist_size(self, *, soft_preferences: bool) -> int:
+        """How many feasible nodes filter answers for a pod; 0: all of them."""
+        if not self.shortlist:
+            return 0
+        return max(self.shortlist_preferred, self.shortlist) if soft_preferences else self.shortlist
 
     def __post_init__(self) -> None:
         if "/" not in self.gpu_resource or not self.gpu_resource.strip():
@@ -128,7 +136,13 @@ class PolicyConfig:
             raise ValueError(
                 f"{self.gpu_resource} counts whole GPUs: only the share count may reuse it"
             )
-        if self.shortlist < 0:
+        if self.shortlist < 0 or self.shortlist_preferred < 0:
             raise ValueError("shortlist must be >= 0 (0: answer every feasible node)")
+        if (
+            self.shortlist
+            and self.shortlist_preferred
+            and self.shortlist_preferred < self.shortlist
+        ):
+            raise ValueError("shortlist_preferred must be >= shortlist")
         if self.live_use_stale_s <= 0:
             raise ValueError("live_use_stale_s must be > 0")

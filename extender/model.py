@@ -84,6 +84,9 @@ class PodRequest(Demand):
     gpu_memory_mib: int | None = None
     preempt_never: bool = False
     ip: IPRequest | None = None
+    # Preferred affinities or a ScheduleAnyway topology spread: kube-scheduler's Score plugins
+    # have something to weigh for this pod (extender.shortlist gives them a longer list).
+    soft_preferences: bool = False
 
     @property
     def needs_gpu_node(self) -> bool:

@@ -75,7 +75,24 @@ def pod_request(
         gpu_memory_mib=_gpu_memory(annotations, labels),
         preempt_never=fields.text(spec, "preemptionPolicy") == "Never",
         ip=_ip_request(meta, annotations),
+        soft_preferences=_states_preferences(spec),
     )
+
+
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _states_preferences(spec: JSONObject) -> bool:
+    """Whether the pod asks kube-scheduler's Score plugins for something: a preferred node or
+    pod (anti-)affinity term, or a topology spread it may break (``ScheduleAnyway``)."""
+    affinity = fields.obj(spec, "affinity")
+    if any(fields.objects(fields.obj(affinity, kind), _PREFERRED) for kind in _AFFINITIES):
+        return True
+    spreads = fields.objects(spec, "topologySpreadConstraints")
+    return any(fields.text(c, "whenUnsatisfiable") == "ScheduleAnyway" for c in spreads)
+
+
+_AFFINITIES = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 
 
 _Share = tuple[int, int, int]  # (devices, MiB, percent of the SMs) per device

@@ -125,7 +125,7 @@ class Scheduler(Intake):
         if gate.verdict is not None:
             return gate.verdict
         verdict, passed_ids = self._judge(request, node_names, gate)
-        size = self.config.shortlist
+        size = self.config.shortlist_size(soft_preferences=request.soft_preferences)
         if size and verdict.passed:
             scores = self._score(request, passed_ids)
             verdict, passed_ids, scores = shortlist.cut(verdict, passed_ids, scores, size)

@@ -168,3 +168,102 @@ def test_choice_book_forgets_the_oldest_offers_beyond_its_capacity() -> None:
     assert [book.take(uid, 1, 0) for uid in "abcd"] == [
         Choice.UNSCORED, Choice.BEST, Choice.UNSCORED, Choice.BEST,
     ]  # fmt: skip
+
+
+# ------------------------------------------------- pods with soft preferences
+
+PREFERRED_TERM = {"weight": 10, "preference": {"matchExpressions": []}}
+POD_TERM = {"weight": 10, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
+HARD_TERM = {"nodeSelectorTerms": [{"matchExpressions": []}]}
+
+
+def spread(when: str) -> dict[str, Any]:
+    return {"topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": when}
+    ]}  # fmt: skip
+
+
+PREFERENCES = [
+    ("no affinity at all", {}, False),
+    (
+        "a required node affinity only",
+        {
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": HARD_TERM}
+            }
+        },
+        False,
+    ),
+    (
+        "a preferred node affinity",
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [PREFERRED_TERM]
+                }
+            }
+        },
+        True,
+    ),
+    (
+        "a preferred pod affinity",
+        {
+            "affinity": {
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [POD_TERM]}
+            }
+        },
+        True,
+    ),
+    (
+        "a preferred pod anti-affinity",
+        {
+            "affinity": {
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [POD_TERM]}
+            }
+        },
+        True,
+    ),
+    (
+        "an empty preferred list",
+        {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}},
+        False,
+    ),
+    ("a spread it may break", spread("ScheduleAnyway"), True),
+    ("a spread it must keep (a filter, not a preference)", spread("DoNotSchedule"), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "size"),
+    [(spec, 3 if soft else 1) for _, spec, soft in PREFERENCES],
+    ids=[name for name, _, _ in PREFERENCES],
+)
+def test_a_pod_with_soft_preferences_gets_the_longer_shortlist(
+    spec: dict[str, Any], size: int
+) -> None:
+    held = {"busy6": 6, "busy4": 4, "idle": 0}
+    scheduler = scheduler_with(
+        [make_node(name, gpus=8) for name in held],
+        [make_pod(f"{n}-t", gpus=c, node=n, gpu_ids=list(range(c))) for n, c in held.items() if c],
+        PolicyConfig(shortlist=1, shortlist_preferred=3),
+    )
+    pod = make_pod("p", gpus=1)
+    pod["spec"].update(spec)
+    assert len(scheduler.filter(pod, list(held)).passed) == size
+
+
+@pytest.mark.parametrize(
+    ("shortlist", "preferred", "sizes"),
+    [(0, 0, (0, 0)), (0, 8, (0, 0)), (1, 0, (1, 1)), (1, 8, (1, 8)), (4, 4, (4, 4))],
+)
+def test_shortlist_sizes(shortlist: int, preferred: int, sizes: tuple[int, int]) -> None:
+    config = PolicyConfig(shortlist=shortlist, shortlist_preferred=preferred)
+    assert (
+        config.shortlist_size(soft_preferences=False),
+        config.shortlist_size(soft_preferences=True),
+    ) == sizes
+
+
+def test_a_preferred_shortlist_shorter_than_the_plain_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="shortlist_preferred must be >= shortlist"):
+        PolicyConfig(shortlist=8, shortlist_preferred=2)
