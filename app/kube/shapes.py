@@ -64,6 +64,9 @@ class _PodSpec(TypedDict, total=False):
     initContainers: list[_Container]
     overhead: Any
     resources: Any
+    # Soft preferences: a pod stating them gets a longer shortlist (extender.shortlist).
+    affinity: Any
+    topologySpreadConstraints: Any
 
 
 class _PodStatus(TypedDict, total=False):
