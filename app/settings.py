@@ -205,10 +205,10 @@ class PolicySettings(_Group):
     # Shortlist mode: filter answers only this many feasible nodes, the best by schedext's
     # scorers, and the scheduler configuration registers no prioritizeVerb (one call per pod
     # instead of two). 0: filter answers every feasible node and prioritize scores them.
-    shortlist: int = Field(default=0, ge=0, le=1000)
+    shortlist: int = Field(default=1, ge=0, le=1000)
     # The shortlist of a pod with soft preferences (preferred affinities, a ScheduleAnyway
     # topology spread), for kube-scheduler's Score plugins to choose from; 0: as shortlist.
-    shortlist_preferred: int = Field(default=0, ge=0, le=1000)
+    shortlist_preferred: int = Field(default=8, ge=0, le=1000)
 
     @field_validator("cpu_intensive_min_cpu")
     @classmethod

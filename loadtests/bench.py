@@ -515,8 +515,14 @@ def _pinned(cpu: int | None) -> Iterator[None]:
 
 def _env(root: Path) -> dict[str, str]:
     """The environment that runs ``root``'s code: it alone on PYTHONPATH, before anything
-    installed (an editable install of this tree included)."""
-    return {**os.environ, "PYTHONPATH": str(root)}
+    installed (an editable install of this tree included). The verbs are measured in full
+    mode (filter answers every feasible node, prioritize scores them), as kube-scheduler calls
+    them with prioritizeVerb registered; a tree that has shortlist mode is told so (an older
+    one, without the setting, would refuse it)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    if "shortlist" in (root / "app" / "settings.py").read_text():
+        env.setdefault("SCHEDEXT_POLICY__SHORTLIST", "0")
+    return env
 
 
 def _post(conn: http.client.HTTPConnection, path: str, body: bytes) -> bytes:

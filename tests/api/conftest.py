@@ -62,3 +62,10 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
 @pytest.fixture
 def demo(serve: Serve) -> RunningServer:
     return serve()
+
+
+@pytest.fixture
+def full_demo(serve: Serve) -> RunningServer:
+    """The demo in full mode (policy.shortlist 0): filter answers every feasible node and
+    every rejected one with its reason, as kube-scheduler gets it with prioritizeVerb."""
+    return serve(settings={"policy": {"shortlist": 0}})

@@ -92,9 +92,9 @@ def test_serve_without_a_cluster_answers_the_fixture_filter_from_the_demo_invent
             f"{served.url}/filter", json=fixture("filter_request_nodecache_true.json")
         ).json()
         logs = served.stop()
+    # shortlist mode, the default: the best node alone, and no rejected one listed
     assert answer["NodeNames"] == ["gpu-node-a"]
-    assert set(answer["FailedNodes"]) == {"gpu-node-b"}
-    assert set(answer["FailedAndUnresolvableNodes"]) == {"gpu-node-c"}
+    assert answer["FailedNodes"] == answer["FailedAndUnresolvableNodes"] == {}
     assert any("embedded demo inventory" in line["message"] for line in json_lines(logs))
 
 

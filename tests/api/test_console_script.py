@@ -82,9 +82,8 @@ def test_the_console_script_serves_the_fixture_filter_from_the_demo_inventory() 
     assert response.status_code == 200
     answer = response.json()
     assert answer["Error"] == ""
-    assert answer["NodeNames"] == ["gpu-node-a"]
-    assert answer["FailedNodes"] == {"gpu-node-b": "schedext: fewer than 2 free GPUs"}
-    assert answer["FailedAndUnresolvableNodes"] == {"gpu-node-c": "schedext: GPU model is not A100"}
+    assert answer["NodeNames"] == ["gpu-node-a"]  # shortlist mode: no rejected node listed
+    assert answer["FailedNodes"] == answer["FailedAndUnresolvableNodes"] == {}
 
 
 def test_host_chooses_the_address_the_console_script_listens_on() -> None:

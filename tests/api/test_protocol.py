@@ -68,8 +68,8 @@ def post(server: RunningServer, verb: str, body: Any) -> Any:
     return response.json()
 
 
-def test_fixture_filter_request_against_the_demo_inventory(demo: RunningServer) -> None:
-    result = post(demo, "filter", fixture("filter_request_nodecache_true.json"))
+def test_fixture_filter_request_against_the_demo_inventory(full_demo: RunningServer) -> None:
+    result = post(full_demo, "filter", fixture("filter_request_nodecache_true.json"))
     assert list(result) == FILTER_KEYS
     assert result["Nodes"] is None
     assert result["Error"] == ""
@@ -79,9 +79,9 @@ def test_fixture_filter_request_against_the_demo_inventory(demo: RunningServer) 
     assert result["FailedAndUnresolvableNodes"] == {"gpu-node-c": "schedext: GPU model is not A100"}
 
 
-def test_full_node_mode_answers_with_the_original_node_objects(demo: RunningServer) -> None:
+def test_full_node_mode_answers_with_the_original_node_objects(full_demo: RunningServer) -> None:
     request = fixture("filter_request_nodecache_false.json")
-    result = post(demo, "filter", request)
+    result = post(full_demo, "filter", request)
     assert result["NodeNames"] is None
     assert result["Nodes"] == {"metadata": {}, "items": [request["Nodes"]["items"][0]]}
     assert set(result["FailedNodes"]) == {"gpu-node-b"}
@@ -90,19 +90,19 @@ def test_full_node_mode_answers_with_the_original_node_objects(demo: RunningServ
 
 @RECASINGS
 def test_filter_keys_in_any_case_are_accepted_and_go_spelling_is_written(
-    demo: RunningServer, recase: Recase
+    full_demo: RunningServer, recase: Recase
 ) -> None:
-    exact = post(demo, "filter", fixture("filter_request_nodecache_true.json"))
-    assert post(demo, "filter", recase(fixture("filter_request_nodecache_true.json"))) == exact
+    exact = post(full_demo, "filter", fixture("filter_request_nodecache_true.json"))
+    assert post(full_demo, "filter", recase(fixture("filter_request_nodecache_true.json"))) == exact
 
 
 @RECASINGS
 def test_full_node_filter_in_any_case_answers_with_the_nodes_as_sent(
-    demo: RunningServer, recase: Recase
+    full_demo: RunningServer, recase: Recase
 ) -> None:
     request = recase(fixture("filter_request_nodecache_false.json"))
     assert request != fixture("filter_request_nodecache_false.json")
-    result = post(demo, "filter", request)
+    result = post(full_demo, "filter", request)
     assert list(result) == FILTER_KEYS
     # The very objects kube-scheduler sent, in their spelling, not rebuilt from the inventory.
     items = next(v for k, v in request.items() if k.lower() == "nodes")
@@ -186,20 +186,22 @@ def test_prioritize_reads_names_that_need_escaping(demo: RunningServer) -> None:
     assert [entry["Host"] for entry in result] == ["gpu-node-a"]
 
 
-def test_filter_escapes_unknown_names_that_need_it(demo: RunningServer) -> None:
+def test_filter_escapes_unknown_names_that_need_it(full_demo: RunningServer) -> None:
     names = ['evil"node', "gpu-node-a"]
-    result = post(demo, "filter", {"Pod": make_pod(gpus=1), "NodeNames": names})
+    result = post(full_demo, "filter", {"Pod": make_pod(gpus=1), "NodeNames": names})
     assert result["NodeNames"] == ["gpu-node-a"]
     assert result["FailedAndUnresolvableNodes"] == {'evil"node': "schedext: node not in inventory"}
-    lowered = post(demo, "filter", {"Pod": make_pod(gpus=1, workload="bogus"), "NodeNames": names})
+    lowered = post(
+        full_demo, "filter", {"Pod": make_pod(gpus=1, workload="bogus"), "NodeNames": names}
+    )
     assert set(lowered["FailedAndUnresolvableNodes"]) == set(names)
     assert lowered["FailedNodes"] == {}
 
 
-def test_unknown_node_is_rejected_with_a_reason(demo: RunningServer) -> None:
+def test_unknown_node_is_rejected_with_a_reason(full_demo: RunningServer) -> None:
     request = fixture("filter_request_nodecache_true.json")
     request["NodeNames"] = ["gpu-node-a", "no-such-node"]
-    result = post(demo, "filter", request)
+    result = post(full_demo, "filter", request)
     assert result["NodeNames"] == ["gpu-node-a"]
     assert "node not in inventory" in result["FailedAndUnresolvableNodes"]["no-such-node"]
     assert "no-such-node" not in result["FailedNodes"]

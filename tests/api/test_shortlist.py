@@ -97,3 +97,15 @@ def test_bind_counts_whether_the_chosen_node_was_the_best(server: RunningServer)
                     "Node": node}  # fmt: skip
             assert post(client, "bind", bind) == {"Error": ""}
         assert choices(client) == {"best": 1.0, "lower": 1.0}
+
+
+def test_the_demo_serves_in_shortlist_mode_by_default(demo: RunningServer) -> None:
+    body = {"Pod": make_pod("p", gpus=1), "NodeNames": [f"gpu-node-{x}" for x in "abcdef"]}
+    with demo.client() as client:
+        result = post(client, "filter", body)
+        scored = client.post("/prioritize", content=orjson.dumps(body)).json()
+    assert len(result["NodeNames"]) == 1
+    assert result["FailedNodes"] == result["FailedAndUnresolvableNodes"] == {}
+    # schedext's pick is one of its best-rated nodes: prioritize (still served) rates none above
+    scores = {entry["Host"]: entry["Score"] for entry in scored}
+    assert scores[result["NodeNames"][0]] == max(scores.values())

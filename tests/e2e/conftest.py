@@ -113,8 +113,12 @@ class Schedext:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def scheduler_config(url: str, *, node_cache_capable: bool = True) -> str:
-    """The shipped manifest with only the addresses replaced (and the mode, when asked)."""
+FULL_MODE_ENV = {"SCHEDEXT_POLICY__SHORTLIST": "0"}
+
+
+def scheduler_config(url: str, *, node_cache_capable: bool = True, full_mode: bool = False) -> str:
+    """The shipped manifest with only the addresses replaced (and the modes, when asked:
+    full mode registers prioritizeVerb, as the manifest's comment says)."""
     text = SCHEDULER_CONFIG.read_text()
     templated = text.replace("http://127.0.0.1:8888", url).replace(
         "/etc/kubernetes/scheduler.conf", "{{KUBECONFIG}}"
@@ -123,6 +127,11 @@ def scheduler_config(url: str, *, node_cache_capable: bool = True) -> str:
     assert "{{KUBECONFIG}}" in templated, "manifest layout changed: kubeconfig path not found"
     if not node_cache_capable:
         templated = templated.replace("nodeCacheCapable: true", "nodeCacheCapable: false")
+    if full_mode:
+        verb = "    filterVerb: filter\n"
+        assert templated.count(verb) == 1, "manifest layout changed: filterVerb not found once"
+        assert "prioritizeVerb" not in templated.replace("#   prioritizeVerb", "")
+        templated = templated.replace(verb, verb + "    prioritizeVerb: prioritize\n")
     return templated
 
 
@@ -137,11 +146,26 @@ class Cluster:
     node_cache_capable: bool = True
     created_pods: list[str] = field(default_factory=list)
 
-    def start_scheduler(self, *, node_cache_capable: bool = True) -> None:
+    def start_scheduler(self, *, node_cache_capable: bool = True, full_mode: bool = False) -> None:
         self.node_cache_capable = node_cache_capable
         self.cp.start_scheduler(
-            scheduler_config(self.schedext.url, node_cache_capable=node_cache_capable)
+            scheduler_config(
+                self.schedext.url, node_cache_capable=node_cache_capable, full_mode=full_mode
+            )
         )
+
+    def use_full_mode(self) -> None:
+        """schedext with policy.shortlist 0 and kube-scheduler with prioritizeVerb: every
+        feasible node answered and scored, the mode before shortlists."""
+        self.cp.stop_scheduler()
+        self.schedext.stop()
+        self.schedext = Schedext(
+            self.cp.kubeconfig,
+            self.schedext.log_path,
+            env={**self.schedext.env, **FULL_MODE_ENV},
+        )
+        self.schedext.start()
+        self.start_scheduler(node_cache_capable=self.node_cache_capable, full_mode=True)
 
     def node(
         self,
@@ -465,7 +489,7 @@ def cluster(
         yield env
     finally:
         control_plane.stop_scheduler()
-        schedext.stop()
+        env.schedext.stop()  # the one running now (use_full_mode replaces it)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -6,15 +6,17 @@ node:
 - without the in-tree filters, machine5 (tainted NoSchedule) would win: it is as full of GPUs
   as machine3 (schedext scores it 10) and nearly empty of CPU and memory;
 - without schedext's filter, machine2 (T4: the wrong model) would win the same way;
-- without schedext's prioritize, machine4 would win: kube-scheduler's least-allocated scoring
+- without schedext's scoring, machine4 would win: kube-scheduler's least-allocated scoring
   prefers it by about 90 points to machine3, whose CPU and memory are 7/8 used. schedext
-  scores machine3 10 (bin-packing, and the two GPUs in one NVLink group) and machine4 5; at
-  weight 5 that is 500 against 250 points, which outweighs the in-tree preference.
+  scores machine3 10 (bin-packing, and the two GPUs in one NVLink group) and machine4 5. In
+  full mode (prioritize) at weight 5 that is 500 against 250 points, which outweighs the
+  in-tree preference; in shortlist mode, the shipped one, filter answers machine3 alone.
 """
 
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.e2e.conftest import Cluster
 from tests.e2e.harness import pod_manifest
@@ -44,9 +46,12 @@ def _bound_at_creation(
     cluster.api.create_pod(cluster.namespace, manifest)
 
 
-def test_placement_combines_in_tree_filters_schedext_filter_and_weighted_prioritize(
-    cluster: Cluster,
+@pytest.mark.parametrize("mode", ["shortlist", "full"])
+def test_placement_combines_in_tree_filters_schedext_filter_and_schedext_scores(
+    cluster: Cluster, mode: str
 ) -> None:
+    if mode == "full":
+        cluster.use_full_mode()
     # Every node: 32 CPUs and 256Gi of memory.
     cluster.node("machine1", cpu="32")  # no GPUs: kube-scheduler's NodeResourcesFit rejects
     cluster.node("machine2", gpus=4, model=T4, groups=[[0, 1], [2, 3]])  # schedext: wrong model
@@ -68,6 +73,8 @@ def test_placement_combines_in_tree_filters_schedext_filter_and_weighted_priorit
     assert cluster.gpu_ids("trainer") == [6, 7]
     metrics = httpx.get(f"{cluster.schedext.url}/metrics", timeout=10).text
     assert 'schedext_decisions_total{outcome="feasible",verb="filter"}' in metrics
-    assert 'schedext_decisions_total{outcome="scored",verb="prioritize"}' in metrics
+    scored = 'schedext_decisions_total{outcome="scored",verb="prioritize"}' in metrics
+    assert scored is (mode == "full")
+    assert 'schedext_placement_choice_total{choice="best"} 1.0' in metrics
     assert 'schedext_decisions_total{outcome="bound",verb="bind"} 1.0' in metrics
     assert 'schedext_filter_nodes_total{outcome="unresolvable"} 1.0' in metrics  # machine2
