@@ -83,6 +83,7 @@ async def bind_pod(
         service.scheduler.abort_bind(plan)  # cancelled or crashed: give the GPUs back
         raise
     service.scheduler.confirm_bind(plan, awaiting_watch=service.binder.confirmed_by_watch)
+    service.metrics.placed(plan.choice.value)
     if plan.claim is not None and not plan.claim.exists:
         message = (
             f"schedext: address {plan.ip} of pool {plan.ip_pool} claimed for {plan.claim.owner}"

@@ -58,6 +58,14 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self._choices = Counter(
+            "schedext_placement_choice_total",
+            "Pods bound, by how kube-scheduler's choice of node compares with schedext's "
+            "rating of the nodes it offered (prioritize, or filter's shortlist): best, lower, "
+            "or unscored (no rating applied, e.g. after a restart).",
+            ["choice"],
+            registry=self.registry,
+        )
         self._rejections = Counter(
             "schedext_filter_rejections_total",
             "Nodes rejected by filter, by reason.",
@@ -111,6 +119,9 @@ class Metrics:
             self._node_outcomes["busy"].inc(busy)
         if unresolvable:
             self._node_outcomes["unresolvable"].inc(unresolvable)
+
+    def placed(self, choice: str) -> None:
+        self._choices.labels(choice).inc()
 
     def rejected(self, reason: str, nodes: int) -> None:
         self._rejection_counts.get(reason).inc(nodes)

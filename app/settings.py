@@ -202,6 +202,10 @@ class PolicySettings(_Group):
     # weight 0 unless weights.live_use says otherwise).
     live_use_stale_s: float = Field(default=300.0, gt=0)
     shares: ShareSettings = ShareSettings()
+    # Shortlist mode: filter answers only this many feasible nodes, the best by schedext's
+    # scorers, and the scheduler configuration registers no prioritizeVerb (one call per pod
+    # instead of two). 0: filter answers every feasible node and prioritize scores them.
+    shortlist: int = Field(default=0, ge=0, le=1000)
 
     @field_validator("cpu_intensive_min_cpu")
     @classmethod
@@ -229,6 +233,7 @@ class PolicySettings(_Group):
             shares=self.shares.resources(),
             share_placement=SharePlacement(self.shares.placement),
             share_weight=self.shares.weight,
+            shortlist=self.shortlist,
         )
 
     @model_validator(mode="after")

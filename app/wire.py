@@ -257,13 +257,15 @@ def filter_result(verdict: FilterVerdict, args: ExtenderArgs) -> bytes:
     served kube-scheduler releases before 1.20, which did not know the second map; the
     ``kubescheduler.config.k8s.io/v1`` configuration schedext ships needs 1.25 or later, and
     kube-scheduler decodes every entry (thousands per call), so the copy was pure cost."""
-    if args.nodes is None:
+    if args.nodes is None and not verdict.shortlisted_from:
         packed = _render_packed(verdict)
         if packed is not None:  # the hottest path: one buffer, from the request's bytes
             return packed
     passed = _names_json(verdict.passed)
-    bodies = [_rejection_json(r) for r in verdict.rejections]
-    groups = list(zip(bodies, (r.resolvable for r in verdict.rejections), strict=True))
+    # A shortlist lists no rejected node (extender.shortlist): the pod goes to one of it.
+    rejections = () if verdict.shortlisted_from else verdict.rejections
+    bodies = [_rejection_json(r) for r in rejections]
+    groups = list(zip(bodies, (r.resolvable for r in rejections), strict=True))
     failed = b",".join(body for body, resolvable in groups if resolvable)
     unresolvable = b",".join(body for body, resolvable in groups if not resolvable)
     if args.nodes is None:

@@ -104,6 +104,10 @@ class PolicyConfig:
     shares: ShareResources = ShareResources()
     share_placement: SharePlacement = SharePlacement.PACK
     share_weight: int = 7
+    # Shortlist mode (extender.shortlist): filter answers only this many of the feasible
+    # nodes, the best by the scorers, and kube-scheduler needs no prioritize call; 0 answers
+    # every feasible node (full mode, prioritize registered).
+    shortlist: int = 0
 
     def __post_init__(self) -> None:
         if "/" not in self.gpu_resource or not self.gpu_resource.strip():
@@ -124,5 +128,7 @@ class PolicyConfig:
             raise ValueError(
                 f"{self.gpu_resource} counts whole GPUs: only the share count may reuse it"
             )
+        if self.shortlist < 0:
+            raise ValueError("shortlist must be >= 0 (0: answer every feasible node)")
         if self.live_use_stale_s <= 0:
             raise ValueError("live_use_stale_s must be > 0")

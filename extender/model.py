@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum, IntEnum
 from typing import NamedTuple
 
+from extender.choices import Choice
 from extender.devices.document import UseSample
 
 
@@ -308,6 +309,14 @@ class FilterVerdict:
 
     passed: Sequence[str]
     rejections: tuple[Rejection, ...] = ()
+    # Shortlist mode (extender.shortlist): how many nodes passed before ``passed`` was cut to
+    # the best few; 0 when it was not. A shortlisted answer lists no rejected node.
+    shortlisted_from: int = 0
+
+    @property
+    def feasible(self) -> int:
+        """How many nodes passed, before any shortlist cut."""
+        return self.shortlisted_from or len(self.passed)
 
     @property
     def failed(self) -> dict[str, str]:
@@ -336,6 +345,8 @@ class BindPlan:
     ip_pool: str | None = None
     # A sticky address: the IPClaim to create (or to point at this pod) before the Binding.
     claim: ClaimPlan | None = None
+    # Whether kube-scheduler chose a node schedext rated best (extender.choices).
+    choice: Choice = Choice.UNSCORED
 
     @property
     def key(self) -> str:

@@ -77,6 +77,11 @@ class NameView(Sequence[str]):
             self._list = self._materialise()
         return self._list
 
+    def pick(self, indices: npt.NDArray[np.intp]) -> list[str]:
+        """The names at ``indices``, in that order."""
+        names = self.names()
+        return [names[i] for i in indices.tolist()]
+
     @overload
     def __getitem__(self, index: int) -> str: ...
     @overload
@@ -157,6 +162,15 @@ class PackedNames(NameView):
         ``placements[code]`` is ``(section, suffix)``, or None for names left out."""
         return render_sections(self._body, self._pairs, codes, placements, texts)
 
+    def pick(self, indices: npt.NDArray[np.intp]) -> list[str]:
+        """The names at ``indices`` without decoding the others (a shortlist of a few out of
+        thousands)."""
+        if self._list is not None:
+            return super().pick(indices)
+        table = np.frombuffer(self._pairs, dtype=np.int32).reshape(-1, 2)[indices].tolist()
+        body = self._body
+        return [body[at : at + size].decode("ascii") for at, size in table]
+
     def render_scores(self, scores: npt.NDArray[np.int64]) -> bytes:
         """The inside of prioritize's answer: ``{"Host":"name","Score":s}`` per name whose
         score is not 0 (kube-scheduler adds nothing for a host an extender does not list)."""
@@ -197,6 +211,11 @@ class NodeSubset(NameView):
 
     def render(self, suffix: bytes, sep: bytes) -> bytes:
         return self._names.render_where(self._codes, self._code, suffix, sep)
+
+    def pick(self, indices: npt.NDArray[np.intp]) -> list[str]:
+        if self._list is not None:
+            return super().pick(indices)
+        return self._names.pick(np.flatnonzero(self._codes == self._code)[indices])
 
     def _materialise(self) -> list[str]:
         return list(compress(self._names.names(), (self._codes == self._code).tolist()))

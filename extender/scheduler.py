@@ -12,10 +12,12 @@ in (``now``), never read.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from extender import binding, fields, policy, scoring
+from extender import binding, fields, policy, scoring, shortlist
+from extender.choices import ChoiceBook
 from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
 from extender.explain import explain_pod
@@ -78,6 +80,9 @@ class Scheduler(Intake):
         # kube-scheduler's from a node that is really full (see extender.evictions).
         self._evictions = EvictionBook(ttl_s=victim_memory_s, capacity=pending_capacity)
         self._statefulsets = StatefulSetBook()
+        # How the pods schedext rated were placed: offers are made at filter or prioritize
+        # and taken at bind, so the few in flight matter, not every pending pod.
+        self._choices = ChoiceBook(capacity=min(pending_capacity, 1024))
         super().__init__(
             Books(
                 inventory=self._inventory,
@@ -120,6 +125,11 @@ class Scheduler(Intake):
         if gate.verdict is not None:
             return gate.verdict
         verdict, passed_ids = self._judge(request, node_names, gate)
+        size = self.config.shortlist
+        if size and verdict.passed:
+            scores = self._score(request, passed_ids)
+            verdict, passed_ids, scores = shortlist.cut(verdict, passed_ids, scores, size)
+            self._choices.offer(request.uid, passed_ids, scores, self._inventory.layout)
         self._last_passed = (verdict.passed, passed_ids, self._inventory.layout)
         return verdict
 
@@ -129,9 +139,10 @@ class Scheduler(Intake):
             request = self._request(pod)
         except PodRequestError:
             return np.zeros(len(node_names), dtype=np.int64)
-        affinity = self._gangs.affinity(request) if request.group is not None else None
         ids = self._ids(node_names)
-        return scoring.score_nodes(self._inventory, request, ids, self._scorers, affinity)
+        scores = self._score(request, ids)
+        self._choices.offer(request.uid, ids, scores, self._inventory.layout)
+        return scores
 
     def preempt(
         self,
@@ -189,7 +200,9 @@ class Scheduler(Intake):
             raise BindRefusedError(f"pod {request.key}: {error}") from None
         if request.group is not None:
             self._gangs.admit(request, holding, now)
-        return binding.plan(self._inventory, request, holding)
+        plan = binding.plan(self._inventory, request, holding)
+        node_id = int(self._inventory.ids([node])[0]) or None
+        return replace(plan, choice=self._choices.take(uid, node_id, self._inventory.layout))
 
     def confirm_bind(self, plan: BindPlan, *, awaiting_watch: bool = False) -> None:
         """The bind went through (see :func:`extender.binding.confirm`)."""
@@ -280,6 +293,10 @@ class Scheduler(Intake):
             gang_victims=self._gang_victims,
             group_can_fit=group_can_fit,
         )
+
+    def _score(self, request: PodRequest, ids: IdArray) -> ScoreArray:
+        affinity = self._gangs.affinity(request) if request.group is not None else None
+        return scoring.score_nodes(self._inventory, request, ids, self._scorers, affinity)
 
     def _request(self, pod: JSONObject) -> PodRequest:
         """Decode ``pod``, reusing the last decode of the same object version."""

@@ -86,7 +86,7 @@ async def _filter(service: Service, body: bytes) -> tuple[bytes, str]:
     verdict = service.scheduler.filter(args.pod, args.node_names)
     busy = sum(len(r.nodes) for r in verdict.rejections if r.resolvable)
     unresolvable = sum(len(r.nodes) for r in verdict.rejections if not r.resolvable)
-    service.metrics.filtered(fits=len(verdict.passed), busy=busy, unresolvable=unresolvable)
+    service.metrics.filtered(fits=verdict.feasible, busy=busy, unresolvable=unresolvable)
     for rejection in verdict.rejections:
         service.metrics.rejected(rejection.reason.name.lower(), len(rejection.nodes))
     _log_filter(args, verdict)
@@ -110,7 +110,7 @@ def _log_filter(args: wire.ExtenderArgs, verdict: FilterVerdict) -> None:
         extra={
             "pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}",
             "decision": "feasible" if verdict.passed else "infeasible",
-            "feasible": len(verdict.passed),
+            "feasible": verdict.feasible,
             "rejected": rejected,
         },
     )
