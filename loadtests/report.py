@@ -272,8 +272,8 @@ def _mix_words(mix: JSON) -> str:
         return "all GPU pods (1 or 2 GPUs, alternately)"
     return (
         f"{mix['gpu_share']:.0%} GPU pods: {mix['gpu_pods']} GPU pods (1 or 2 GPUs, "
-        f"alternately), {mix['plain_pods']} plain pods (1 CPU, 2 GiB; not sent to schedext); "
-        "pods/s and ratios cover the whole mix"
+        f"alternately), {mix['plain_pods']} plain pods (1 CPU, 2 GiB; not sent to schedext);"
+        "\n  pods/s and the ratios cover the whole mix"
     )
 
 
