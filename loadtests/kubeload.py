@@ -57,6 +57,7 @@ __all__ = [
     "gpu_node",
     "machine_info",
     "percentile",
+    "plain_pod",
     "pod_object",
     "print_stacks",
     "process_ids",
@@ -270,17 +271,24 @@ def _lister(cp: ControlPlane, collection: str) -> Callable[[], JSON]:
 
 
 def scheduler_config(
-    extender_url: str | None, *, qps: float | None = None, burst: int | None = None
+    extender_url: str | None,
+    *,
+    qps: float | None = None,
+    burst: int | None = None,
+    transform: Callable[[JSON], JSON] | None = None,
 ) -> str:
     """manifests/scheduler-config.yaml templated as tests/e2e/conftest.py ``scheduler_config``
     does (extender URL, ``{{KUBECONFIG}}`` for the harness). ``extender_url=None`` drops the
     ``extenders:`` block (kube-scheduler alone); ``qps``/``burst`` set clientConnection's
-    client-side rate limit, which the shipped file leaves at kube-scheduler's default."""
+    client-side rate limit, which the shipped file leaves at kube-scheduler's default;
+    ``transform`` changes the parsed document (a benchmark variant), before the rest."""
     text = SCHEDULER_CONFIG.read_text()
     if text.count(MANIFEST_EXTENDER_URL) != 1 or MANIFEST_KUBECONFIG not in text:
         raise RuntimeError(f"{SCHEDULER_CONFIG}: layout changed, cannot template it")
-    if extender_url is None or qps is not None or burst is not None:
+    if extender_url is None or qps is not None or burst is not None or transform is not None:
         config = yaml.safe_load(text)
+        if transform is not None:
+            config = transform(config)
         if extender_url is None:
             del config["extenders"]
         connection = config.setdefault("clientConnection", {})
@@ -901,6 +909,18 @@ def gpu_pod(name: str, namespace: str, *, gpus: int, labels: Mapping[str, str]) 
             "terminationGracePeriodSeconds": 0,
         },
     }
+
+
+def plain_pod(name: str, namespace: str, *, labels: Mapping[str, str]) -> JSON:
+    """A pending pod with no GPU (1 CPU, 2 GiB) that tolerates the GPU taint of
+    :func:`gpu_node`, so that it can land on any node: kube-scheduler places it alone, as the
+    shipped ``managedResources`` sends schedext only pods that ask for a GPU (or opt in)."""
+    pod = gpu_pod(name, namespace, gpus=0, labels=labels)
+    pod["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"memory": "2Gi"},
+    }
+    return pod
 
 
 def create_namespace(pool: RestPool, name: str) -> None:

@@ -12,13 +12,24 @@ alternating phases, each with a fresh kube-scheduler and a fresh namespace:
   ``loadtests/goextender``, Go's standard library). What kube-scheduler loses to them is what
   the extender protocol itself costs on this machine, whatever the extender does; A/P
   compares schedext with the floor of its own serving stack;
-- with ``--baseline DIR``, C: as A, with another checkout's schedext (before/after figures).
+- with ``--baseline DIR``, C: as A, with another checkout's schedext (before/after figures);
+- with ``--variants LIST``, V1, V2 ...: as A, with the scheduler configuration and schedext's
+  settings changed (``loadtests/variants.py``): ``full`` (prioritize registered, schedext in
+  full mode), ``shortlist:K`` (no prioritize, filter answers the K best nodes), ``native``
+  (kube-scheduler's NodeResourcesFit packs with MostAllocated), combined with ``+``. Each is
+  compared with B and with A, run by run.
 
 Each phase first binds one warm-up pod (leader election, connections), then creates the pods
-(1 or 2 GPUs each, alternately) from many threads at once and watches the namespace:
-pods/s = pods / (first create sent -> last pod seen bound on the watch). It scrapes
+from many threads at once and watches the namespace: pods/s = pods / (first create sent ->
+last pod seen bound on the watch). The pods ask for 1 or 2 GPUs, alternately; with
+``--gpu-share F`` only that fraction does, evenly interleaved, and the rest are plain pods
+(1 CPU, 2 GiB) that the shipped ``managedResources`` keeps away from schedext
+(``loadtests/mix.py``): pods/s and the ratios then cover the whole mix. It scrapes
 kube-scheduler's /metrics (secure port, admin token) and schedext's /metrics before and
-after, to attribute the time, then deletes the pods (grace 0) and waits until they are gone.
+after, to attribute the time; lists the phase's pods for the placement-quality report (nodes
+used and full, GPUs stranded, NVLink fit, how often kube-scheduler chose schedext's best
+node: ``loadtests/quality.py``); then deletes the pods (grace 0) and waits until they are
+gone. The figures and tables are ``loadtests/report.py``'s.
 
 The shipped file sets no clientConnection qps/burst, so kube-scheduler's client is limited to
 50 requests/s (burst 100). Without an extender kube-scheduler posts every Binding itself
@@ -30,6 +41,8 @@ scheduling work, not of a client-side rate limit; ``--shipped-client-limits`` ke
     python -m loadtests.throughput                       # 1,000 nodes, 2,000 pods, 3 x (A, B)
     python -m loadtests.throughput --reps 2 --json throughput.json
     python -m loadtests.throughput --floor python,go     # adds phases P and G to every rep
+    python -m loadtests.throughput --variants full,shortlist:8,shortlist:8+native \\
+        --gpu-share 0.2                                  # V1, V2, V3 on a 20 % GPU mix
 """
 
 from __future__ import annotations
@@ -41,22 +54,22 @@ import os
 import random
 import shutil
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
-from loadtests import kubeload
+from loadtests import kubeload, quality, report
 from loadtests.kubeload import Call, CpuMeter, RestPool, SchedextProcess, Scrape
+from loadtests.mix import Mix
+from loadtests.variants import Variant, VariantError, parse_variants
 from tests.e2e.harness import ControlPlane
 
 JSON = dict[str, Any]
@@ -64,35 +77,40 @@ APP_LABEL = {"app": "throughput"}
 SELECTOR = "app=throughput"
 CREATE = "application/json"
 DELETE_NOW = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
-TARGET_RATIO = 0.85
 # The extenders that decide nothing (--floor), by phase letter.
-FLOORS = {"python": "P", "go": "G"}
-PHASES = ("A", "B", "C", *FLOORS.values())
+FLOORS = report.FLOORS
 GO_EXTENDER = kubeload.ROOT / "loadtests" / "goextender"
-# kube-scheduler histograms worth a mean per phase (sum / count over the timed window).
-SCHEDULER_HISTOGRAMS = (
-    "scheduler_scheduling_attempt_duration_seconds",
-    "scheduler_scheduling_algorithm_duration_seconds",
-    "scheduler_pod_scheduling_sli_duration_seconds",
-)
-EXTENSION_POINTS = "scheduler_framework_extension_point_duration_seconds"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     kubeload.exit_on_signals()
-    report: JSON = {"machine": kubeload.machine_info(), "params": _params(args), "runs": []}
+    mix = Mix(args.gpu_share)
+    results: JSON = {
+        "machine": kubeload.machine_info(),
+        "params": _params(args),
+        "mix": {"gpu_share": mix.share, **dict(zip(("gpu_pods", "plain_pods"),
+                                                   mix.counts(args.pods), strict=True))},
+        "variants": {
+            report.variant_kind(i): {"name": v.name, "changes": v.describe(), "env": v.env}
+            for i, v in enumerate(args.variants)
+        },
+        "runs": [],
+    }  # fmt: skip
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="schedext-throughput-") as workdir:
         floors = Floors(Path(workdir), args.floor)  # builds the Go one before anything starts
         with kubeload.control_plane() as cp, RestPool(cp, args.concurrency) as pool:
-            report["nodes"] = _create_nodes(pool, args.nodes)
-            _run_phases(cp, pool, args, workdir=Path(workdir), floors=floors, report=report)
-    report["summary"] = _summary(report["runs"])
-    report["total_s"] = round(time.monotonic() - started, 1)
-    _print(report)
+            results["nodes"] = _create_nodes(pool, args.nodes)
+            nodes = [quality.node_record(n) for n in list_all(pool, "/api/v1/nodes")]
+            _run_phases(
+                cp, pool, args, workdir=Path(workdir), floors=floors, nodes=nodes, results=results
+            )
+    results["summary"] = report.summarize(results["runs"])
+    results["total_s"] = round(time.monotonic() - started, 1)
+    report.print_report(results)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
+        args.json.write_text(json.dumps(results, indent=1))
     return 0
 
 
@@ -103,26 +121,74 @@ def _run_phases(
     *,
     workdir: Path,
     floors: Floors,
-    report: JSON,
+    nodes: Sequence[quality.NodeRecord],
+    results: JSON,
 ) -> None:
     phases = ["A", "B"]
     if args.baseline is not None:
         phases.append("C")
     phases += floors.phases
+    variants = {report.variant_kind(i): v for i, v in enumerate(args.variants)}
+    phases += list(variants)
     for rep in range(args.reps):
         for phase in phases:
+            variant = variants.get(phase)
+            name = phase_name(phase, rep)
             if phase in floors.phases:
                 extender: SchedextProcess | None = floors.process(phase, cp, rep)
             elif phase == "B":
                 extender = None
             else:
                 root = args.baseline.resolve() if phase == "C" else kubeload.ROOT
-                log = workdir / f"schedext-{phase}{rep + 1}.log"
-                extender = SchedextProcess(cp.kubeconfig, log, root=root)
-            run = Phase(cp, pool, workdir, args, rep=rep, phase=phase, extender=extender)
+                log = workdir / f"schedext-{name}.log"
+                env = variant.env if variant is not None else None
+                extender = SchedextProcess(cp.kubeconfig, log, root=root, env=env)
+            run = Phase(
+                cp,
+                pool,
+                workdir,
+                args,
+                rep=rep,
+                phase=phase,
+                extender=extender,
+                variant=variant,
+                nodes=nodes,
+            )
             result = run.execute()
-            report["runs"].append(result)
-            _print_run(result)
+            results["runs"].append(result)
+            report.print_run(result)
+
+
+def phase_name(kind: str, rep: int) -> str:
+    """A1, B2, P1 ...; a variant's kind is already numbered: V1.1, V2.3 (kind.rep)."""
+    return f"{kind}.{rep + 1}" if report.is_variant(kind) else f"{kind}{rep + 1}"
+
+
+def list_all(pool: RestPool, path: str, params: dict[str, str] | None = None) -> list[JSON]:
+    """Every item of a collection, in pages of 500 (one paged LIST)."""
+    items: list[JSON] = []
+    query = {**(params or {}), "limit": "500"}
+    while True:
+        page = pool.call("GET", path, params=query)
+        items += page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+        query["continue"] = token
+
+
+def _variants(text: str) -> list[Variant]:
+    try:
+        return parse_variants(text)
+    except VariantError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _gpu_share(text: str) -> float:
+    try:
+        return Mix(float(text)).share
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--gpu-share {text}: {error}") from None
 
 
 def _floors(text: str) -> list[str]:
@@ -243,12 +309,38 @@ def _parser() -> argparse.ArgumentParser:
         help="add the protocol's floor to every rep: kube-scheduler with an extender that "
         "decides nothing, in Python on schedext's stack (phase P) and/or in Go (phase G)",
     )
+    parser.add_argument(
+        "--variants",
+        type=_variants,
+        default=[],
+        metavar="LIST",
+        help="add to every rep one phase per variant of A (V1, V2, ... in the order given), "
+        "comma-separated: full (prioritizeVerb registered, SCHEDEXT_POLICY__SHORTLIST=0), "
+        "shortlist:K (no prioritizeVerb, SCHEDEXT_POLICY__SHORTLIST=K), native "
+        "(NodeResourcesFit MostAllocated, GPUs weighted 3); combine with +, e.g. "
+        "full,shortlist:8+native",
+    )
+    parser.add_argument(
+        "--gpu-share",
+        type=_gpu_share,
+        default=1.0,
+        metavar="F",
+        help="the fraction of the pods that ask for GPUs (0 < F <= 1, default 1); the rest "
+        "are plain pods (1 CPU, 2 GiB) that kube-scheduler places without schedext",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     return parser
 
 
 def _params(args: argparse.Namespace) -> JSON:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    def plain(value: Any) -> Any:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, list):
+            return [v.name if isinstance(v, Variant) else v for v in value]
+        return value
+
+    return {k: plain(v) for k, v in vars(args).items()}
 
 
 def _create_nodes(pool: RestPool, count: int) -> JSON:
@@ -282,13 +374,19 @@ class Phase:
         rep: int,
         phase: str,
         extender: SchedextProcess | None,
+        variant: Variant | None = None,
+        nodes: Sequence[quality.NodeRecord] = (),
     ) -> None:
         """``phase``: A (this tree's schedext), B (no extender), C (the baseline tree's), P or
-        G (a null extender); ``extender``: the process kube-scheduler calls, None for B."""
+        G (a null extender), V1, V2 ... (a variant of A: ``variant``); ``extender``: the
+        process kube-scheduler calls, None for B; ``nodes``: the cluster's, for the quality
+        report."""
         self.cp, self.pool, self.args = cp, pool, args
-        self.name = f"{phase}{rep + 1}"
-        self.namespace = f"throughput-{self.name.lower()}"
+        self.kind, self.rep, self.variant, self.nodes = phase, rep + 1, variant, nodes
+        self.name = phase_name(phase, rep)
+        self.namespace = f"throughput-{self.name.lower().replace('.', '-')}"
         self.schedext = extender
+        self.mix = Mix(args.gpu_share)
         # py-spy reads Python stacks: not those of the Go floor.
         spy = args.py_spy if phase != "G" else None
         self.sampler = kubeload.Sampler(spy, args.py_spy_dir or workdir)
@@ -300,7 +398,14 @@ class Phase:
             self.cp.start_scheduler(self._config())
             warmup_s = self._warm_up()
             result = self._timed()
-            result |= {"phase": self.name, "schedext_ready_s": ready_s, "warmup_s": warmup_s}
+            result |= {
+                "phase": self.name,
+                "kind": self.kind,
+                "rep": self.rep,
+                "variant": self.variant.name if self.variant is not None else None,
+                "schedext_ready_s": ready_s,
+                "warmup_s": warmup_s,
+            }
         except BaseException:
             if self.schedext is not None:
                 print(f"schedext log tail:\n{self.schedext.tail()}", file=sys.stderr)
@@ -321,10 +426,11 @@ class Phase:
 
     def _config(self) -> str:
         url = self.schedext.url if self.schedext is not None else None
+        transform = self.variant.apply if self.variant is not None else None
         if self.args.shipped_client_limits:
-            return kubeload.scheduler_config(url)
+            return kubeload.scheduler_config(url, transform=transform)
         return kubeload.scheduler_config(
-            url, qps=self.args.client_qps, burst=self.args.client_burst
+            url, qps=self.args.client_qps, burst=self.args.client_burst, transform=transform
         )
 
     def _pods_path(self) -> str:
@@ -349,13 +455,7 @@ class Phase:
         count = self.args.pods
         names = [f"p-{i:05d}" for i in range(count)]
         calls: Iterator[Call] = (
-            (
-                "POST",
-                self._pods_path(),
-                kubeload.gpu_pod(name, self.namespace, gpus=1 + i % 2, labels=APP_LABEL),
-                CREATE,
-            )
-            for i, name in enumerate(names)
+            ("POST", self._pods_path(), self._pod(i, name), CREATE) for i, name in enumerate(names)
         )
         created: dict[int, float] = {}
         before = self._scrapes()
@@ -374,7 +474,7 @@ class Phase:
         after = self._scrapes()
         ours = None
         if before[1] is not None and after[1] is not None:
-            ours = _schedext_figures(before[1], after[1])
+            ours = report.schedext_figures(before[1], after[1])
         last = max(bound.values())
         latencies = [(bound[n] - created[i]) * 1000 for i, n in enumerate(names)]
         return {
@@ -386,10 +486,29 @@ class Phase:
             "create_to_bound_p50_ms": round(kubeload.percentile(latencies, 50), 1),
             "create_to_bound_p99_ms": round(kubeload.percentile(latencies, 99), 1),
             "cpu_s": cpu,
-            "kube_scheduler": _scheduler_figures(before[0], after[0]),
+            "kube_scheduler": report.scheduler_figures(before[0], after[0]),
             "schedext": ours,
             "schedext_py_spy": spy,
+            "quality": self._quality(before[1], after[1]),
         }
+
+    def _pod(self, index: int, name: str) -> JSON:
+        gpus = self.mix.gpus(index)
+        if gpus:
+            return kubeload.gpu_pod(name, self.namespace, gpus=gpus, labels=APP_LABEL)
+        return kubeload.plain_pod(name, self.namespace, labels=APP_LABEL)
+
+    def _quality(self, before: Scrape | None, after: Scrape | None) -> JSON:
+        """The placement figures of the phase's pods, while they are all still bound."""
+        pods = list_all(self.pool, self._pods_path(), {"labelSelector": SELECTOR})
+        choices = None
+        if before is not None and after is not None:
+            choices = quality.choice_counts(
+                before.by_label(quality.CHOICE_METRIC, "choice"),
+                after.by_label(quality.CHOICE_METRIC, "choice"),
+            )
+        records = [quality.pod_record(pod) for pod in pods]
+        return quality.placement_quality(records, self.nodes, choices).as_json()
 
     @contextlib.contextmanager
     def _pprof(self) -> Iterator[None]:
@@ -535,224 +654,6 @@ class BindWatch:
             with self._changed:
                 self.bound[name] = seen
                 self._changed.notify_all()
-
-
-# ---------------------------------------------------------------------------------------------
-# Metrics
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Histogram:
-    """count, total seconds and mean milliseconds of a histogram over a window."""
-
-    count: float = 0.0
-    total_s: float = 0.0
-    labels: JSON = field(default_factory=dict)
-
-    def as_json(self) -> JSON:
-        mean = self.total_s / self.count * 1000 if self.count else None
-        return {
-            "count": int(self.count),
-            "total_s": round(self.total_s, 3),
-            "mean_ms": None if mean is None else round(mean, 3),
-            **self.labels,
-        }
-
-
-def _window(before: Scrape, after: Scrape, name: str, **labels: str) -> Histogram:
-    count = after.total(f"{name}_count", **labels) - before.total(f"{name}_count", **labels)
-    total = after.total(f"{name}_sum", **labels) - before.total(f"{name}_sum", **labels)
-    return Histogram(count, total)
-
-
-def _scheduler_figures(before: Scrape, after: Scrape) -> JSON:
-    attempts = {
-        result: int(value - before.by_label("scheduler_schedule_attempts_total", "result").get(
-            result, 0.0
-        ))
-        for result, value in after.by_label("scheduler_schedule_attempts_total", "result").items()
-    }  # fmt: skip
-    figures: JSON = {"attempts": attempts}
-    for name in SCHEDULER_HISTOGRAMS:
-        if after.names(name):
-            figures[name] = _window(before, after, name).as_json()
-    points = after.by_label(f"{EXTENSION_POINTS}_count", "extension_point")
-    figures["extension_points"] = {
-        point: _window(before, after, EXTENSION_POINTS, extension_point=point).as_json()
-        for point in sorted(points)
-    }
-    figures["extender_metric_names"] = after.names("extender")
-    return figures
-
-
-def _schedext_figures(before: Scrape, after: Scrape) -> JSON:
-    verbs = after.by_label("schedext_request_duration_seconds_count", "verb")
-    return {
-        verb: _window(before, after, "schedext_request_duration_seconds", verb=verb).as_json()
-        for verb in sorted(verbs)
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Summary and output
-# ---------------------------------------------------------------------------------------------
-
-
-def _median(values: Sequence[float]) -> float:
-    return round(statistics.median(values), 2) if values else float("nan")
-
-
-def _summary(runs: list[JSON]) -> JSON:
-    by_phase = {p: [r for r in runs if r["phase"].startswith(p)] for p in PHASES}
-    rates = {p: [r["pods_per_s"] for r in phase_runs] for p, phase_runs in by_phase.items()}
-    a, b = rates["A"], rates["B"]
-    summary: JSON = {
-        "with_schedext_pods_per_s": _median(a),
-        "without_pods_per_s": _median(b),
-        "ratio_of_medians": _ratio(a, b),
-        "median_pair_ratio": _pair_ratio(a, b),
-        "target_ratio": TARGET_RATIO,
-    }
-    c = rates["C"]
-    if c:
-        summary["baseline_pods_per_s"] = _median(c)
-        summary["baseline_ratio_of_medians"] = _ratio(c, b)
-    for phase in FLOORS.values():
-        floor = rates[phase]
-        if floor:
-            # The floor to kube-scheduler alone, and schedext to the floor, run by run.
-            summary[f"{phase}_pods_per_s"] = _median(floor)
-            summary[f"{phase}_ratio_of_medians"] = _ratio(floor, b)
-            summary[f"{phase}_median_pair_ratio"] = _pair_ratio(floor, b)
-            summary[f"A_to_{phase}_median_pair_ratio"] = _pair_ratio(a, floor)
-    for phase, phase_runs in by_phase.items():
-        if not phase_runs:
-            continue
-        summary[f"{phase}_create_per_s"] = _median([r["create"]["per_second"] for r in phase_runs])
-        for key, process in (("machine", "machine"), ("extender", "schedext")):
-            if process in phase_runs[0]["cpu_s"]:
-                per_pod = [r["cpu_s"][process] * 1000 / r["pods"] for r in phase_runs]
-                summary[f"{phase}_{key}_cpu_ms_per_pod"] = _median(per_pod)
-        for key, histogram in (
-            ("algorithm", "scheduler_scheduling_algorithm_duration_seconds"),
-            ("attempt", "scheduler_scheduling_attempt_duration_seconds"),
-        ):
-            summary[f"{phase}_{key}_mean_ms"] = _median([_mean(r, histogram) for r in phase_runs])
-    return summary
-
-
-def _ratio(values: Sequence[float], to: Sequence[float]) -> float | None:
-    return round(_median(values) / _median(to), 3) if values and to else None
-
-
-def _pair_ratio(values: Sequence[float], to: Sequence[float]) -> float | None:
-    """The median of the ratios of the phases run side by side (rep i with rep i)."""
-    pairs = [x / y for x, y in zip(values, to, strict=False) if y]
-    return round(statistics.median(pairs), 3) if pairs else None
-
-
-def _mean(run: JSON, histogram: str) -> float:
-    mean = (run["kube_scheduler"].get(histogram) or {}).get("mean_ms")
-    return float(mean) if mean is not None else float("nan")
-
-
-def _print_run(run: JSON) -> None:
-    cpu = run["cpu_s"]
-    parts = ", ".join(
-        f"{k} {cpu[k]:.1f}"
-        for k in ("kube-scheduler", "schedext", "kube-apiserver", "etcd", "benchmark", "others")
-        if k in cpu
-    )
-    print(
-        f"{run['phase']}: {run['pods']} pods bound in {run['seconds']:.2f} s = "
-        f"{run['pods_per_s']:.0f} pods/s (creates {run['create']['per_second']:.0f}/s; "
-        f"create->bound p50 {run['create_to_bound_p50_ms']:.0f} ms, p99 "
-        f"{run['create_to_bound_p99_ms']:.0f} ms); CPU s: {parts} in {cpu['wall']:.1f} s",
-        flush=True,
-    )
-
-
-def _print(report: JSON) -> None:
-    s, m = report["summary"], report["machine"]
-    print(f"\nkube-scheduler throughput, {report['nodes']['done']:,} 8-GPU nodes")
-    print(f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['mem_total_gib']} GiB")
-    print(
-        f"{'phase':<7}{'pods/s':>8}{'create/s':>10}{'algorithm ms':>14}{'attempt ms':>12}"
-        f"{'p50 ms':>9}{'p99 ms':>9}"
-    )
-    for run in report["runs"]:
-        print(
-            f"{run['phase']:<7}{run['pods_per_s']:>8.0f}{run['create']['per_second']:>10.0f}"
-            f"{_mean(run, 'scheduler_scheduling_algorithm_duration_seconds'):>14.3f}"
-            f"{_mean(run, 'scheduler_scheduling_attempt_duration_seconds'):>12.2f}"
-            f"{run['create_to_bound_p50_ms']:>9.0f}{run['create_to_bound_p99_ms']:>9.0f}"
-        )
-    print(
-        "algorithm = kube-scheduler's serial filter+score time per pod, extender calls "
-        "included;\nattempt = algorithm + bind (bind runs off the serial path); "
-        "p50/p99 = create answered -> seen bound"
-    )
-    print(
-        f"median pods/s: with schedext {s['with_schedext_pods_per_s']:.0f}, without "
-        f"{s['without_pods_per_s']:.0f}; ratio {s['ratio_of_medians']:.2f} "
-        f"(median of pair ratios {s['median_pair_ratio']:.2f}; target >= {TARGET_RATIO})"
-    )
-    if "baseline_pods_per_s" in s:
-        print(
-            f"baseline tree (phase C): {s['baseline_pods_per_s']:.0f} pods/s, ratio "
-            f"{s['baseline_ratio_of_medians']:.2f} to kube-scheduler alone"
-        )
-    for name, phase in FLOORS.items():
-        if f"{phase}_pods_per_s" in s:
-            print(
-                f"protocol floor, a {name} extender that decides nothing (phase {phase}): "
-                f"{s[f'{phase}_pods_per_s']:.0f} pods/s, ratio "
-                f"{s[f'{phase}_ratio_of_medians']:.2f} to kube-scheduler alone (pair median "
-                f"{s[f'{phase}_median_pair_ratio']:.2f}); schedext to it, pair median "
-                f"{s[f'A_to_{phase}_median_pair_ratio']:.2f}"
-            )
-    cpu = [
-        f"{phase} {s[f'{phase}_machine_cpu_ms_per_pod']:.1f}"
-        + (f" ({s[f'{phase}_extender_cpu_ms_per_pod']:.2f} extender)"
-           if f"{phase}_extender_cpu_ms_per_pod" in s else "")
-        for phase in PHASES
-        if f"{phase}_machine_cpu_ms_per_pod" in s
-    ]  # fmt: skip
-    print(f"median CPU ms per pod, whole machine: {', '.join(cpu)}")
-    _print_attribution(report["runs"])
-    for run in report["runs"]:
-        kubeload.print_stacks(f"timed phase {run['phase']}", run.get("schedext_py_spy"), 20)
-    print(f"total benchmark time: {report['total_s']:.0f} s")
-
-
-def _print_attribution(runs: list[JSON]) -> None:
-    """Per-phase mean time at each kube-scheduler extension point and per schedext verb."""
-    print("\nmean ms per call over the timed window (kube-scheduler extension points; schedext):")
-    # Only the extension points that take measurable time, to keep the table narrow.
-    points = sorted(
-        {
-            point
-            for r in runs
-            for point, h in r["kube_scheduler"]["extension_points"].items()
-            if (h.get("mean_ms") or 0) >= 0.01
-        }
-    )
-    verbs = sorted({v for r in runs for v in (r["schedext"] or {})})
-    header = f"{'phase':<7}" + "".join(f"{p[:10]:>11}" for p in points)
-    header += "".join(f"{'x:' + v:>13}" for v in verbs)
-    print(header)
-    for run in runs:
-        row = f"{run['phase']:<7}"
-        for point in points:
-            mean = run["kube_scheduler"]["extension_points"].get(point, {}).get("mean_ms")
-            row += f"{mean:>11.3f}" if mean is not None else f"{'-':>11}"
-        for verb in verbs:
-            mean = (run["schedext"] or {}).get(verb, {}).get("mean_ms")
-            row += f"{mean:>13.3f}" if mean is not None else f"{'-':>13}"
-        print(row)
-    names = sorted({n for r in runs for n in r["kube_scheduler"]["extender_metric_names"]})
-    print(f"kube-scheduler metrics about extenders: {', '.join(names) or 'none'}")
 
 
 if __name__ == "__main__":
