@@ -107,7 +107,8 @@ class PolicyConfig:
     # Shortlist mode (extender.shortlist): filter answers only this many of the feasible
     # nodes, the best by the scorers, and kube-scheduler needs no prioritize call; 0 answers
     # every feasible node (full mode, prioritize registered). A pod that states soft
-    # preferences gets ``shortlist_preferred`` nodes instead, for kube-scheduler to weigh them.
+    # preferences gets ``shortlist_preferred`` nodes instead (never fewer than ``shortlist``),
+    # for kube-scheduler to weigh them.
     shortlist: int = 0
     shortlist_preferred: int = 0
 
@@ -138,11 +139,5 @@ class PolicyConfig:
             )
         if self.shortlist < 0 or self.shortlist_preferred < 0:
             raise ValueError("shortlist must be >= 0 (0: answer every feasible node)")
-        if (
-            self.shortlist
-            and self.shortlist_preferred
-            and self.shortlist_preferred < self.shortlist
-        ):
-            raise ValueError("shortlist_preferred must be >= shortlist")
         if self.live_use_stale_s <= 0:
             raise ValueError("live_use_stale_s must be > 0")

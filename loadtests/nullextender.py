@@ -5,7 +5,9 @@ kube-scheduler pays for an extender twice: in the extender, and in its own HTTP 
 answers the same three calls as schedext with no scheduling work at all, so the throughput
 benchmark can measure what the protocol costs whatever the extender does (its phase P):
 
-- ``filter``: every node it was given passes;
+- ``filter``: every node it was given passes, or with ``--shortlist K`` the first K (the call
+  pattern of schedext's shortlist mode: kube-scheduler decodes K names and, for one, skips its
+  Score phase);
 - ``prioritize``: no node is scored;
 - ``bind``: one Binding POST to the API server, carrying a GPU-ids annotation as schedext's
   does, and the API server's refusal as the answer's Error.
@@ -44,7 +46,10 @@ class NullExtender:
     """The ASGI app. ``server``: the API server's URL; ``token``: its bearer token;
     ``context``: TLS trust for an https server (None: plain HTTP, for tests)."""
 
-    def __init__(self, server: str, token: str, context: ssl.SSLContext | None) -> None:
+    def __init__(
+        self, server: str, token: str, context: ssl.SSLContext | None, *, shortlist: int = 0
+    ) -> None:
+        self._shortlist = shortlist  # 0: every node passes
         self._server = server.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self._context = context
@@ -59,7 +64,7 @@ class NullExtender:
         body = await _body(receive)
         path = scope["path"]
         if path == "/filter":
-            answer = _filter(body)
+            answer = _filter(body, self._shortlist)
         elif path == "/prioritize":
             answer = b"[]"
         elif path == "/bind":
@@ -119,13 +124,15 @@ class NullExtender:
         return b'{"Error":""}'
 
 
-def _filter(body: bytes) -> bytes:
+def _filter(body: bytes, shortlist: int) -> bytes:
     try:
         names = _object(body).get("NodeNames")
     except ValueError as error:
         return _filter_error(str(error))
     if not isinstance(names, list):
         return _filter_error("names only: this floor needs nodeCacheCapable: true")
+    if shortlist:
+        names = names[:shortlist]
     return orjson.dumps(
         {
             "Nodes": None,
@@ -180,9 +187,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--server", required=True, help="the API server's URL")
     parser.add_argument("--ca-file", type=Path, help="CA of an https API server")
     parser.add_argument("--token-file", type=Path, required=True, help="bearer token")
+    parser.add_argument(
+        "--shortlist", type=int, default=0, help="filter passes the first K nodes (0: all)"
+    )
     args = parser.parse_args(argv)
+    if args.shortlist < 0:
+        parser.error("--shortlist must be >= 0")
     context = ssl.create_default_context(cafile=str(args.ca_file)) if args.ca_file else None
-    app = NullExtender(args.server, args.token_file.read_text().strip(), context)
+    app = NullExtender(
+        args.server, args.token_file.read_text().strip(), context, shortlist=args.shortlist
+    )
     uvicorn.run(
         app,
         host="127.0.0.1",

@@ -65,6 +65,7 @@ from typing import Any
 
 import httpx
 import orjson
+import yaml
 
 from loadtests import kubeload, quality, report
 from loadtests.kubeload import Call, CpuMeter, RestPool, SchedextProcess, Scrape
@@ -244,6 +245,13 @@ class Floors:
         return NullExtenderProcess(phase, log, cp=cp, token=token, floors=self)
 
 
+# The shipped configuration registers no prioritizeVerb: schedext in shortlist mode (its
+# policy.shortlist, 1 by default). The floors then answer filter as it does, with one node.
+SHIPPED_SHORTLIST = (
+    "prioritizeVerb" not in yaml.safe_load(kubeload.SCHEDULER_CONFIG.read_text())["extenders"][0]
+)
+
+
 class NullExtenderProcess(SchedextProcess):
     """A null extender (phase P or G) in schedext's place: same port, readiness and stop."""
 
@@ -260,6 +268,9 @@ class NullExtenderProcess(SchedextProcess):
     def command(self) -> list[str]:
         common = ["--port", str(self.port), "--server", self.server]
         common += ["--ca-file", str(self.ca_cert), "--token-file", str(self.token)]
+        if SHIPPED_SHORTLIST:
+            # The call pattern of schedext as shipped: filter passes one node, no prioritize.
+            common += ["--shortlist", "1"]
         if self.phase == "G":
             return [str(self.floors.go_binary), *common]  # Go's flags take "--" too
         return [sys.executable, "-m", "loadtests.nullextender", *common]

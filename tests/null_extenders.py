@@ -157,3 +157,16 @@ def check_decides_nothing(command: Sequence[str], workdir: Path) -> None:
         full_nodes = client.post("/filter", json={"Pod": pod, "Nodes": {"items": []}})
         assert "nodeCacheCapable" in full_nodes.json()["Error"]
         assert len(api.posted) == 2  # nothing else reached the API server
+
+
+def check_shortlist(command: Sequence[str], workdir: Path) -> None:
+    """With ``--shortlist 2``, filter passes the first two nodes it was given (one pod's
+    call pattern under schedext's shortlist mode), and all of them when it is given fewer."""
+    names = [f"gpu-node-{i:04d}" for i in (7, 3, 11)]
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}}
+    with stand_in_api() as api, running([*command, "--shortlist", "2"], api, workdir) as client:
+        for sent, kept in ((names, names[:2]), (names[:1], names[:1]), ([], [])):
+            result = client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": sent})
+            assert result.status_code == 200
+            assert result.json()["NodeNames"] == kept
+            assert result.json()["FailedNodes"] == {}

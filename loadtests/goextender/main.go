@@ -49,6 +49,10 @@ type bindingResult struct {
 	Error string `json:"Error"`
 }
 
+// shortlist: filter passes only the first K nodes, schedext's shortlist-mode call pattern
+// (0: every node passes).
+var shortlist int
+
 type binder struct {
 	client *http.Client
 	server string
@@ -60,9 +64,13 @@ func main() {
 	server := flag.String("server", "", "the API server's URL")
 	caFile := flag.String("ca-file", "", "CA of an https API server")
 	tokenFile := flag.String("token-file", "", "bearer token")
+	flag.IntVar(&shortlist, "shortlist", 0, "filter passes the first K nodes (0: all)")
 	flag.Parse()
 	if *port == 0 || *server == "" || *tokenFile == "" {
 		log.Fatal("-port, -server and -token-file are required")
+	}
+	if shortlist < 0 {
+		log.Fatal("-shortlist must be >= 0")
 	}
 	token, err := os.ReadFile(*tokenFile)
 	if err != nil {
@@ -108,6 +116,10 @@ func filter(w http.ResponseWriter, r *http.Request) {
 	} else if args.NodeNames == nil {
 		result.Error = "names only: this floor needs nodeCacheCapable: true"
 	} else {
+		if shortlist > 0 && len(*args.NodeNames) > shortlist {
+			kept := (*args.NodeNames)[:shortlist]
+			args.NodeNames = &kept
+		}
 		result.NodeNames = args.NodeNames
 	}
 	answer(w, result)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from loadtests.throughput import build_go_extender
-from tests.null_extenders import check_decides_nothing
+from tests.null_extenders import check_decides_nothing, check_shortlist
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = 20
@@ -35,6 +35,12 @@ def test_go_null_extender_passes_every_node_and_posts_the_binding(
     go_extender: Path, tmp_path: Path
 ) -> None:
     check_decides_nothing([str(go_extender)], tmp_path)
+
+
+def test_go_null_extender_shortlists_like_schedext_as_shipped(
+    go_extender: Path, tmp_path: Path
+) -> None:
+    check_shortlist([str(go_extender)], tmp_path)
 
 
 VARIANTS = "full,native,shortlist:3+native"

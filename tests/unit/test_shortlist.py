@@ -254,7 +254,14 @@ def test_a_pod_with_soft_preferences_gets_the_longer_shortlist(
 
 @pytest.mark.parametrize(
     ("shortlist", "preferred", "sizes"),
-    [(0, 0, (0, 0)), (0, 8, (0, 0)), (1, 0, (1, 1)), (1, 8, (1, 8)), (4, 4, (4, 4))],
+    [
+        (0, 0, (0, 0)),
+        (0, 8, (0, 0)),
+        (1, 0, (1, 1)),
+        (1, 8, (1, 8)),
+        (4, 4, (4, 4)),
+        (16, 8, (16, 16)),
+    ],
 )
 def test_shortlist_sizes(shortlist: int, preferred: int, sizes: tuple[int, int]) -> None:
     config = PolicyConfig(shortlist=shortlist, shortlist_preferred=preferred)
@@ -262,8 +269,3 @@ def test_shortlist_sizes(shortlist: int, preferred: int, sizes: tuple[int, int])
         config.shortlist_size(soft_preferences=False),
         config.shortlist_size(soft_preferences=True),
     ) == sizes
-
-
-def test_a_preferred_shortlist_shorter_than_the_plain_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="shortlist_preferred must be >= shortlist"):
-        PolicyConfig(shortlist=8, shortlist_preferred=2)
