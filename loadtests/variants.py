@@ -8,10 +8,14 @@ document) plus environment for schedext. Named parts, combined with ``+``:
   ``SCHEDEXT_POLICY__SHORTLIST=0``: filter answers every feasible node, prioritize scores them;
 - ``shortlist:K`` (K >= 1): no ``prioritizeVerb``, and ``SCHEDEXT_POLICY__SHORTLIST=K``: filter
   answers only the K best feasible nodes by schedext's own scorers;
+- ``filteronly``: no ``prioritizeVerb``, and ``SCHEDEXT_POLICY__SHORTLIST=0``: filter answers
+  every feasible node and kube-scheduler's own plugins alone choose among them (with
+  ``native``: kube-scheduler packs, schedext keeps only its filter and bind decisions);
 - ``native``: the profile's ``NodeResourcesFit`` scores with ``MostAllocated`` on CPU, memory
   and GPUs (GPUs weighted 3), so that kube-scheduler packs GPUs itself.
 
-``full`` and ``shortlist`` exclude each other; ``shortlist:8+native`` is one variant.
+``full``, ``filteronly`` and ``shortlist`` exclude each other; ``shortlist:8+native`` is one
+variant.
 Everything here is pure: no I/O, so the unit tier checks the parsing and the transforms.
 """
 
@@ -35,7 +39,7 @@ MOST_ALLOCATED: JSON = {
         {"name": GPU, "weight": 3},
     ],
 }
-PARTS = ("full", "shortlist:K", "native")
+PARTS = ("full", "filteronly", "shortlist:K", "native")
 
 
 class VariantError(ValueError):
@@ -51,12 +55,15 @@ class Variant:
     name: str
     shortlist: int | None = None
     native: bool = False
+    filter_only: bool = False  # shortlist 0 without prioritize: kube-scheduler scores alone
     env: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         """What the variant changes, in words (the legend of the benchmark's tables)."""
         parts = []
-        if self.shortlist == 0:
+        if self.filter_only:
+            parts.append(f"no prioritizeVerb, {SHORTLIST_ENV}=0 (every feasible node, unscored)")
+        elif self.shortlist == 0:
             parts.append(f"prioritizeVerb registered, {SHORTLIST_ENV}=0 (full mode)")
         elif self.shortlist is not None:
             parts.append(f"no prioritizeVerb, {SHORTLIST_ENV}={self.shortlist}")
@@ -74,7 +81,7 @@ class Variant:
                     f"variant {self.name}: the configuration has {len(extenders)} extenders, "
                     "expected exactly one (schedext)"
                 )
-            if self.shortlist == 0:
+            if self.shortlist == 0 and not self.filter_only:
                 extenders[0]["prioritizeVerb"] = PRIORITIZE_VERB
             else:
                 extenders[0].pop("prioritizeVerb", None)
@@ -103,6 +110,7 @@ def parse_variant(text: str) -> Variant:
     name = text.strip()
     shortlist: int | None = None
     native = False
+    filter_only = False
     for raw in name.split("+"):
         part = raw.strip()
         kind, _, value = part.partition(":")
@@ -110,10 +118,14 @@ def parse_variant(text: str) -> Variant:
             if native:
                 raise VariantError(f"variant {name!r}: native twice")
             native = True
-        elif kind in ("full", "shortlist"):
+        elif kind in ("full", "filteronly", "shortlist"):
             if shortlist is not None:
-                raise VariantError(f"variant {name!r}: choose one of full and shortlist:K, once")
-            shortlist = 0 if kind == "full" and not value else _shortlist_size(name, kind, value)
+                raise VariantError(
+                    f"variant {name!r}: choose one of full, filteronly and shortlist:K, once"
+                )
+            filter_only = kind == "filteronly"
+            plain = kind in ("full", "filteronly") and not value
+            shortlist = 0 if plain else _shortlist_size(name, kind, value)
         else:
             raise VariantError(
                 f"variant {name!r}: unknown part {part!r}; parts are {', '.join(PARTS)}, "
@@ -121,16 +133,16 @@ def parse_variant(text: str) -> Variant:
             )
     env = {SHORTLIST_ENV: str(shortlist)} if shortlist is not None else {}
     canonical = "+".join(
-        [*(["full"] if shortlist == 0 else []),
+        [*(["filteronly"] if filter_only else ["full"] if shortlist == 0 else []),
          *([f"shortlist:{shortlist}"] if shortlist else []),
          *(["native"] if native else [])]
     )  # fmt: skip
-    return Variant(canonical, shortlist=shortlist, native=native, env=env)
+    return Variant(canonical, shortlist=shortlist, native=native, env=env, filter_only=filter_only)
 
 
 def _shortlist_size(name: str, kind: str, value: str) -> int:
-    if kind == "full":
-        raise VariantError(f"variant {name!r}: full takes no value")
+    if kind in ("full", "filteronly"):
+        raise VariantError(f"variant {name!r}: {kind} takes no value")
     if not value.isdigit() or int(value) < 1:
         raise VariantError(f"variant {name!r}: shortlist:K needs an integer K >= 1")
     return int(value)

@@ -39,6 +39,7 @@ PARSED = [
     pytest.param("shortlist:8+native", "shortlist:8+native", 8, True, id="combined"),
     pytest.param(" native + shortlist:1 ", "shortlist:1+native", 1, True, id="any order"),
     pytest.param("full+native", "full+native", 0, True, id="full and native"),
+    pytest.param("native+filteronly", "filteronly+native", 0, True, id="filter only, native"),
 ]
 
 
@@ -60,8 +61,10 @@ REFUSED = [
     pytest.param("shortlist:x", "integer K >= 1", id="K not a number"),
     pytest.param("full:3", "full takes no value", id="full with a value"),
     pytest.param("native:2", "unknown part", id="native with a value"),
-    pytest.param("full+shortlist:4", "one of full and shortlist", id="full and shortlist"),
-    pytest.param("shortlist:4+shortlist:8", "one of full and shortlist", id="two shortlists"),
+    pytest.param("full+shortlist:4", "one of full, filteronly and", id="full and shortlist"),
+    pytest.param("shortlist:4+shortlist:8", "one of full, filteronly", id="two shortlists"),
+    pytest.param("filteronly+full", "one of full, filteronly", id="filter only and full"),
+    pytest.param("filteronly:2", "filteronly takes no value", id="filter only with a value"),
     pytest.param("native+native", "native twice", id="native twice"),
     pytest.param("full+", "unknown part ''", id="empty part"),
 ]
@@ -89,6 +92,7 @@ TRANSFORMS = [
     pytest.param("shortlist:8", config(prioritize=False), False, id="shortlist without it"),
     pytest.param("native", config(prioritize=True), True, id="native leaves the verbs"),
     pytest.param("native", config(prioritize=False), False, id="native leaves them absent"),
+    pytest.param("filteronly", config(prioritize=True), False, id="filter only drops it"),
 ]
 
 
