@@ -58,6 +58,11 @@ never empty (the node is dropped instead), and nothing at all for a preemptor wi
 
 A preemptor that is itself a gang member preempts on a node only if its whole group can then
 fit (checked by the caller).
+
+**Team quotas** (``rule``, from :func:`extender.quotas.victim_rule`): pods of a namespace
+within its min are never victims of another namespace's preemptor; a reclaiming preemptor
+(within its min) takes the smallest set from the borrowers' pods alone when they suffice, and
+only otherwise from every pod it may take. Without quotas (``rule`` None), nothing changes.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ from extender.mig import met_after
 from extender.model import RANKED, Holding, HoldingKind, PodRequest, Reason, Victim
 from extender.node_state import NodeView
 from extender.policy import PolicyConfig, node_reasons
+from extender.quotas import VictimRule
 from extender.shares import pick_share_gpus, room_after
 
 __all__ = ["GangVictims", "NodeVictims", "select_victims"]
@@ -100,6 +106,7 @@ def select_victims(
     *,
     gang_victims: GangVictims = GangVictims.PROTECT,
     group_can_fit: Callable[[str, int], bool] | None = None,
+    rule: VictimRule | None = None,
 ) -> dict[str, NodeVictims]:
     """Victims per candidate node worth preempting on (see the module docstring).
 
@@ -122,6 +129,7 @@ def select_victims(
             config=config,
             context=context,
             gang_victims=gang_victims,
+            rule=rule,
         )
         if chosen is None:
             continue
@@ -144,17 +152,28 @@ def _victims_on(
     config: PolicyConfig,
     context: IPContext | None,
     gang_victims: GangVictims,
+    rule: VictimRule | None = None,
 ) -> list[Holding] | None:
     code = RANKED[int(node_reasons(inventory, request, inventory.ids([node]), config)[0])]
     view = inventory.node(node)
     if view is None or (code is not Reason.FITS and not code.resolvable):
         return None
     units = _units(view, request, gang_victims)
+    if rule is not None:
+        units = [unit for unit in units if all(map(rule.allows, unit))]
     eligible = [h for unit in units for h in unit]
     need = _Need(request, view, context, inventory)
     if not need.met(eligible):
         return None
-    victims = _smallest(units, need, {v.uid for v in proposed})
+    proposed_uids = {v.uid for v in proposed}
+    victims = None
+    if rule is not None and rule.reclaim:
+        # Borrowed capacity is taken back first: from the borrowers alone when they suffice.
+        borrowed = [unit for unit in units if all(map(rule.first, unit))]
+        if borrowed and need.met([h for unit in borrowed for h in unit]):
+            victims = _smallest(borrowed, need, proposed_uids)
+    if victims is None:
+        victims = _smallest(units, need, proposed_uids)
     if not victims:
         # Nothing schedext tracks needs to go: kube-scheduler's list is for its own reasons.
         return _proposed_units(units, proposed)
