@@ -173,7 +173,9 @@ def _victims_on(
         if borrowed and need.met([h for unit in borrowed for h in unit]):
             victims = _smallest(borrowed, need, proposed_uids)
     if victims is None:
-        victims = _smallest(units, need, proposed_uids)
+        # Beyond the borrowers (a reclaim), as few pods of others as the fewest pods allow.
+        others = (lambda h: not rule.first(h)) if rule is not None and rule.reclaim else None
+        victims = _smallest(units, need, proposed_uids, others)
     if not victims:
         # Nothing schedext tracks needs to go: kube-scheduler's list is for its own reasons.
         return _proposed_units(units, proposed)
@@ -202,18 +204,25 @@ _ANY_PLACEMENT = SharePlacement.PACK
 _MAX_COMBINATIONS = 20_000
 
 
-def _smallest(units: list[list[Holding]], need: _Need, proposed: set[str]) -> list[Holding]:
-    """The fewest units whose eviction meets the need, ranked as the module docstring says."""
+def _smallest(
+    units: list[list[Holding]],
+    need: _Need,
+    proposed: set[str],
+    spare_first: Callable[[Holding], bool] | None = None,
+) -> list[Holding]:
+    """The fewest units whose eviction meets the need, ranked as the module docstring says;
+    with ``spare_first``, among the fewest, those with the fewest such pods first."""
     if need.met([]):
         return []
     for size in range(1, len(units) + 1):
         if math.comb(len(units), size) > _MAX_COMBINATIONS:
             break
-        best: tuple[tuple[int, int, int, int, int], list[Holding]] | None = None
+        best: tuple[tuple[int, int, int, int, int, int], list[Holding]] | None = None
         for combination in itertools.combinations(units, size):
             victims = [h for unit in combination for h in unit]
             if need.met(victims):
                 key = (
+                    sum(map(spare_first, victims)) if spare_first is not None else 0,
                     max(h.priority for h in victims),
                     sum(h.priority for h in victims),
                     sum(map(need.freed, victims)),
@@ -227,7 +236,10 @@ def _smallest(units: list[list[Holding]], need: _Need, proposed: set[str]) -> li
     # Greedy: evict everything, then spare the most important first (highest priority, then
     # those that free the least, then pods kube-scheduler did not pick) while the rest suffice.
     victims = [h for unit in units for h in unit]
-    for unit in sorted(units, key=lambda u: _reprieve_order(u, proposed, need.freed)):
+    order = sorted(units, key=lambda u: _reprieve_order(u, proposed, need.freed))
+    if spare_first is not None:
+        order.sort(key=lambda u: not any(map(spare_first, u)))  # stable: those first
+    for unit in order:
         spared = [h for h in victims if h not in unit]
         if need.met(spared):
             victims = spared

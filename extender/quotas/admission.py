@@ -17,8 +17,9 @@ the pod (or every unplaced member its gang still needs) takes:
    first come, first served, as rule 2 bounds it. With a total weight of 0 no entitlement
    applies.
 
-Only the kinds a quota names count for it, and only the quotas naming a kind take part in
-rule 2 and 3 for that kind. A pod of a namespace without a quota is never refused here.
+Only the kinds a quota names count for it, and only the quotas that state a min for a kind take
+part in rules 2 and 3 for it (a kind named in max alone is a plain ceiling). A pod of a
+namespace without a quota is never refused here.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def admit(
                 f"{_show(spec, limit, after)} of max {_show(spec, limit, limit.max)} "
                 f"{limit.resource}",
             )  # fmt: skip
-        if after > limit.min:
+        if limit.guarantees and after > limit.min:
             hold = _borrow(book, spec, limit, need, used=used, wanted=wanted)
             if hold is not None:
                 return hold
@@ -70,7 +71,11 @@ def _borrow(
     book: QuotaBook, spec: QuotaSpec, limit: Limit, need: int, *, used: Use, wanted: Use
 ) -> QuotaHold | None:
     kind = limit.kind
-    peers = [(q, q_limit) for q in book.quotas() if (q_limit := q.limit(kind)) is not None]
+    peers = [
+        (q, q_limit)
+        for q in book.quotas()
+        if (q_limit := q.limit(kind)) is not None and q_limit.guarantees
+    ]
     mins = sum(q_limit.min for _, q_limit in peers)
     uses = {q.namespace: used(q.namespace)[kind] for q, _ in peers}
     aggregate = sum(uses.values())

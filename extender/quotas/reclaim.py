@@ -1,10 +1,11 @@
 """Which pods preempt may choose, by their namespaces' quotas (see :mod:`extender.quotas`).
 
-* A namespace **within its min** (its quota names something, and its use is at most its min
-  in every kind named) is never a victim of another namespace's preemptor: its guarantee
+* A namespace **within its min** (its quota states a min, and its use is at most its min in
+  every kind with one) is never a victim of another namespace's preemptor: its guarantee
   holds whatever the priorities.
 * **Reclaim**: a preemptor whose namespace stays within its min with the pod (in every kind
-  its quota names, and the pod asks for one of them) takes back what others borrowed: its
+  its quota states a min for, and the pod asks for one of them) takes back what others
+  borrowed: its
   victims come first from the namespaces over their min (borrowers), lowest priority first;
   only when borrowers alone cannot free enough do others (its own namespace's lower-priority
   pods, namespaces without a quota) come in.
@@ -51,16 +52,17 @@ def victim_rule(book: QuotaBook, namespace: str, asked: Amounts, *, used: Use) -
     protected: set[str] = set()
     borrowers: set[str] = set()
     for quota in book.quotas():
-        if not quota.limits:
-            continue
+        guarantees = quota.guarantees
+        if not guarantees:
+            continue  # a ceiling alone guarantees nothing
         use = used(quota.namespace)
-        if any(use[limit.kind] > limit.min for limit in quota.limits):
+        if any(use[limit.kind] > limit.min for limit in guarantees):
             borrowers.add(quota.namespace)
         elif quota.namespace != namespace:
             protected.add(quota.namespace)
     own = book.applying(namespace)
     reclaim = False
-    if own is not None and any(asked[limit.kind] for limit in own.limits):
+    if own is not None and any(asked[limit.kind] for limit in own.guarantees):
         use = used(namespace)
-        reclaim = all(use[limit.kind] + asked[limit.kind] <= limit.min for limit in own.limits)
+        reclaim = all(use[limit.kind] + asked[limit.kind] <= limit.min for limit in own.guarantees)
     return VictimRule(frozenset(protected), frozenset(borrowers), reclaim)

@@ -3,8 +3,10 @@ decoded into :class:`QuotaSpec`, or refused with a :class:`QuotaError` that says
 
 A quota counts a resource only when it names it, in ``spec.min`` or ``spec.max``: the GPU
 resource (whole GPUs), the share resources' memory and cores (``PolicyConfig.shares``), ``cpu``
-and ``memory``. An absent max is no ceiling; an absent min is 0. MIG devices and every other
-resource are not counted, and a quota that names one is refused rather than half applied.
+and ``memory``. An absent max is no ceiling; an absent min is 0, and a resource named in max
+alone is a plain ceiling: it guarantees nothing and borrows nothing, so the borrowing rules
+(which a min, even 0, opts into) leave it alone. MIG devices and every other resource are not
+counted, and a quota that names one is refused rather than half applied.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class Limit(NamedTuple):
     resource: str  # as the quota names it ("nvidia.com/gpu")
     min: int
     max: int | None  # None: no ceiling
+    # Whether the quota states a min for it: only then does the namespace take part in
+    # borrowing (guarantees lent, borrowing bounded by the sum of mins, reclaim).
+    guarantees: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,11 @@ class QuotaSpec:
 
     def limit(self, kind: Kind) -> Limit | None:
         return next((limit for limit in self.limits if limit.kind is kind), None)
+
+    @property
+    def guarantees(self) -> tuple[Limit, ...]:
+        """The limits with a min: what the namespace takes part in borrowing with."""
+        return tuple(limit for limit in self.limits if limit.guarantees)
 
     def weight(self, limit: Limit) -> int:
         """The weight the namespace borrows ``limit``'s kind by."""
@@ -107,7 +117,7 @@ def quota_spec(obj: JSONObject, *, gpu_resource: str, shares: ShareResources) ->
                 f"ElasticQuota {key}: min {show_amount(kind, low, unit)} is over max "
                 f"{show_amount(kind, high, unit)} for {resource}"
             )
-        limits.append(Limit(kind, resource, low, high))
+        limits.append(Limit(kind, resource, low, high, guarantees=kind in lower))
     return QuotaSpec(
         namespace=namespace,
         name=name,
