@@ -26,7 +26,22 @@ class Amounts(NamedTuple):
     memory_bytes: int = 0
 
     def plus(self, other: Amounts) -> Amounts:
-        return Amounts(*(a + b for a, b in zip(self, other, strict=True)))
+        return Amounts(
+            self[0] + other[0],
+            self[1] + other[1],
+            self[2] + other[2],
+            self[3] + other[3],
+            self[4] + other[4],
+        )
+
+    def minus(self, other: Amounts) -> Amounts:
+        return Amounts(
+            self[0] - other[0],
+            self[1] - other[1],
+            self[2] - other[2],
+            self[3] - other[3],
+            self[4] - other[4],
+        )
 
 
 ZERO = Amounts()
@@ -46,31 +61,26 @@ def amounts(demand: Demand) -> Amounts:
 
 class NamespaceTally:
     """Per namespace, the sum of what the demands added and not removed take. The caller
-    removes exactly the value it added (the same holding, the same request)."""
+    removes exactly the value it added (the same holding, the same request). The sums are
+    rebuilt on each change so that reading one (filter, every call) builds nothing."""
 
     def __init__(self) -> None:
-        # namespace -> [how many demands, then one sum per kind of Amounts]
-        self._sums: dict[str, list[int]] = {}
+        self._sums: dict[str, tuple[int, Amounts]] = {}  # namespace -> (how many, their sum)
 
     def add(self, demand: Demand) -> None:
-        sums = self._sums.get(demand.namespace)
-        if sums is None:
-            sums = self._sums[demand.namespace] = [0] * (len(ZERO) + 1)
-        sums[0] += 1
-        for i, amount in enumerate(amounts(demand), 1):
-            sums[i] += amount
+        count, total = self._sums.get(demand.namespace, (0, ZERO))
+        self._sums[demand.namespace] = (count + 1, total.plus(amounts(demand)))
 
     def remove(self, demand: Demand) -> None:
-        sums = self._sums.get(demand.namespace)
-        if sums is None:
+        entry = self._sums.get(demand.namespace)
+        if entry is None:
             return
-        sums[0] -= 1
-        if sums[0] <= 0:
+        count, total = entry
+        if count <= 1:
             del self._sums[demand.namespace]
-            return
-        for i, amount in enumerate(amounts(demand), 1):
-            sums[i] -= amount
+        else:
+            self._sums[demand.namespace] = (count - 1, total.minus(amounts(demand)))
 
     def of(self, namespace: str) -> Amounts:
-        sums = self._sums.get(namespace)
-        return ZERO if sums is None else Amounts(*sums[1:])
+        entry = self._sums.get(namespace)
+        return ZERO if entry is None else entry[1]

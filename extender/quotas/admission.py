@@ -71,11 +71,7 @@ def _borrow(
     book: QuotaBook, spec: QuotaSpec, limit: Limit, need: int, *, used: Use, wanted: Use
 ) -> QuotaHold | None:
     kind = limit.kind
-    peers = [
-        (q, q_limit)
-        for q in book.quotas()
-        if (q_limit := q.limit(kind)) is not None and q_limit.guarantees
-    ]
+    peers = book.guarantors(kind)
     mins = sum(q_limit.min for _, q_limit in peers)
     uses = {q.namespace: used(q.namespace)[kind] for q, _ in peers}
     aggregate = sum(uses.values())

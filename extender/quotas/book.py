@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from extender.quotas.spec import QuotaSpec
+from extender.quotas.spec import Kind, Limit, QuotaSpec
 
 __all__ = ["QuotaBook", "Shadowed"]
 
@@ -29,6 +29,9 @@ class QuotaBook:
         self._specs: dict[str, dict[str, QuotaSpec]] = {}  # namespace -> name -> spec
         self._applying: dict[str, QuotaSpec] = {}  # namespace -> the oldest of its quotas
         self.version = 0  # bumped on every change
+        # Per kind, the applying quotas that state a min for it (filter asks on every call of
+        # a borrowing pod): kept until the quotas change.
+        self._guarantors: dict[Kind, tuple[tuple[QuotaSpec, Limit], ...]] = {}
 
     def __len__(self) -> int:
         """How many namespaces have a quota."""
@@ -43,6 +46,18 @@ class QuotaBook:
     def quotas(self) -> list[QuotaSpec]:
         """The quotas that apply, one per namespace, by namespace."""
         return [self._applying[ns] for ns in sorted(self._applying)]
+
+    def guarantors(self, kind: Kind) -> tuple[tuple[QuotaSpec, Limit], ...]:
+        """The quotas that apply and state a min for ``kind``, each with that limit: those
+        that take part in borrowing it."""
+        cached = self._guarantors.get(kind)
+        if cached is None:
+            cached = self._guarantors[kind] = tuple(
+                (spec, limit)
+                for spec in self.quotas()
+                if (limit := spec.limit(kind)) is not None and limit.guarantees
+            )
+        return cached
 
     def shadowed(self) -> list[Shadowed]:
         """The quotas that do not apply, each with the one that applies in its namespace."""
@@ -75,6 +90,7 @@ class QuotaBook:
 
     def _settle(self, namespace: str) -> None:
         self.version += 1
+        self._guarantors.clear()
         specs = self._specs.get(namespace)
         if not specs:
             self._specs.pop(namespace, None)
