@@ -20,6 +20,7 @@ from extender.model import (
     HoldingKind,
     NodeExplanation,
     PodRequest,
+    QuotaHold,
     Reason,
 )
 from extender.pending import PendingPods
@@ -29,6 +30,8 @@ __all__ = ["explain_pod"]
 
 # Filter's judgement of a request over named nodes, once its group let it through.
 Judge = Callable[[PodRequest, Sequence[str], GangGate], FilterVerdict]
+# Which team quota holds a pending pod back, if one does.
+QuotaCheck = Callable[[PodRequest], QuotaHold | None]
 
 # The reasons whose grouped message explain replaces with the node's own share detail.
 _SHARE_ROOM = frozenset({Reason.GPU_SHARE_MEMORY, Reason.GPU_SHARE_CORES})
@@ -42,8 +45,11 @@ def explain_pod(
     pending: PendingPods,
     gangs: GangCoordinator,
     judge: Judge,
+    quota: QuotaCheck | None = None,
 ) -> Explanation | None:
-    """Per node, whether the pod fits and why not; None for a pod schedext does not know."""
+    """Per node, whether the pod fits and why not, and the team quota that holds it back;
+    None for a pod schedext does not know. The nodes are judged even when a quota holds the
+    pod back: they say where it would go once the quota lets it."""
     key = f"{namespace}/{name}"
     held = next((h for h in inventory.holdings() if h.key == key), None)
     request = pending.find(namespace, name)
@@ -92,6 +98,7 @@ def explain_pod(
         group=status,
         group_reason=verdict.rejections[0].message if gate.verdict is not None else "",
         nodes=nodes,
+        quota=quota(request) if quota is not None and held is None else None,
     )
 
 

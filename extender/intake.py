@@ -1,5 +1,5 @@
 """The intake of cluster events: the one path by which what the informers see (nodes, pods,
-PodGroups, IP pools and claims, StatefulSets) changes the core's books.
+PodGroups, IP pools and claims, StatefulSets, ElasticQuotas) changes the core's books.
 
 Per kind: an upsert and a delete for watch events, and a relist that takes a full list page by
 page and replaces that kind's state when committed. :class:`Intake` is given the books it
@@ -24,6 +24,7 @@ from extender.ipam import IPClaimSpec, IPPoolSpec, ip_claim_spec, ip_pool_spec
 from extender.model import Holding, HoldingKind, NodeSpec, PodRequest
 from extender.nodes import node_spec
 from extender.pending import PendingPods
+from extender.quotas import QuotaBook, QuotaError, QuotaSpec, quota_spec
 from extender.requests import (
     PodRequestError,
     group_key,
@@ -33,7 +34,7 @@ from extender.requests import (
 )
 from extender.statefulsets import StatefulSetBook
 
-__all__ = ["Books", "Intake", "NodeRelist", "PodRelist", "SpecRelist"]
+__all__ = ["Books", "Intake", "NodeRelist", "PodRelist", "QuotaRelist", "SpecRelist"]
 
 Spec = TypeVar("Spec")
 
@@ -41,7 +42,8 @@ Spec = TypeVar("Spec")
 @dataclass(frozen=True, slots=True)
 class Books:
     """What cluster events change: the inventory (nodes, holdings, addresses), the pending
-    pods, the gangs' members and groups, preempt's approvals, StatefulSet identities."""
+    pods, the gangs' members and groups, preempt's approvals, StatefulSet identities, the
+    team quotas."""
 
     inventory: Inventory
     pending: PendingPods
@@ -50,6 +52,7 @@ class Books:
     statefulsets: StatefulSetBook
     gpu_resource: str
     shares: ShareResources
+    quotas: QuotaBook
 
 
 class Intake:
@@ -133,6 +136,35 @@ class Intake:
 
     def ip_claim_relist(self) -> SpecRelist[IPClaimSpec]:
         return SpecRelist(ip_claim_spec, self._books.inventory.addresses.replace_claims)
+
+    # --------------------------------------------------------- ElasticQuotas
+
+    def upsert_quota(self, obj: JSONObject) -> None:
+        """Raises :class:`~extender.quotas.QuotaError` for a quota that cannot apply as
+        written: the shell warns and goes on. An earlier version of the same object stops
+        applying too (as after a restart, where it was never read)."""
+        try:
+            spec = quota_spec(obj, gpu_resource=self._books.gpu_resource, shares=self._books.shares)
+        except QuotaError:
+            self.delete_quota(obj)
+            raise
+        if spec is not None:
+            self._books.quotas.upsert(spec)
+
+    def delete_quota(self, obj: JSONObject) -> None:
+        meta = fields.obj(obj, "metadata")
+        namespace = fields.text(meta, "namespace") or "default"
+        self._books.quotas.delete(namespace, fields.text(meta, "name"))
+
+    def quota_relist(self) -> QuotaRelist:
+        return QuotaRelist(self._books)
+
+    def replace_quotas(self, objs: Iterable[JSONObject]) -> list[QuotaError]:
+        """Make the quotas exactly ``objs``; the ones refused, for the shell to warn about."""
+        relist = self.quota_relist()
+        refused = relist.add(objs)
+        relist.commit()
+        return refused
 
     # ---------------------------------------------------------- StatefulSets
 
@@ -235,6 +267,30 @@ class PodRelist:
         b.statefulsets.replace_identities(self._identities)
         for holding in self._bound:
             b.pending.forget(holding.uid)
+
+
+class QuotaRelist:
+    """A relist of ElasticQuotas: the ones that cannot apply are left out, and each
+    :meth:`add` returns them, for the shell to warn about."""
+
+    def __init__(self, books: Books) -> None:
+        self._books = books
+        self._specs: list[QuotaSpec] = []
+
+    def add(self, objs: Iterable[JSONObject]) -> list[QuotaError]:
+        b, refused = self._books, []
+        for obj in objs:
+            try:
+                spec = quota_spec(obj, gpu_resource=b.gpu_resource, shares=b.shares)
+            except QuotaError as error:
+                refused.append(error)
+                continue
+            if spec is not None:
+                self._specs.append(spec)
+        return refused
+
+    def commit(self) -> None:
+        self._books.quotas.replace(self._specs)
 
 
 class SpecRelist(Generic[Spec]):

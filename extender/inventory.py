@@ -39,6 +39,7 @@ from extender.model import Holding, HoldingKind, NodeSpec
 from extender.node_rows import write_devices, write_use
 from extender.node_state import NodeState, NodeView
 from extender.packed import NameTable, PackedNames
+from extender.tally import Amounts, NamespaceTally
 
 __all__ = [
     "BoolArray",
@@ -81,6 +82,7 @@ class Inventory:
         self._holdings: dict[str, Holding] = {}
         self._reserved: set[str] = set()  # uids of RESERVED holdings, so expiry is cheap
         self._holdings_by_node: dict[str, dict[str, None]] = {}  # insertion-ordered sets
+        self._use = NamespaceTally()  # what holdings take per namespace (team quotas)
         self._models = GpuModels()
         self._cols = Columns(max(capacity, 2))
         self._view: NodeArrays | None = None
@@ -188,6 +190,11 @@ class Inventory:
     def holdings(self) -> list[Holding]:
         return list(self._holdings.values())
 
+    def namespace_use(self, namespace: str) -> Amounts:
+        """What the namespace's pods hold, bound or reserved, on any node (kept as holdings
+        change: a lookup, not a pass over the holdings)."""
+        return self._use.of(namespace)
+
     def pool_mask(self, pool: IPPoolSpec) -> BoolArray:
         """Which node slots ``pool``'s node selector selects (cached until nodes change)."""
         cached = self._pool_masks.get(pool.name)
@@ -292,6 +299,7 @@ class Inventory:
         if old is not None:
             self._unrecord(old)
         self._holdings[holding.uid] = holding
+        self._use.add(holding)
         if holding.kind is HoldingKind.RESERVED:
             self._reserved.add(holding.uid)
         if holding.ip is not None:
@@ -371,6 +379,7 @@ class Inventory:
         return state
 
     def _unrecord(self, holding: Holding) -> None:
+        self._use.remove(holding)
         self._reserved.discard(holding.uid)
         self.addresses.release(holding.uid)
         on_node = self._holdings_by_node.get(holding.node)

@@ -231,6 +231,10 @@ class Reason(IntEnum):
     # MIG devices: the node has too few healthy ones of the profile at all; too few are free now.
     GPU_MIG_PROFILE = 26
     GPU_MIG_FREE = 27
+    # Whole-pod reasons of team quotas (extender.quotas): the pod (or its gang) would take its
+    # namespace over its quota's max; or over its min, borrowing what the rule does not lend.
+    QUOTA_MAX = 28
+    QUOTA_BORROW = 29
 
     @property
     def resolvable(self) -> bool:
@@ -260,6 +264,8 @@ PRECEDENCE: tuple[Reason, ...] = (
     Reason.IP_STICKY_BUSY,
     Reason.IP_TAKEN,
     Reason.IP_EXHAUSTED,
+    Reason.QUOTA_MAX,
+    Reason.QUOTA_BORROW,
     Reason.GPU_FREE,
     Reason.GPU_SHARE_MEMORY,
     Reason.GPU_SHARE_CORES,
@@ -387,6 +393,17 @@ class NodeExplanation:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaHold:
+    """Which team quota holds a pending pod back, and by how much (see extender.quotas)."""
+
+    quota: str  # the ElasticQuota, "namespace/name"
+    resource: str  # as the quota names it ("nvidia.com/gpu")
+    reason: Reason  # QUOTA_MAX or QUOTA_BORROW
+    over_by: str  # how far the pod (or its gang) goes past what is allowed, in the resource's units
+    message: str  # filter's message
+
+
+@dataclass(frozen=True, slots=True)
 class Explanation:
     """Why a pod fits, or does not fit, each node: what ``schedext explain`` shows."""
 
@@ -398,6 +415,7 @@ class Explanation:
     group: GroupStatus | None
     group_reason: str  # why the whole group holds the pod back, if it does
     nodes: tuple[NodeExplanation, ...]
+    quota: QuotaHold | None = None  # the team quota that holds the pod back, if one does
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,10 @@ POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 # they exist: the pod update is what makes kube-scheduler retry it (extender.gang).
 REQUEUED_AT: Final = "schedext.io/requeued-at"
 
+# Team quotas (scheduler-plugins' ElasticQuota): an annotation on the ElasticQuota, the weight
+# its namespace borrows idle capacity by (a whole number >= 0; default: each resource's min).
+BORROW_WEIGHT: Final = "schedext.io/borrow-weight"
+
 # Topology labels for rack/zone affinity of gang members.
 RACK_LABEL: Final = "topology.kubernetes.io/rack"
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"

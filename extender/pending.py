@@ -1,11 +1,13 @@
 """What filter saw of each pending pod, so that bind (which gets only name, namespace, UID
-and node) knows what the pod needs. Bounded: the oldest entries go first."""
+and node) knows what the pod needs, and what waits per namespace (team quotas: who wants to
+borrow). Bounded: the oldest entries go first."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
 from extender.model import PodRequest
+from extender.tally import Amounts, NamespaceTally
 
 __all__ = ["PendingPods"]
 
@@ -16,6 +18,7 @@ class PendingPods:
             raise ValueError("capacity must be >= 1")
         self._capacity = capacity
         self._pods: OrderedDict[str, PodRequest] = OrderedDict()
+        self._wanted = NamespaceTally()
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -23,10 +26,14 @@ class PendingPods:
     def remember(self, request: PodRequest) -> None:
         if not request.uid:
             return
+        old = self._pods.get(request.uid)
+        if old is not None:
+            self._wanted.remove(old)
         self._pods[request.uid] = request
+        self._wanted.add(request)
         self._pods.move_to_end(request.uid)
         while len(self._pods) > self._capacity:
-            self._pods.popitem(last=False)
+            self._wanted.remove(self._pods.popitem(last=False)[1])
 
     def get(self, uid: str) -> PodRequest | None:
         return self._pods.get(uid)
@@ -42,5 +49,11 @@ class PendingPods:
             None,
         )
 
+    def wanted(self, namespace: str) -> Amounts:
+        """What the namespace's pending pods ask for together."""
+        return self._wanted.of(namespace)
+
     def forget(self, uid: str) -> None:
-        self._pods.pop(uid, None)
+        request = self._pods.pop(uid, None)
+        if request is not None:
+            self._wanted.remove(request)

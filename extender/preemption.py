@@ -58,6 +58,11 @@ never empty (the node is dropped instead), and nothing at all for a preemptor wi
 
 A preemptor that is itself a gang member preempts on a node only if its whole group can then
 fit (checked by the caller).
+
+**Team quotas** (``rule``, from :func:`extender.quotas.victim_rule`): pods of a namespace
+within its min are never victims of another namespace's preemptor; a reclaiming preemptor
+(within its min) takes the smallest set from the borrowers' pods alone when they suffice, and
+only otherwise from every pod it may take. Without quotas (``rule`` None), nothing changes.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ from extender.mig import met_after
 from extender.model import RANKED, Holding, HoldingKind, PodRequest, Reason, Victim
 from extender.node_state import NodeView
 from extender.policy import PolicyConfig, node_reasons
+from extender.quotas import VictimRule
 from extender.shares import pick_share_gpus, room_after
 
 __all__ = ["GangVictims", "NodeVictims", "select_victims"]
@@ -100,6 +106,7 @@ def select_victims(
     *,
     gang_victims: GangVictims = GangVictims.PROTECT,
     group_can_fit: Callable[[str, int], bool] | None = None,
+    rule: VictimRule | None = None,
 ) -> dict[str, NodeVictims]:
     """Victims per candidate node worth preempting on (see the module docstring).
 
@@ -122,6 +129,7 @@ def select_victims(
             config=config,
             context=context,
             gang_victims=gang_victims,
+            rule=rule,
         )
         if chosen is None:
             continue
@@ -144,17 +152,30 @@ def _victims_on(
     config: PolicyConfig,
     context: IPContext | None,
     gang_victims: GangVictims,
+    rule: VictimRule | None = None,
 ) -> list[Holding] | None:
     code = RANKED[int(node_reasons(inventory, request, inventory.ids([node]), config)[0])]
     view = inventory.node(node)
     if view is None or (code is not Reason.FITS and not code.resolvable):
         return None
     units = _units(view, request, gang_victims)
+    if rule is not None:
+        units = [unit for unit in units if all(map(rule.allows, unit))]
     eligible = [h for unit in units for h in unit]
     need = _Need(request, view, context, inventory)
     if not need.met(eligible):
         return None
-    victims = _smallest(units, need, {v.uid for v in proposed})
+    proposed_uids = {v.uid for v in proposed}
+    victims = None
+    if rule is not None and rule.reclaim:
+        # Borrowed capacity is taken back first: from the borrowers alone when they suffice.
+        borrowed = [unit for unit in units if all(map(rule.first, unit))]
+        if borrowed and need.met([h for unit in borrowed for h in unit]):
+            victims = _smallest(borrowed, need, proposed_uids)
+    if victims is None:
+        # Beyond the borrowers (a reclaim), as few pods of others as the fewest pods allow.
+        others = (lambda h: not rule.first(h)) if rule is not None and rule.reclaim else None
+        victims = _smallest(units, need, proposed_uids, others)
     if not victims:
         # Nothing schedext tracks needs to go: kube-scheduler's list is for its own reasons.
         return _proposed_units(units, proposed)
@@ -183,18 +204,25 @@ _ANY_PLACEMENT = SharePlacement.PACK
 _MAX_COMBINATIONS = 20_000
 
 
-def _smallest(units: list[list[Holding]], need: _Need, proposed: set[str]) -> list[Holding]:
-    """The fewest units whose eviction meets the need, ranked as the module docstring says."""
+def _smallest(
+    units: list[list[Holding]],
+    need: _Need,
+    proposed: set[str],
+    spare_first: Callable[[Holding], bool] | None = None,
+) -> list[Holding]:
+    """The fewest units whose eviction meets the need, ranked as the module docstring says;
+    with ``spare_first``, among the fewest, those with the fewest such pods first."""
     if need.met([]):
         return []
     for size in range(1, len(units) + 1):
         if math.comb(len(units), size) > _MAX_COMBINATIONS:
             break
-        best: tuple[tuple[int, int, int, int, int], list[Holding]] | None = None
+        best: tuple[tuple[int, int, int, int, int, int], list[Holding]] | None = None
         for combination in itertools.combinations(units, size):
             victims = [h for unit in combination for h in unit]
             if need.met(victims):
                 key = (
+                    sum(map(spare_first, victims)) if spare_first is not None else 0,
                     max(h.priority for h in victims),
                     sum(h.priority for h in victims),
                     sum(map(need.freed, victims)),
@@ -208,7 +236,10 @@ def _smallest(units: list[list[Holding]], need: _Need, proposed: set[str]) -> li
     # Greedy: evict everything, then spare the most important first (highest priority, then
     # those that free the least, then pods kube-scheduler did not pick) while the rest suffice.
     victims = [h for unit in units for h in unit]
-    for unit in sorted(units, key=lambda u: _reprieve_order(u, proposed, need.freed)):
+    order = sorted(units, key=lambda u: _reprieve_order(u, proposed, need.freed))
+    if spare_first is not None:
+        order.sort(key=lambda u: not any(map(spare_first, u)))  # stable: those first
+    for unit in order:
         spared = [h for h in victims if h not in unit]
         if need.met(spared):
             victims = spared

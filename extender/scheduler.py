@@ -1,8 +1,9 @@
 """The core's front door: one method per extender verb, and the intake of cluster events.
 
 :class:`Scheduler` is a facade. It owns the books (the inventory, the pending pods, the gang
-book, the approved evictions, the StatefulSet identities) and hands each question to the room
-that answers it: filter to :mod:`extender.policy`, prioritize to :mod:`extender.scoring`,
+book, the approved evictions, the StatefulSet identities, the team quotas) and hands each
+question to the room that answers it: filter to :mod:`extender.quotas` (a pod over its team's
+quota goes no further) and :mod:`extender.policy`, prioritize to :mod:`extender.scoring`,
 preempt to :mod:`extender.preemption`, bind to :mod:`extender.binding`, whatever concerns a
 gang to :class:`~extender.gang.GangCoordinator`, and cluster events to
 :class:`~extender.intake.Intake`. Verbs take decoded values and return values; time is passed
@@ -33,15 +34,18 @@ from extender.model import (
     GroupStatus,
     Holding,
     PodRequest,
+    QuotaHold,
     Reason,
     Victim,
 )
 from extender.pending import PendingPods
 from extender.policy import PolicyConfig
 from extender.preemption import GangVictims, NodeVictims, select_victims
+from extender.quotas import QuotaBook, QuotaSpec, Shadowed, admit, victim_rule
 from extender.requests import PodRequestError, pod_request
 from extender.scoring import ScoreArray
 from extender.statefulsets import StatefulSetBook
+from extender.tally import amounts
 
 __all__ = ["Scheduler"]
 
@@ -83,6 +87,7 @@ class Scheduler(Intake):
         # How the pods schedext rated were placed: offers are made at filter or prioritize
         # and taken at bind, so the few in flight matter, not every pending pod.
         self._choices = ChoiceBook(capacity=min(pending_capacity, 1024))
+        self._quotas = QuotaBook()
         super().__init__(
             Books(
                 inventory=self._inventory,
@@ -92,6 +97,7 @@ class Scheduler(Intake):
                 statefulsets=self._statefulsets,
                 gpu_resource=config.gpu_resource,
                 shares=config.shares,
+                quotas=self._quotas,
             )
         )
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the
@@ -124,6 +130,9 @@ class Scheduler(Intake):
         gate = self._gangs.filter(request, node_names) if request.group is not None else OPEN
         if gate.verdict is not None:
             return gate.verdict
+        hold = self._quota_hold(request)
+        if hold is not None:
+            return policy.reject_all(node_names, hold.message, hold.reason)
         verdict, passed_ids = self._judge(request, node_names, gate)
         size = self.config.shortlist_size(soft_preferences=request.soft_preferences)
         if size and verdict.passed:
@@ -186,6 +195,9 @@ class Scheduler(Intake):
             self._inventory, self._pending, self.config,
             uid=uid, namespace=namespace, name=name, node=node,
         )  # fmt: skip
+        hold = self._quota_hold(request)  # what filter admitted may have been taken since
+        if hold is not None:
+            raise BindRefusedError(f"pod {request.key}: {hold.message}")
         expires_at = now + self._reservation_ttl
         holding = binding.reservation(
             self._inventory,
@@ -234,7 +246,17 @@ class Scheduler(Intake):
         return explain_pod(
             namespace, name, inventory=self._inventory, pending=self._pending,
             gangs=self._gangs, judge=lambda r, names, gate: self._judge(r, names, gate)[0],
+            quota=self._quota_hold,
         )  # fmt: skip
+
+    def quotas(self) -> list[QuotaSpec]:
+        """The team quotas that apply, one per namespace (what each uses:
+        ``inventory.namespace_use``)."""
+        return self._quotas.quotas()
+
+    def shadowed_quotas(self) -> list[Shadowed]:
+        """Second quotas of a namespace, which do not apply (see extender.quotas.book)."""
+        return self._quotas.shadowed()
 
     # ------------------------------------------------------------ gang reads
 
@@ -285,6 +307,7 @@ class Scheduler(Intake):
             group_can_fit = self._gangs.eviction_check(request)
             if group_can_fit is None:
                 return {}  # its group is unknown: no node is worth preempting on for it
+        use = self._inventory.namespace_use
         return select_victims(
             self._inventory,
             request,
@@ -292,7 +315,19 @@ class Scheduler(Intake):
             self.config,
             gang_victims=self._gang_victims,
             group_can_fit=group_can_fit,
+            rule=victim_rule(self._quotas, request.namespace, amounts(request), used=use),
         )
+
+    def _quota_hold(self, request: PodRequest) -> QuotaHold | None:
+        """Why the pod's team quota holds it back (its gang counted whole); None: it does not.
+        A pod that holds its place already was counted when it took it."""
+        if not len(self._quotas) or self._inventory.holding(request.uid) is not None:
+            return None
+        asked = self._gangs.needed(request) if request.group is not None else [request]
+        return admit(
+            self._quotas, request.namespace, [amounts(r) for r in asked],
+            used=self._inventory.namespace_use, wanted=self._pending.wanted,
+        )  # fmt: skip
 
     def _score(self, request: PodRequest, ids: IdArray) -> ScoreArray:
         affinity = self._gangs.affinity(request) if request.group is not None else None

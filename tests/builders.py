@@ -331,3 +331,35 @@ def agent_annotations(
         )
         annotations[names.GPU_USE] = encode_use(sample)
     return annotations
+
+
+def elastic_quota(
+    namespace: str,
+    *,
+    name: str | None = None,
+    min: dict[str, str | int] | None = None,
+    max: dict[str, str | int] | None = None,
+    created: str = "2026-01-01T00:00:00Z",
+    weight: str | None = None,
+) -> dict[str, Any]:
+    """scheduler-plugins' ElasticQuota (scheduling.x-k8s.io/v1alpha1) for ``namespace``,
+    named after it unless ``name`` says otherwise; ``weight``: schedext's borrow weight."""
+    spec: dict[str, Any] = {}
+    if min is not None:
+        spec["min"] = dict(min)
+    if max is not None:
+        spec["max"] = dict(max)
+    annotations = {names.BORROW_WEIGHT: weight} if weight is not None else {}
+    quota_name = name or namespace
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "ElasticQuota",
+        "metadata": {
+            "name": quota_name,
+            "namespace": namespace,
+            "uid": f"eq-uid-{namespace}-{quota_name}",
+            "creationTimestamp": created,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }

@@ -153,6 +153,15 @@ class GangCoordinator:
         needed = self._needed(spec, include=request) if spec is not None else [request]
         return GroupAffinity(gpus_needed=sum(r.gpus for r in needed))
 
+    def needed(self, request: PodRequest) -> list[PodRequest]:
+        """The unplaced members, ``request`` among them, that its group still needs to reach
+        minMember; just ``request`` once the group has them all placed (a team quota counts
+        a gang whole: these together)."""
+        group = request.group
+        assert group is not None
+        spec = self.book.spec(group)
+        return (self._needed(spec, include=request) if spec is not None else []) or [request]
+
     # ---------------------------------------------------------------- preempt
 
     def eviction_check(self, request: PodRequest) -> Callable[[str, int], bool] | None:

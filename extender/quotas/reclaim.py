@@ -1,0 +1,68 @@
+"""Which pods preempt may choose, by their namespaces' quotas (see :mod:`extender.quotas`).
+
+* A namespace **within its min** (its quota states a min, and its use is at most its min in
+  every kind with one) is never a victim of another namespace's preemptor: its guarantee
+  holds whatever the priorities.
+* **Reclaim**: a preemptor whose namespace stays within its min with the pod (in every kind
+  its quota states a min for, and the pod asks for one of them) takes back what others
+  borrowed: its
+  victims come first from the namespaces over their min (borrowers), lowest priority first;
+  only when borrowers alone cannot free enough do others (its own namespace's lower-priority
+  pods, namespaces without a quota) come in.
+* Without quotas, and for a preemptor that does not reclaim, the victims are chosen by
+  priority as before, within-min namespaces aside.
+
+kube-scheduler proposes only pods of lower priority than the preemptor and calls the
+extender on nodes where those could make room, so a reclaim takes back only what
+lower-priority pods borrowed: a borrower of equal or higher priority keeps its place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from extender.model import Holding
+from extender.quotas.admission import Use
+from extender.quotas.book import QuotaBook
+from extender.tally import Amounts
+
+__all__ = ["VictimRule", "victim_rule"]
+
+
+@dataclass(frozen=True, slots=True)
+class VictimRule:
+    """Which pods may be victims for one preemptor, and which go first."""
+
+    protected: frozenset[str]  # namespaces whose pods are never victims
+    borrowers: frozenset[str]  # namespaces over their min
+    reclaim: bool  # the preemptor takes back borrowed capacity: borrowers go first
+
+    def allows(self, holding: Holding) -> bool:
+        return holding.namespace not in self.protected
+
+    def first(self, holding: Holding) -> bool:
+        return self.reclaim and holding.namespace in self.borrowers
+
+
+def victim_rule(book: QuotaBook, namespace: str, asked: Amounts, *, used: Use) -> VictimRule | None:
+    """The rule for a preemptor of ``namespace`` that asks for ``asked``; None without quotas
+    (preemption as it always was)."""
+    if not len(book):
+        return None
+    protected: set[str] = set()
+    borrowers: set[str] = set()
+    for quota in book.quotas():
+        guarantees = quota.guarantees
+        if not guarantees:
+            continue  # a ceiling alone guarantees nothing
+        use = used(quota.namespace)
+        if any(use[limit.kind] > limit.min for limit in guarantees):
+            borrowers.add(quota.namespace)
+        elif quota.namespace != namespace:
+            protected.add(quota.namespace)
+    own = book.applying(namespace)
+    reclaim = False
+    if own is not None and any(asked[limit.kind] for limit in own.guarantees):
+        use = used(namespace)
+        reclaim = all(use[limit.kind] + asked[limit.kind] <= limit.min for limit in own.guarantees)
+    return VictimRule(frozenset(protected), frozenset(borrowers), reclaim)
