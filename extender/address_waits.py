@@ -1,14 +1,15 @@
 """The pods filter turned away for want of an address, to be retried when their pool frees one.
 
-kube-scheduler retries a pod that an extender rejected on the next cluster event it sees (an
-extender's rejection names no plugin, so every event counts), once its backoff is over; and
-when its active queue is empty it takes such a pod from the backoff queue at once. When a pod
-holding an address is deleted, kube-scheduler and schedext each learn it from their own
-watch: kube-scheduler retries the waiting pods within a millisecond, and schedext, a step
-behind, still finds the pool exhausted. Nothing else happens that concerns those pods, so they
-wait, with the address free, for kube-scheduler's flush of unschedulable pods
-(``podMaxInUnschedulablePodsDuration``, five minutes). kube-scheduler does not watch IPPools
-at all: a pool made larger, or created after the pods that ask for it, is no event to it.
+kube-scheduler retries a pod that an extender rejected on the next cluster event it sees (it
+files the rejection under a stand-in plugin, "Extender", that every event requeues), and with
+an empty active queue it does not wait for the pod's backoff (SchedulerPopFromBackoffQ, on
+since 1.33). When a pod holding an address is deleted, kube-scheduler and schedext each learn
+it from their own watch: kube-scheduler retries the waiting pods within a millisecond, and
+schedext, a step behind, still finds the pool exhausted. Unless another event comes (another
+pod bound, updated or deleted, a node changed), they then wait, with the address free, for
+kube-scheduler's flush of unschedulable pods (``podMaxInUnschedulablePodsDuration``, five
+minutes). kube-scheduler does not watch IPPools at all: a pool made larger, or created after
+the pods that ask for it, is no event to it.
 
 So filter records the pods it turned away for an address, under the pools they ask for. When
 schedext's own books see an address of such a pool freed (a pod that held it gone, a claim
