@@ -164,14 +164,17 @@ class ClusterSource:
 
         def progress_callback(name: str) -> Callable[[], None]:
             progress = functools.partial(service.metrics.watch_progress, name)
-            if name != PODS.name:
+            if name not in (PODS.name, IPCLAIMS.name, IPPOOLS.name):
                 return progress
 
-            def pods_progress() -> None:
+            def address_progress() -> None:
                 progress()
-                service.victims.pods_changed()  # filters waiting for victims look again
+                if name == PODS.name:
+                    service.victims.pods_changed()  # filters waiting for victims look again
+                # A pod, claim or pool event may have freed an address that pods wait for.
+                service.requeue_address_waiters()
 
-            return pods_progress
+            return address_progress
 
         for resource in self._resources:
             name = resource.name

@@ -2,10 +2,11 @@
 
 Kubernetes Events, for decisions kube-scheduler does not report itself: a gang that timed
 out or gave its reservations back, an address claimed for a StatefulSet identity. And the
-one pod write that is not an Event: the ``schedext.io/requeued-at`` annotation on a gang
-member that filter turned away for missing members, once they exist. kube-scheduler retries
-a pod an extender rejected only on a cluster event that concerns it, and an update of the
-pod itself is one.
+one pod write that is not an Event: the ``schedext.io/requeued-at`` annotation on a pod
+filter turned away, once what it waited for is there: a gang member turned away for missing
+members, once they exist; a pod turned away for an address, once schedext sees its pool free
+one (see extender.address_waits). kube-scheduler retries a pod an extender rejected only on a
+cluster event it sees, and an update of the pod itself is one.
 
 Recording never blocks a verb: writes queue up (bounded) and a background task performs
 them; when the queue is full, writes are dropped and counted."""

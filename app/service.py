@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from extender.scheduler import Scheduler
 
 __all__ = ["Service"]
 
+log = logging.getLogger("schedext.service")
+
 _T = TypeVar("_T")
 
 
@@ -41,8 +44,22 @@ class Service:
 
     def core(self, call: Callable[[Scheduler], _T]) -> _T:
         """Ask the core something that may record gang events (a bind plan, an expiry): the
-        events are performed before this returns or raises (see :meth:`GangWaiters.run`)."""
-        return self.gangs.run(self.scheduler, call)
+        events are performed before this returns or raises (see :meth:`GangWaiters.run`), and
+        so are the retries of pods waiting for an address it freed."""
+        try:
+            return self.gangs.run(self.scheduler, call)
+        finally:
+            self.requeue_address_waiters()
+
+    def requeue_address_waiters(self) -> None:
+        """Have kube-scheduler retry the pods filter turned away for an address whose pool
+        schedext has since seen free one (see extender.address_waits). Called after every
+        core call and every watch event, so that the retry follows the freeing at once."""
+        due = self.scheduler.take_address_requeues()
+        if due:
+            log.info("address freed", extra={"requeued": [pod for pod, _ in due]})
+            for pod, uid in due:
+                self.events.requeue(pod, uid)
 
     def settle(self) -> None:
         """The inventory is loaded and will live as long as the process: take it out of the

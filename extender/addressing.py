@@ -24,6 +24,7 @@ never-release) outlives its pod, and the identity's next pod takes the address b
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,10 +34,29 @@ from extender.inventory import IdArray, Inventory
 from extender.ipam import Address, IPPoolSpec, IPUse
 from extender.model import PodRequest, Reason
 
-__all__ = ["IPContext", "choose_address", "ip_conditions", "ip_context", "ip_headroom"]
+__all__ = [
+    "IPContext",
+    "choose_address",
+    "ip_conditions",
+    "ip_context",
+    "ip_headroom",
+    "waits_for_address",
+]
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
+
+# The reasons that an address freed in the pod's pool, or a change of the pool, may resolve.
+_FREED_RESOLVES = frozenset(
+    {
+        Reason.IP_UNKNOWN_POOL,  # the pool may be created
+        Reason.IP_STICKY_BUSY,
+        Reason.IP_TAKEN,
+        Reason.IP_TAKEN_HERE,
+        Reason.IP_EXHAUSTED,
+        Reason.IP_EXHAUSTED_EVICTABLE,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +161,16 @@ def _on_node(inventory: Inventory, ids: IdArray, use: IPUse, request: PodRequest
     node_id = int(inventory.ids([use.node])[0])
     on_node: BoolArray = ids == node_id
     return on_node if node_id != 0 else np.zeros(len(ids), dtype=np.bool_)
+
+
+def waits_for_address(reasons: Collection[Reason]) -> bool:
+    """Whether a pod turned away on every node for ``reasons`` waits for an address of its
+    pools, or for a change of them (see extender.address_waits): some node lacks the address,
+    or its pools select none of the nodes (a node selector may change). When the nodes its
+    pools select lack something else (GPUs), it waits for that, not for an address."""
+    if not _FREED_RESOLVES.isdisjoint(reasons):
+        return True
+    return bool(reasons) and all(reason is Reason.IP_NOT_IN_POOL for reason in reasons)
 
 
 def ip_messages(context: IPContext) -> dict[Reason, str]:

@@ -83,6 +83,7 @@ class Intake:
     def delete_pod(self, uid: str) -> None:
         b = self._books
         b.inventory.remove_holding(uid)
+        b.inventory.addresses.waits.forget(uid)
         b.pending.forget(uid)
         b.evictions.settle(uid)
         b.gangs.forget(uid)

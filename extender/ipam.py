@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from extender import fields
+from extender.address_waits import AddressWaits
 from extender.fields import JSONObject
 from extender.model import ClaimPolicy
 
@@ -228,6 +229,8 @@ class AddressBook:
         self._taken_counts: dict[str, int] = {}
         self.version = 0
         self.pools_version = 0  # bumped only when pools change (node masks depend on them)
+        # The pods filter turned away for an address, nudged when their pool frees one.
+        self.waits = AddressWaits()
 
     # ------------------------------------------------------------------ pools
 
@@ -240,12 +243,15 @@ class AddressBook:
     def replace_pools(self, pools: Iterable[IPPoolSpec]) -> None:
         self._pools = {p.name: p for p in pools}
         self._taken_counts = {name: self._count_taken(p) for name, p in self._pools.items()}
+        for name in self._pools:
+            self.waits.changed(name)
         self._pools_changed()
 
     def upsert_pool(self, pool: IPPoolSpec) -> None:
         if self._pools.get(pool.name) != pool:
             self._pools[pool.name] = pool
             self._taken_counts[pool.name] = self._count_taken(pool)
+            self.waits.changed(pool.name)
             self._pools_changed()
 
     def remove_pool(self, name: str) -> None:
@@ -296,13 +302,18 @@ class AddressBook:
         return list(self._claims.values())
 
     def replace_claims(self, claims: Iterable[IPClaimSpec]) -> None:
+        wanted = list(claims)
+        kept = {claim.name for claim in wanted}
         for name in list(self._claims):
-            self.remove_claim(name)  # gives back the addresses no pod holds
-        for claim in claims:
+            if name in kept:
+                self._drop_claim(name)
+            else:
+                self.remove_claim(name)  # gives back the addresses no pod holds
+        for claim in wanted:
             self.upsert_claim(claim)
 
     def upsert_claim(self, claim: IPClaimSpec) -> None:
-        self.remove_claim(claim.name)
+        self._drop_claim(claim.name)  # an update frees nothing
         self._claims[claim.name] = claim
         self._claims_by_owner[claim.owner] = claim
         self._claims_by_address[claim.value] = claim
@@ -310,6 +321,11 @@ class AddressBook:
         self.version += 1
 
     def remove_claim(self, name: str) -> None:
+        claim = self._drop_claim(name)
+        if claim is not None:
+            self.waits.vacated(claim.pool, claim.value)
+
+    def _drop_claim(self, name: str) -> IPClaimSpec | None:
         claim = self._claims.pop(name, None)
         if claim is not None:
             self._claims_by_owner.pop(claim.owner, None)
@@ -317,6 +333,7 @@ class AddressBook:
             if claim.value not in self._pods:
                 self._untake(claim.pool, claim.value)
             self.version += 1
+        return claim
 
     # ------------------------------------------------------------------- uses
 
@@ -340,7 +357,14 @@ class AddressBook:
             use = self._pods.pop(address)
             if address not in self._claims_by_address:
                 self._untake(use.pool, address)
+            # Freed even when a claim keeps it: the claim's own identity may be waiting for it.
+            self.waits.vacated(use.pool, address)
             self.version += 1
+
+    def take_waiting(self) -> list[tuple[str, str]]:
+        """(namespace/name, uid) of the waiting pods whose pool freed an address or changed
+        since the last call (see :mod:`extender.address_waits`)."""
+        return self.waits.take(self._pods.__contains__)
 
     def address_of(self, uid: str) -> Address | None:
         return self._by_uid.get(uid)

@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from extender import binding, fields, policy, scoring, shortlist
+from extender.addressing import ip_context, waits_for_address
 from extender.choices import ChoiceBook
 from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
@@ -140,6 +141,8 @@ class Scheduler(Intake):
             verdict, passed_ids, scores = shortlist.cut(verdict, passed_ids, scores, size)
             self._choices.offer(request.uid, passed_ids, scores, self._inventory.layout)
         self._last_passed = (verdict.passed, passed_ids, self._inventory.layout)
+        if not verdict.passed and request.ip is not None:
+            self._wait_for_address(request, verdict)
         return verdict
 
     def prioritize(self, pod: JSONObject, node_names: Sequence[str]) -> ScoreArray:
@@ -278,11 +281,27 @@ class Scheduler(Intake):
     def pod_groups(self) -> list[PodGroupSpec]:
         return self._gangs.book.specs()
 
+    def take_address_requeues(self) -> list[tuple[str, str]]:
+        """(namespace/name, uid) of the pods filter turned away for an address whose pool has
+        since freed one (or changed), still pending: the shell has kube-scheduler retry them,
+        which it would not do on its own (see extender.address_waits)."""
+        due = self._inventory.addresses.take_waiting()
+        return [(pod, uid) for pod, uid in due if self._pending.get(uid) is not None]
+
     def claims_to_release(self) -> list[IPClaimSpec]:
         """Sticky claims whose identity is gone for good (see extender.statefulsets)."""
         return self._statefulsets.claims_to_release(self._inventory.addresses.claims())
 
     # -------------------------------------------------------------- internals
+
+    def _wait_for_address(self, request: PodRequest, verdict: FilterVerdict) -> None:
+        """Remember a pod turned away for an address, under the pools it asks for."""
+        if not request.uid or not waits_for_address({r.reason for r in verdict.rejections}):
+            return
+        context = ip_context(self._inventory, request)
+        if context is not None:
+            pools = [pool.name for pool in context.pools] + list(context.missing_pools)
+            self._inventory.addresses.waits.wait(pools, request.uid, request.key)
 
     def _judge(
         self, request: PodRequest, node_names: Sequence[str], gate: GangGate

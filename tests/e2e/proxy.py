@@ -1,19 +1,27 @@
-"""A loopback TCP proxy that forwards each new connection to the first backend that is an
-endpoint: what a Kubernetes Service does for kube-scheduler in front of several schedext
-replicas. By default a backend is an endpoint when its ``/readyz`` answers 200; the caller
-can decide otherwise (for a Service with a selector: the backend's pod carries the selected
-label, and its readiness check passes)."""
+"""Loopback TCP proxies.
+
+:class:`ReadyProxy` forwards each new connection to the first backend that is an endpoint:
+what a Kubernetes Service does for kube-scheduler in front of several schedext replicas. By
+default a backend is an endpoint when its ``/readyz`` answers 200; the caller can decide
+otherwise (for a Service with a selector: the backend's pod carries the selected label, and its
+readiness check passes).
+
+:class:`LaggingProxy` hands its client everything the server sends a fixed time late (TLS
+passes through untouched): a client of the API server behind it sees every watch event after
+the rest of the cluster has, as a busy process does."""
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import httpx
 
-__all__ = ["ReadyProxy"]
+__all__ = ["LaggingProxy", "ReadyProxy"]
 
 Backend = tuple[str, int]
 
@@ -86,3 +94,71 @@ def _pump(source: socket.socket, target: socket.socket) -> None:
     for sock in (source, target):
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+class LaggingProxy:
+    """Forwards to ``backend``; what comes back reaches the client ``lag_s`` seconds late,
+    in order. What the client sends goes through at once."""
+
+    def __init__(self, backend: Backend, *, lag_s: float) -> None:
+        self.backend = backend
+        self.lag_s = lag_s
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> LaggingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stopped.set()
+        self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.close()
+        self._thread.join(timeout=5)
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.backend, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets += [client, upstream]
+            late: queue.Queue[tuple[float, bytes]] = queue.Queue()
+            threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=_hold, args=(upstream, late, self.lag_s), daemon=True).start()
+            threading.Thread(target=_release, args=(late, client), daemon=True).start()
+
+
+def _hold(source: socket.socket, late: queue.Queue[tuple[float, bytes]], lag_s: float) -> None:
+    """Read what the server sends, each piece stamped with when it may go on (b"": the end)."""
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            late.put((time.monotonic() + lag_s, data))
+    late.put((time.monotonic() + lag_s, b""))
+
+
+def _release(late: queue.Queue[tuple[float, bytes]], target: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while True:
+            due, data = late.get()
+            if (wait := due - time.monotonic()) > 0:
+                time.sleep(wait)  # the lag itself: this piece may not arrive before ``due``
+            if not data:
+                break
+            target.sendall(data)
+    with contextlib.suppress(OSError):
+        target.shutdown(socket.SHUT_RDWR)
