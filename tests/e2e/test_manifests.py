@@ -10,8 +10,8 @@
   RBAC let a replica label its own pod; the Prometheus annotations name the metrics port;
 * sidecar mode as shipped: kube-scheduler with the ConfigMap of deploy-sidecar.yaml, schedext
   beside it, both with nothing but the pod's ServiceAccount token and the RBAC of rbac.yaml,
-  place every example (GPU pod, gang, sticky-address StatefulSet, team quota), and neither is refused
-  anything by the API server.
+  place every example (GPU pod, gang, sticky-address StatefulSet, team quota), and neither
+  is refused anything by the API server.
 
 manifests/scheduler-config.yaml is not an API object (kube-scheduler reads it from a file):
 the other e2e tests run kube-scheduler with it, and it is compared with the ConfigMaps here.
