@@ -319,6 +319,12 @@ def _explanation_text(answer: dict[str, Any]) -> str:
         )
     if answer["groupReason"]:
         lines.append(f"held back: {answer['groupReason']}")
+    quota = answer.get("quota")
+    if quota:
+        lines.append(
+            f"held back by quota {quota['quota']} ({quota['rule']}): "
+            f"over by {quota['overBy']} {quota['resource']}"
+        )
     width = max((len(n["node"]) for n in answer["nodes"]), default=4)
     for node in answer["nodes"]:
         verdict = "fits" if node["fits"] else ("busy" if node["resolvable"] else "no")

@@ -15,18 +15,29 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from app.events import EventRecorder
 from app.kube.api import KubeApi
 from app.kube.claims import ClaimReleaser
 from app.kube.leader import LeaderElector
 from app.kube.role import LEADER, ROLE_LABEL, PodRoleLabel
 from app.kube.shapes import NODE_DECODERS, POD_DECODERS
-from app.kube.status import PODGROUPS_PATH, SCHEDEXT_PATH, StatusWriter
+from app.kube.status import PODGROUPS_PATH, SCHEDEXT_PATH, QuotaStatusWriter, StatusWriter
 from app.kube.watch import Relist, Resource, Sink, WatchHooks, watch_forever
+from app.quotas import QuotaSink
 from app.service import Service
 from app.settings import LeaderSettings
 from extender.scheduler import Scheduler
 
-__all__ = ["IPCLAIMS", "IPPOOLS", "NODES", "PODGROUPS", "PODS", "STATEFULSETS", "ClusterSource"]
+__all__ = [
+    "ELASTICQUOTAS",
+    "IPCLAIMS",
+    "IPPOOLS",
+    "NODES",
+    "PODGROUPS",
+    "PODS",
+    "STATEFULSETS",
+    "ClusterSource",
+]
 
 log = logging.getLogger("schedext.cluster")
 
@@ -45,12 +56,16 @@ PODS = Resource(
     page_size=5000,
     decoders=POD_DECODERS,
 )
-# Custom resources whose CRDs may be missing: without them, no gangs or no address pools.
+# Custom resources whose CRDs may be missing: without them, no gangs, no address pools or no
+# team quotas.
 PODGROUPS = Resource(name="podgroups", path=f"{PODGROUPS_PATH}/podgroups", optional=True)
+ELASTICQUOTAS = Resource(
+    name="elasticquotas", path=f"{PODGROUPS_PATH}/elasticquotas", optional=True
+)
 IPPOOLS = Resource(name="ippools", path=f"{SCHEDEXT_PATH}/ippools", optional=True)
 IPCLAIMS = Resource(name="ipclaims", path=f"{SCHEDEXT_PATH}/ipclaims", optional=True)
 STATEFULSETS = Resource(name="statefulsets", path="/apis/apps/v1/statefulsets")
-RESOURCES = (NODES, PODS, PODGROUPS, IPPOOLS, IPCLAIMS, STATEFULSETS)
+RESOURCES = (NODES, PODS, PODGROUPS, ELASTICQUOTAS, IPPOOLS, IPCLAIMS, STATEFULSETS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +77,7 @@ class _Sink:
     delete: Callable[[JSON], object]
 
 
-def _sinks(scheduler: Scheduler) -> dict[str, Sink]:
+def _sinks(scheduler: Scheduler, events: EventRecorder) -> dict[str, Sink]:
     def name(obj: JSON) -> str:
         return str((obj.get("metadata") or {}).get("name", ""))
 
@@ -79,6 +94,8 @@ def _sinks(scheduler: Scheduler) -> dict[str, Sink]:
         "podgroups": _Sink(
             scheduler.pod_group_relist, scheduler.upsert_pod_group, scheduler.delete_pod_group
         ),
+        # Bad and shadowed quotas are skipped with a Warning event (app.quotas).
+        "elasticquotas": QuotaSink(scheduler, events),
         "ippools": _Sink(
             scheduler.ip_pool_relist, scheduler.upsert_ip_pool, scheduler.delete_ip_pool
         ),
@@ -128,6 +145,7 @@ class ClusterSource:
         server: str,
         resources: Iterable[Resource] = RESOURCES,
         status_interval_s: float = 2.0,
+        quota_status_interval_s: float = 10.0,
         claim_release_interval_s: float = 30.0,
         leader: LeaderSettings | None = None,
     ) -> None:
@@ -137,6 +155,7 @@ class ClusterSource:
         self._role: PodRoleLabel | None = None
         self._resources = tuple(resources)
         self._status_interval_s = status_interval_s
+        self._quota_status_interval_s = quota_status_interval_s
         self._claim_release_interval_s = claim_release_interval_s
         self._tasks: list[asyncio.Task[None]] = []
         self.description = f"cluster at {server}"
@@ -146,7 +165,7 @@ class ClusterSource:
         service.readiness.set_not_ready(
             f"inventory not synced: {', '.join(sorted(pending))} not listed yet"
         )
-        sinks = _sinks(service.scheduler)
+        sinks = _sinks(service.scheduler, service.events)
 
         def listed_callback(name: str) -> Callable[[], None]:
             def listed() -> None:
@@ -190,15 +209,19 @@ class ClusterSource:
         statuses = StatusWriter(self._api, service.scheduler, service.readiness).run_forever(
             interval_s=self._status_interval_s
         )
+        quotas = QuotaStatusWriter(self._api, service.scheduler, service.readiness).run_forever(
+            interval_s=self._quota_status_interval_s
+        )
         releaser = ClaimReleaser(self._api, service.scheduler, service.readiness).run_forever(
             interval_s=self._claim_release_interval_s
         )
         self._tasks.append(asyncio.create_task(statuses, name="status-writer"))
+        self._tasks.append(asyncio.create_task(quotas, name="quota-status-writer"))
         self._tasks.append(asyncio.create_task(releaser, name="claim-releaser"))
 
     def _start_election(self, service: Service, settings: LeaderSettings) -> None:
         """Standby replicas keep their informers warm; readiness (and so the verbs, the status
-        writer and the claim releaser) follows the lease, and so does the label of this
+        writers and the claim releaser) follows the lease, and so does the label of this
         replica's pod, which the Service selects (app.kube.role)."""
         service.readiness.set_leading(False, "")
         own_pod = settings.own_pod()

@@ -1,12 +1,13 @@
 """What schedext writes about pods besides their Binding.
 
 Kubernetes Events, for decisions kube-scheduler does not report itself: a gang that timed
-out or gave its reservations back, an address claimed for a StatefulSet identity. And the
-one pod write that is not an Event: the ``schedext.io/requeued-at`` annotation on a pod
-filter turned away, once what it waited for is there: a gang member turned away for missing
-members, once they exist; a pod turned away for an address, once schedext sees its pool free
-one (see extender.address_waits). kube-scheduler retries a pod an extender rejected only on a
-cluster event it sees, and an update of the pod itself is one.
+out or gave its reservations back, an address claimed for a StatefulSet identity, an
+ElasticQuota that cannot apply. And the one pod write that is not an Event: the
+``schedext.io/requeued-at`` annotation on a pod filter turned away, once what it waited for
+is there: a gang member turned away for missing members, once they exist; a pod turned away
+for an address, once schedext sees its pool free one (see extender.address_waits).
+kube-scheduler retries a pod an extender rejected only on a cluster event it sees, and an
+update of the pod itself is one.
 
 Recording never blocks a verb: writes queue up (bounded) and a background task performs
 them; when the queue is full, writes are dropped and counted."""
@@ -25,7 +26,14 @@ from app.kube.api import KubeApi
 from app.kube.errors import ApiError, ApiNotFoundError
 from extender import names
 
-__all__ = ["ApiEventRecorder", "EventRecorder", "LogEventRecorder", "NodeEvent", "PodEvent"]
+__all__ = [
+    "ApiEventRecorder",
+    "EventRecorder",
+    "LogEventRecorder",
+    "NodeEvent",
+    "PodEvent",
+    "QuotaEvent",
+]
 
 log = logging.getLogger("schedext.events")
 
@@ -52,6 +60,29 @@ class NodeEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaEvent:
+    """An event on an ElasticQuota (``kubectl describe elasticquota``): one that cannot apply,
+    or that another quota of its namespace shadows."""
+
+    quota: str  # namespace/name
+    reason: str
+    message: str
+    warning: bool = True
+    uid: str = ""
+
+
+Event = PodEvent | NodeEvent | QuotaEvent
+
+
+def _subject(event: Event) -> dict[str, str]:
+    if isinstance(event, PodEvent):
+        return {"pod": event.pod}
+    if isinstance(event, QuotaEvent):
+        return {"elasticquota": event.quota}
+    return {"node": event.node}
+
+
+@dataclass(frozen=True, slots=True)
 class Requeue:
     """Have kube-scheduler retry this pod (an update of the pod is a cluster event for it)."""
 
@@ -60,7 +91,7 @@ class Requeue:
 
 
 class EventRecorder(Protocol):
-    def record(self, event: PodEvent | NodeEvent) -> None: ...
+    def record(self, event: Event) -> None: ...
 
     def requeue(self, pod: str, uid: str) -> None: ...
 
@@ -72,9 +103,9 @@ class EventRecorder(Protocol):
 class LogEventRecorder:
     """Without an API server (demo, snapshot) events are log lines."""
 
-    def record(self, event: PodEvent | NodeEvent) -> None:
-        subject = {"pod": event.pod} if isinstance(event, PodEvent) else {"node": event.node}
-        log.info("event", extra={**subject, "reason": event.reason, "event_message": event.message})
+    def record(self, event: Event) -> None:
+        extra = {**_subject(event), "reason": event.reason, "event_message": event.message}
+        log.info("event", extra=extra)
 
     def requeue(self, pod: str, uid: str) -> None:
         log.info("requeue", extra={"pod": pod, "uid": uid})
@@ -89,18 +120,18 @@ class LogEventRecorder:
 class ApiEventRecorder:
     def __init__(self, api: KubeApi, *, capacity: int = 1000) -> None:
         self._api = api
-        self._queue: asyncio.Queue[PodEvent | NodeEvent | Requeue] = asyncio.Queue(maxsize=capacity)
+        self._queue: asyncio.Queue[Event | Requeue] = asyncio.Queue(maxsize=capacity)
         self._task: asyncio.Task[None] | None = None
         self._instance = socket.gethostname()
         self.dropped = 0
 
-    def record(self, event: PodEvent | NodeEvent) -> None:
+    def record(self, event: Event) -> None:
         self._put(event)
 
     def requeue(self, pod: str, uid: str) -> None:
         self._put(Requeue(pod, uid))
 
-    def _put(self, item: PodEvent | NodeEvent | Requeue) -> None:
+    def _put(self, item: Event | Requeue) -> None:
         try:
             self._queue.put_nowait(item)
         except asyncio.QueueFull:
@@ -125,7 +156,11 @@ class ApiEventRecorder:
                     await self._post(item)
             except ApiError as error:
                 what = "requeue" if isinstance(item, Requeue) else "record event for"
-                subject = item.node if isinstance(item, NodeEvent) else item.pod
+                subject = (
+                    item.pod
+                    if isinstance(item, Requeue)
+                    else ", ".join(f"{k} {v}" for k, v in _subject(item).items())
+                )
                 log.warning("cannot %s %s: %s", what, subject, error)
 
     async def _touch(self, requeue: Requeue) -> None:
@@ -139,9 +174,18 @@ class ApiEventRecorder:
         except ApiNotFoundError:
             return
 
-    async def _post(self, event: PodEvent | NodeEvent) -> None:
+    async def _post(self, event: Event) -> None:
         involved: dict[str, str]
-        if isinstance(event, NodeEvent):
+        if isinstance(event, QuotaEvent):
+            namespace, _, name = event.quota.partition("/")
+            involved = {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "ElasticQuota",
+                "namespace": namespace,
+                "name": name,
+                "uid": event.uid,
+            }
+        elif isinstance(event, NodeEvent):
             # Node events live in "default", as the kubelet's own do.
             namespace, name = "default", event.node
             involved = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": event.uid}

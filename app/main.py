@@ -62,6 +62,7 @@ def default_parts(settings: Settings) -> tuple[InventorySource, Binder, EventRec
             api,
             server=cluster.server,
             status_interval_s=settings.gang.status_interval_s,
+            quota_status_interval_s=settings.quota.status_interval_s,
             claim_release_interval_s=settings.ip.claim_release_interval_s,
             leader=settings.leader if settings.leader.enabled else None,
         )

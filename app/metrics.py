@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender import names
+from extender.quotas import Kind
 from extender.scheduler import Scheduler
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -255,6 +256,34 @@ class _InventoryCollector(Collector):
             free_addresses.add_metric([pool.name], book.free_count(pool))
         yield addresses
         yield free_addresses
+        yield from _quota_gauges(scheduler)
+
+
+def _quota_gauges(scheduler: Scheduler) -> Iterator[GaugeMetricFamily]:
+    """Per team quota that applies and resource it names: used, min and max (max only where
+    there is one), in the resource's unit (CPUs, bytes, GPUs; GPU share memory in MiB)."""
+    labels = ["namespace", "name", "resource"]
+    used = GaugeMetricFamily(
+        "schedext_quota_used", "What a team quota's namespace uses of a resource.", labels=labels
+    )
+    low = GaugeMetricFamily(
+        "schedext_quota_min", "A team quota's guarantee (min) of a resource.", labels=labels
+    )
+    high = GaugeMetricFamily(
+        "schedext_quota_max", "A team quota's ceiling (max) of a resource.", labels=labels
+    )
+    for spec in scheduler.quotas():
+        use = scheduler.inventory.namespace_use(spec.namespace)
+        for limit in spec.limits:
+            key = [spec.namespace, spec.name, limit.resource]
+            scale = 1000 if limit.kind is Kind.CPU else 1  # milli-CPU
+            used.add_metric(key, use[limit.kind] / scale)
+            low.add_metric(key, limit.min / scale)
+            if limit.max is not None:
+                high.add_metric(key, limit.max / scale)
+    yield used
+    yield low
+    yield high
 
 
 class _WatchCollector(Collector):

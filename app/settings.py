@@ -272,6 +272,11 @@ class GangSettings(_Group):
     status_interval_s: float = Field(default=2.0, gt=0)
 
 
+class QuotaSettings(_Group):
+    # How often each ElasticQuota's status.used is written back, at most, when it changed.
+    status_interval_s: float = Field(default=10.0, gt=0)
+
+
 class PreemptionSettings(_Group):
     # protect: gang members are never victims; whole-group: a gang is evicted whole on a node
     # and its members elsewhere count as PDB violations (see extender.preemption).
@@ -336,6 +341,7 @@ class Settings(BaseSettings):
     bind: BindSettings = BindSettings()
     gang: GangSettings = GangSettings()
     ip: IPSettings = IPSettings()
+    quota: QuotaSettings = QuotaSettings()
     preemption: PreemptionSettings = PreemptionSettings()
     leader: LeaderSettings = LeaderSettings()
     snapshot: Path | None = None

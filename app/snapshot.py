@@ -31,6 +31,7 @@ class Snapshot:
     pod_groups: list[Mapping[str, Any]] = field(default_factory=list)
     ip_pools: list[Mapping[str, Any]] = field(default_factory=list)
     ip_claims: list[Mapping[str, Any]] = field(default_factory=list)
+    quotas: list[Mapping[str, Any]] = field(default_factory=list)  # ElasticQuotas
 
 
 def read_snapshot(path: Path) -> Snapshot:
@@ -63,6 +64,7 @@ def parse_snapshot(data: bytes, *, source: str) -> Snapshot:
         "PodGroup": [],
         "IPPool": [],
         "IPClaim": [],
+        "ElasticQuota": [],
     }
     for kind, obj in _objects(documents, default_kind=""):
         if kind in by_kind:
@@ -78,6 +80,7 @@ def parse_snapshot(data: bytes, *, source: str) -> Snapshot:
         pod_groups=by_kind["PodGroup"],
         ip_pools=by_kind["IPPool"],
         ip_claims=by_kind["IPClaim"],
+        quotas=by_kind["ElasticQuota"],
     )
 
 

@@ -3,12 +3,15 @@ live cluster watched by informers."""
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 from app.service import Service
 from app.snapshot import Snapshot
 
 __all__ = ["InventorySource", "SnapshotSource"]
+
+log = logging.getLogger("schedext.snapshot")
 
 
 class InventorySource(Protocol):
@@ -37,6 +40,8 @@ class SnapshotSource:
         for relist, objects in relists:
             relist.add(objects)
             relist.commit()
+        for refused in scheduler.replace_quotas(snapshot.quotas):
+            log.warning("%s (skipped)", refused)
         service.scheduler.replace_nodes(self._snapshot.nodes)
         service.scheduler.replace_pods(self._snapshot.pods)
         service.readiness.set_ready()

@@ -3,15 +3,15 @@ posts Events and patches pods)."""
 
 from __future__ import annotations
 
-from app.events import PodEvent
+from app.events import Event
 
 
 class RecordedEvents:
     def __init__(self) -> None:
-        self.events: list[PodEvent] = []
+        self.events: list[Event] = []
         self.requeued: list[tuple[str, str]] = []
 
-    def record(self, event: PodEvent) -> None:
+    def record(self, event: Event) -> None:
         self.events.append(event)
 
     def requeue(self, pod: str, uid: str) -> None:

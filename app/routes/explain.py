@@ -9,6 +9,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.service import Service
+from extender.model import QuotaHold, Reason
 
 __all__ = ["router"]
 
@@ -32,6 +33,8 @@ async def explain(request: Request, namespace: str, name: str) -> Response:
         "request": dict(explanation.request),
         "group": dataclasses.asdict(explanation.group) if explanation.group else None,
         "groupReason": explanation.group_reason or None,
+        # The team quota that holds the pod back (the nodes still say where it would go).
+        "quota": _quota(explanation.quota),
         "fits": [n.node for n in explanation.nodes if n.fits],
         "nodes": [
             {"node": n.node, "fits": n.fits, "reason": n.reason or None, "resolvable": n.resolvable}
@@ -39,3 +42,15 @@ async def explain(request: Request, namespace: str, name: str) -> Response:
         ],
     }
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _quota(hold: QuotaHold | None) -> dict[str, str] | None:
+    if hold is None:
+        return None
+    return {
+        "quota": hold.quota,
+        "resource": hold.resource,
+        "rule": "max" if hold.reason is Reason.QUOTA_MAX else "borrowing",
+        "overBy": hold.over_by,
+        "message": hold.message,
+    }

@@ -12,6 +12,7 @@ from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer
 from tests.builders import (
     bound_ip_pod,
+    elastic_quota,
     gang_pod,
     ip_pod,
     make_ip_claim,
@@ -210,3 +211,39 @@ def test_explain_of_a_share_pod_shows_its_share_and_each_nodes_largest_free(
         for line in lines
     )
     assert explain_cli(server, "default/resident")[2] == "share: 16000 MiB on GPU 0"
+
+
+def test_explain_names_the_quota_that_holds_a_pod_back_and_metrics_show_each_quota(
+    serve: Serve,
+) -> None:
+    server = serve(
+        nodes=[make_node("g", gpus=8)],
+        pods=[
+            make_pod("running", namespace="team-a", gpus=2, node="g", gpu_ids=[0, 1]),
+            make_pod("big", namespace="team-a", gpus=3),
+        ],
+        groups=[elastic_quota("team-a", min={"nvidia.com/gpu": 2, "cpu": "1"},
+                              max={"nvidia.com/gpu": 4})],
+    )  # fmt: skip
+    with server.client() as client:
+        answer = client.get("/explain/team-a/big").json()
+        metrics = client.get("/metrics").text
+    assert answer["quota"] == {
+        "quota": "team-a/team-a",
+        "resource": "nvidia.com/gpu",
+        "rule": "max",
+        "overBy": "1",
+        "message": "schedext: quota team-a: 5 of max 4 nvidia.com/gpu",
+    }
+    assert answer["fits"] == ["g"]  # where it would go once the quota lets it
+    labels = 'name="team-a",namespace="team-a",resource="nvidia.com/gpu"'
+    assert f"schedext_quota_used{{{labels}}} 2.0" in metrics
+    assert f"schedext_quota_min{{{labels}}} 2.0" in metrics
+    assert f"schedext_quota_max{{{labels}}} 4.0" in metrics
+    cpu = 'name="team-a",namespace="team-a",resource="cpu"'
+    assert f"schedext_quota_used{{{cpu}}} 0.1" in metrics  # the running pod's 100m
+    assert f"schedext_quota_min{{{cpu}}} 1.0" in metrics
+    assert f"schedext_quota_max{{{cpu}}}" not in metrics  # no ceiling
+    assert "held back by quota team-a/team-a (max): over by 1 nvidia.com/gpu" in explain_cli(
+        server, "team-a/big"
+    )

@@ -453,6 +453,7 @@ def _reset(api: KubeApi) -> None:
             for pod in api.list_pods(ns):
                 api.delete_pod(ns, pod["metadata"]["name"])
             _delete_all(api, f"{PODGROUPS}/namespaces/{ns}/podgroups")
+            _delete_all(api, f"{PODGROUPS}/namespaces/{ns}/elasticquotas")
             _delete_all(api, f"/apis/apps/v1/namespaces/{ns}/statefulsets")
     _delete_all(api, f"{SCHEDEXT}/ipclaims")
     _delete_all(api, f"{SCHEDEXT}/ippools")

@@ -10,8 +10,8 @@
   RBAC let a replica label its own pod; the Prometheus annotations name the metrics port;
 * sidecar mode as shipped: kube-scheduler with the ConfigMap of deploy-sidecar.yaml, schedext
   beside it, both with nothing but the pod's ServiceAccount token and the RBAC of rbac.yaml,
-  place every example (GPU pod, gang, sticky-address StatefulSet), and neither is refused
-  anything by the API server.
+  place every example (GPU pod, gang, sticky-address StatefulSet, team quota), and neither
+  is refused anything by the API server.
 
 manifests/scheduler-config.yaml is not an API object (kube-scheduler reads it from a file):
 the other e2e tests run kube-scheduler with it, and it is compared with the ConfigMaps here.
@@ -395,6 +395,17 @@ def test_sidecar_mode_places_every_example_with_nothing_but_its_rbac(
             return bool(status.get("status", {}).get("allocated") == len(kv))
 
         eventually(pool_counted, timeout=30, message="IPPool rack-a status not written")
+
+        # team-quota.yaml: what the examples hold, written back into status.used.
+        def quota_counted() -> bool:
+            path = (
+                "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/"
+                f"{cluster.namespace}/elasticquotas/team-quota"
+            )
+            used = cluster.api.apply_raw("GET", path).get("status", {}).get("used", {})
+            return bool(used.get("nvidia.com/gpu") == str(len(held)))
+
+        eventually(quota_counted, timeout=30, message="ElasticQuota status.used not written")
 
         # And nothing was refused on the way: not a list, watch, bind, claim or status write,
         # nor kube-scheduler's lease, events or delegated authentication.
