@@ -28,7 +28,7 @@ from app.errors import RequestRejectedError
 from app.service import Service
 from extender.model import FilterVerdict
 
-__all__ = ["VERBS", "VerbEndpoints"]
+__all__ = ["BODY_READ", "READ", "VERBS", "VerbEndpoints"]
 
 log = logging.getLogger("schedext.verbs")
 
@@ -40,6 +40,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Handler = Callable[[Service, bytes], Awaitable[tuple[bytes, str]]]
 
 _HEADERS = [(b"content-type", b"application/json")]
+
+# Scope keys set by the HTTP protocol (app.verb_protocol): the perf_counter times at which the
+# event loop read the request's first bytes and its last body byte. Absent under another
+# server; the stages are then not measured.
+READ = "schedext.read"
+BODY_READ = "schedext.body_read"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +60,14 @@ class _Verb:
 
 async def _answer(
     service: Service, verb: _Verb, scope: Scope, receive: Receive
-) -> tuple[int, bytes]:
-    """Run the verb on the body and time it; turn every failure into a protocol answer."""
-    started = perf_counter()
+) -> tuple[int, bytes, float]:
+    """Run the verb on the body and time it; turn every failure into a protocol answer. Also
+    returns when the handler started, the body read."""
+    started = handling = perf_counter()
     status = 200
     try:
         body = await service.read_body(scope, receive)
+        handling = perf_counter()
         service.require_ready()
         payload, outcome = await verb.handle(service, body)
     except RequestRejectedError as error:
@@ -76,7 +84,7 @@ async def _answer(
         status = 200 if verb.error_in_body else 500
     if verb.measured:
         service.metrics.observe(verb.name, outcome, perf_counter() - started)
-    return status, payload
+    return status, payload, handling
 
 
 async def _filter(service: Service, body: bytes) -> tuple[bytes, str]:
@@ -190,11 +198,22 @@ class VerbEndpoints:
             await self._app(scope, receive, send)
             return
         headers = list(_HEADERS)
+        handling = None
         if scope["method"] == "POST":
-            status, payload = await _answer(self._service, verb, scope, receive)
+            status, payload, handling = await _answer(self._service, verb, scope, receive)
         else:
             status, payload = 405, wire.error_body(f"{scope['method']} not allowed: use POST")
             headers.append((b"allow", b"POST"))
         headers.append((b"content-length", str(len(payload)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
+        read = scope.get(READ)
+        if handling is not None and read is not None and verb.measured:
+            self._service.metrics.stages(
+                verb.name,
+                read=read,
+                # absent where the answer came before the whole body (too large, too slow)
+                body_read=scope.get(BODY_READ, handling),
+                handling=handling,
+                written=perf_counter(),
+            )

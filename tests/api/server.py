@@ -13,6 +13,8 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from app.verb_protocol import VerbProtocol
+
 
 @dataclass
 class RunningServer:
@@ -33,7 +35,7 @@ def running(app: FastAPI) -> Iterator[RunningServer]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, http="httptools", loop="asyncio", lifespan="on"
+        app, log_config=None, access_log=False, http=VerbProtocol, loop="asyncio", lifespan="on"
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
