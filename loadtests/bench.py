@@ -27,12 +27,14 @@ With ``--load`` the servers run as in a throughput run instead, against a stand-
 each (``loadtests/standin.py``: list+watch of the same cluster, Bindings answered), and
 every round's pod is a new one (``load-pod-N``, the ``--pod`` shape): filter, prioritize
 with filter's answer, then the constant answer. Rounds come in blocks, idle and loaded
-alternating. In a loaded round the pod filtered in the round before is bound first, on a
-connection of its own, without waiting: as kube-scheduler binds pod N while it filters pod
-N+1. That bind's Binding POST, its answer and the two pod watch events the stand-in then
-sends (the pod bound, another created) share schedext's event loop with the round's
-requests. It prints each verb's round trip idle and loaded, and where schedext's own
-``schedext_request_stage_seconds`` (scraped around every block) says the time went.
+alternating. A loaded round first binds the pod filtered in the round before, on a connection
+of its own, and does not wait for the answer: kube-scheduler binds pod N while it schedules
+pod N+1, its filter call coming after its own filter plugins (``--bind-lead-ms`` later). The
+stand-in answers the Binding after ``--binding-delay-ms`` (kube-apiserver's write), then sends
+two pod watch events (the pod bound, another created). That bind, its Binding POST and answer
+and those events share schedext's event loop with the rounds' requests. It prints each verb's
+round trip idle and loaded, and where schedext's own ``schedext_request_stage_seconds``
+(scraped around every block) says the time went.
 
     python -m loadtests.bench --nodes 100,1000,5000 --rounds 2000
     python -m loadtests.bench --nodes 5000 --rounds 1000 --baseline ../schedext-before
@@ -56,7 +58,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,7 @@ IDLE, LOADED = "idle", "loaded"
 LOAD_VERBS = ("filter", "prioritize", "constant")  # a load round's requests, in this order
 LOAD_BLOCK = 20  # rounds per block, idle and loaded blocks alternating; the first settles
 STAGES = ("body", "queue", "handler", "total")
+BIND_CONNECTIONS = 4  # binds in flight at most, each on a connection of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,10 +207,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bind-lead-ms",
         type=float,
-        default=0.0,
+        default=0.5,
         metavar="MS",
-        help="with --load: how long before the round's filter its bind is sent (kube-scheduler "
-        "runs its own filter plugins in between); default 0, the filter right behind it",
+        help="with --load: how long before the round's filter its bind is sent: kube-scheduler "
+        "runs its own filter plugins in between (default %(default)s; 0: right behind it)",
+    )
+    parser.add_argument(
+        "--binding-delay-ms",
+        type=float,
+        default=2.0,
+        metavar="MS",
+        help="with --load: how long the stand-in API server takes to answer a Binding, as "
+        "kube-apiserver writing it to etcd (default %(default)s)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     return parser
@@ -374,6 +385,7 @@ def _main_loaded(
                 cpu=server_cpu,
                 write_size=args.write_size,
                 lead_s=args.bind_lead_ms / 1000,
+                delay_ms=args.binding_delay_ms,
             )
         )
     _print_loaded(results, with_tree=len(trees) > 1, with_scenario=len(args.scenarios) > 1)
@@ -390,12 +402,38 @@ class _LoadArm:
     workload: Workload
     standin: StandIn
     verbs: http.client.HTTPConnection
-    binds: http.client.HTTPConnection
+    binds: list[http.client.HTTPConnection]  # used in turn; each answer read before reuse
     scrapes: http.client.HTTPConnection
     samples: dict[str, dict[str, list[float]]]
     stages: dict[str, dict[tuple[str, str], list[float]]]  # state -> (verb, stage) -> sum, n
     to_bind: tuple[str, str, str] | None = None  # the pod filtered last: name, uid, node
     bind_failures: int = 0
+    binds_sent: int = 0
+    unread: set[int] = field(default_factory=set)  # binds whose answer is still to read
+
+    def send_bind(self, name: str, uid: str, node: str) -> None:
+        """On the next bind connection, its answer left to read later (kube-scheduler does
+        not wait for a bind before it schedules the next pod)."""
+        turn = self.binds_sent % len(self.binds)
+        self.read_bind(turn)
+        args = {"PodName": name, "PodNamespace": "ml", "PodUID": uid, "Node": node}
+        self.binds[turn].request(
+            "POST", "/bind", body=orjson.dumps(args), headers={"Content-Type": "application/json"}
+        )
+        self.unread.add(turn)
+        self.binds_sent += 1
+
+    def read_bind(self, turn: int) -> None:
+        if turn not in self.unread:
+            return
+        self.unread.discard(turn)
+        response = self.binds[turn].getresponse()
+        if response.status != 200 or orjson.loads(response.read())["Error"]:
+            self.bind_failures += 1
+
+    def read_binds(self) -> None:
+        for turn in list(self.unread):
+            self.read_bind(turn)
 
 
 def _bench_size_loaded(
@@ -408,6 +446,7 @@ def _bench_size_loaded(
     cpu: int | None,
     write_size: int,
     lead_s: float,
+    delay_ms: float,
 ) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
@@ -420,17 +459,19 @@ def _bench_size_loaded(
             for tree, root in trees.items():
                 name = f"{tree}-{workload.scenario}"
                 with _pinned_away(cpu):  # off the servers' CPU, as the API server would be
-                    standin = stack.enter_context(StandIn(cluster, template, workdir, name=name))
+                    standin = stack.enter_context(
+                        StandIn(cluster, template, workdir, name=name, delay_ms=delay_ms)
+                    )
                 server = stack.enter_context(
                     _Server(None, workdir / f"{name}.log", root, cpu, kubeconfig=standin.kubeconfig)
                 )
-                verbs, binds, scrapes = (
+                verbs, scrapes, *binds = (
                     stack.enter_context(
                         contextlib.closing(
                             http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
                         )
                     )
-                    for _ in range(3)
+                    for _ in range(2 + BIND_CONNECTIONS)
                 )
                 arms[(tree, workload.scenario)] = _LoadArm(
                     workload,
@@ -479,41 +520,41 @@ def _load_rounds(
     arms: dict[Arm, _LoadArm], *, rounds: int, warmup: int, write_size: int, lead_s: float
 ) -> None:
     """Blocks of LOAD_BLOCK rounds, idle and loaded alternating, until each state has at
-    least ``rounds`` measured rounds after ``warmup`` unmeasured ones. A block's first round
-    is not measured (the work of the block before may still be under way), and schedext's
-    stage histograms are scraped after it and at the block's end, so that their difference
-    is the measured rounds'. Within a round the arms take turns, the order reversing every
-    round."""
+    least ``rounds`` measured rounds after ``warmup`` unmeasured ones. Each arm (server) runs
+    the block in turn, the order reversing every block, so that one server's trailing work
+    (the watch events of its last bind) falls into another's first round, which, as every
+    block's first round, is not measured. schedext's stage histograms are scraped after that
+    round and at the block's end, so that their difference is the measured rounds'."""
     order = list(arms)
     counts = {IDLE: 0, LOADED: 0}
-    index = 0  # the round's pod: load-pod-<index>
+    start = 0  # the block's first pod: load-pod-<start>
     for block in range(1_000_000):
         if min(counts.values()) >= rounds:
             break
         state = LOADED if block % 2 else IDLE
-        measured = index >= warmup
-        for i in range(LOAD_BLOCK):
-            if measured and i == 1:
-                before = {arm: _scrape_stages(load.scrapes) for arm, load in arms.items()}
-            for arm in order if index % 2 == 0 else reversed(order):
+        measured = start >= warmup
+        for arm in order if block % 2 == 0 else reversed(order):
+            load = arms[arm]
+            for i in range(LOAD_BLOCK):
+                if measured and i == 1:
+                    before = _scrape_stages(load.scrapes)
                 times = _load_round(
-                    arms[arm], index, loaded=state == LOADED, write_size=write_size, lead_s=lead_s
+                    load, start + i, loaded=state == LOADED, write_size=write_size, lead_s=lead_s
                 )
                 if measured and i > 0:
                     for verb, ms in times.items():
-                        arms[arm].samples[state][verb].append(ms)
-            if measured and i > 0:
-                counts[state] += 1
-            index += 1
-        if measured:
-            for arm, load in arms.items():
-                after = _scrape_stages(load.scrapes)
+                        load.samples[state][verb].append(ms)
+            load.read_binds()  # all answered before the next block (the next server's)
+            if measured:
                 sums = load.stages[state]
-                for key, (total, count) in after.items():
-                    was = before[arm].get(key, (0.0, 0.0))
+                for key, (total, count) in _scrape_stages(load.scrapes).items():
+                    was = before.get(key, (0.0, 0.0))
                     into = sums.setdefault(key, [0.0, 0.0])
                     into[0] += total - was[0]
                     into[1] += count - was[1]
+        if measured:
+            counts[state] += LOAD_BLOCK - 1
+        start += LOAD_BLOCK
 
 
 def _load_round(
@@ -524,14 +565,8 @@ def _load_round(
     workload = load.workload
     pod = load_pod(workload.pod, index)
     body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": workload.orders[index % VARIANTS]})
-    binding = load.to_bind if loaded else None
-    if binding is not None:
-        name, uid, node = binding
-        args = {"PodName": name, "PodNamespace": "ml", "PodUID": uid, "Node": node}
-        # sent, not waited for: it is answered on its own connection while the round runs
-        load.binds.request(
-            "POST", "/bind", body=orjson.dumps(args), headers={"Content-Type": "application/json"}
-        )
+    if loaded and load.to_bind is not None:
+        load.send_bind(*load.to_bind)
         if lead_s > 0:
             time.sleep(lead_s)
     times: dict[str, float] = {}
@@ -546,10 +581,6 @@ def _load_round(
     started = time.perf_counter_ns()
     _post(load.verbs, "/bench/constant", body, write_size)
     times["constant"] = (time.perf_counter_ns() - started) / 1e6
-    if binding is not None:
-        response = load.binds.getresponse()
-        if response.status != 200 or orjson.loads(response.read())["Error"]:
-            load.bind_failures += 1
     meta = pod["metadata"]
     load.to_bind = (meta["name"], meta["uid"], passed[index % len(passed)]) if passed else None
     return times
@@ -634,6 +665,24 @@ def _print_loaded(rows: list[Row], *, with_tree: bool, with_scenario: bool) -> N
                 f"{tree}{scenario}{r['verb']:<11}{r['nodes']:>6}{r['state']:>8}"
                 f"{r['body_mean_us']:>8.1f}{r['queue_mean_us']:>8.1f}{r['handler_mean_us']:>9.1f}"
                 f"{r['total_mean_us']:>8.1f}{outside:>9.1f}{r['mean_ms'] * 1000:>12.1f}"
+            )
+    if with_tree:
+        baseline = {
+            (r["nodes"], r["scenario"], r["state"], r["verb"]): r
+            for r in rows
+            if r["tree"] == BASELINE
+        }
+        print("\nthis / baseline (after / before), p50 and p99:")
+        for r in rows:
+            if r["tree"] != THIS:
+                continue
+            before = baseline[(r["nodes"], r["scenario"], r["state"], r["verb"])]
+            scenario = f"{r['scenario']:<9}" if with_scenario else ""
+            print(
+                f"{scenario}{r['verb']:<11}{r['nodes']:>6}{r['state']:>8}  p50 {r['p50_ms']:.3f} / "
+                f"{before['p50_ms']:.3f} ms = {r['p50_ms'] / before['p50_ms']:.2f}x   p99 "
+                f"{r['p99_ms']:.3f} / {before['p99_ms']:.3f} ms = "
+                f"{r['p99_ms'] / before['p99_ms']:.2f}x"
             )
     for (tree, scenario), r in {(r["tree"], r["scenario"]): r for r in rows}.items():
         stats = r["standin"]

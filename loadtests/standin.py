@@ -62,8 +62,10 @@ def load_pod(template: JSON, index: int, *, node: str = "") -> JSON:
 class _Cluster:
     """The objects served and the pod watches' subscribers."""
 
-    def __init__(self, cluster: JSON, template: JSON, *, lead: int, events_per_bind: int) -> None:
-        self.template, self.events_per_bind = template, events_per_bind
+    def __init__(
+        self, cluster: JSON, template: JSON, *, lead: int, events_per_bind: int, delay_s: float
+    ) -> None:
+        self.template, self.events_per_bind, self.delay_s = template, events_per_bind, delay_s
         self.version = 1000
         self.nodes = [i for i in cluster["items"] if i.get("kind") == "Node"]
         bound = [i for i in cluster["items"] if i.get("kind") == "Pod"]
@@ -124,6 +126,8 @@ def _app(cluster: _Cluster) -> web.Application:
 
     async def binding(request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
+        if cluster.delay_s > 0:
+            await asyncio.sleep(cluster.delay_s)  # kube-apiserver writing it to etcd
         cluster.bound(body, request.match_info["namespace"], request.match_info["name"])
         return web.Response(body=_STATUS, status=201, content_type="application/json")
 
@@ -176,12 +180,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--lead", type=int, default=8, help="load pods pending at the start")
     parser.add_argument("--events-per-bind", type=int, choices=(1, 2), default=2)
+    parser.add_argument(
+        "--binding-delay-ms",
+        type=float,
+        default=0.0,
+        help="answer each Binding (and send its events) this long after it came",
+    )
     args = parser.parse_args(argv)
     cluster = _Cluster(
         orjson.loads(args.cluster.read_bytes()),
         orjson.loads(args.template.read_bytes()),
         lead=args.lead,
         events_per_bind=args.events_per_bind,
+        delay_s=args.binding_delay_ms / 1000,
     )
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(_serve(cluster, args.port))
@@ -192,8 +203,10 @@ class StandIn:
     """The stand-in in a child process on a free loopback port, for a ``with`` block; writes
     the kubeconfig that points schedext at it."""
 
-    def __init__(self, cluster: Path, template: Path, workdir: Path, *, name: str) -> None:
-        self.cluster, self.template = cluster, template
+    def __init__(
+        self, cluster: Path, template: Path, workdir: Path, *, name: str, delay_ms: float = 0.0
+    ) -> None:
+        self.cluster, self.template, self.delay_ms = cluster, template, delay_ms
         self.kubeconfig = workdir / f"{name}-kubeconfig.yaml"
         self.log = workdir / f"{name}-standin.log"
         self.port = _free_port()
@@ -202,6 +215,7 @@ class StandIn:
         command = [
             sys.executable, "-m", "loadtests.standin", "--cluster", str(self.cluster),
             "--template", str(self.template), "--port", str(self.port),
+            "--binding-delay-ms", str(self.delay_ms),
         ]  # fmt: skip
         self._log = self.log.open("wb")
         # this module, this interpreter, arguments built here
