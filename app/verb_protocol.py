@@ -49,7 +49,16 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.protocols.utils import get_client_addr
 
 from app.errors import BodyTimeoutError, ClientGoneError
-from app.routes.verbs import BODY_READ, PLANNED, READ, Verb, answer_now, refuse, routes
+from app.routes.verbs import (
+    BODY_READ,
+    PLANNED,
+    READ,
+    Verb,
+    answer_now,
+    refuse,
+    routes,
+    timing_headers,
+)
 from app.service import Service
 
 __all__ = ["VerbProtocol", "protocol_for"]
@@ -68,6 +77,7 @@ def protocol_for(service: Service) -> type[VerbProtocol]:
         reserving=frozenset(p.encode() for p, v in verbs.items() if v.reserves),
         limit=server.max_body_bytes,
         timeout_s=server.body_timeout_s,
+        timing=server.bench_endpoints,
     )
 
     class SchedextProtocol(VerbProtocol):
@@ -108,6 +118,7 @@ class _Served:
     reserving: frozenset[bytes]  # paths of the verbs filters must not pass (bind)
     limit: int  # server.max_body_bytes
     timeout_s: float  # server.body_timeout_s
+    timing: bool  # the benchmark's timing headers (see app.routes.verbs.timing_headers)
     binds: _BindsInFlight = field(default_factory=_BindsInFlight)
 
 
@@ -243,6 +254,10 @@ class VerbProtocol(HttpToolsProtocol):
         for name, value in self.server_state.default_headers:
             parts += [name, b": ", value, b"\r\n"]
         parts += [_CONTENT_TYPE, str(len(payload)).encode(), b"\r\n"]
+        scope = cast(dict[str, Any], self.scope)
+        if self._served is not None and self._served.timing:
+            for name, value in timing_headers(scope[READ]):
+                parts += [name, b": ", value, b"\r\n"]
         if not self._keep_alive:
             parts.append(b"connection: close\r\n")
         parts += [b"\r\n", payload]
@@ -250,7 +265,6 @@ class VerbProtocol(HttpToolsProtocol):
         written = perf_counter()
         self.server_state.total_requests += 1
         if verb.measured and self._served is not None:
-            scope = cast(dict[str, Any], self.scope)
             self._served.service.metrics.stages(
                 verb.name,
                 read=scope[READ],

@@ -405,6 +405,7 @@ class _LoadArm:
     binds: list[http.client.HTTPConnection]  # used in turn; each answer read before reuse
     scrapes: http.client.HTTPConnection
     samples: dict[str, dict[str, list[float]]]
+    splits: dict[str, dict[str, list[Split]]]  # state -> verb -> each round trip's parts
     stages: dict[str, dict[tuple[str, str], list[float]]]  # state -> (verb, stage) -> sum, n
     to_bind: tuple[str, str, str] | None = None  # the pod filtered last: name, uid, node
     bind_failures: int = 0
@@ -480,6 +481,7 @@ def _bench_size_loaded(
                     binds,
                     scrapes,
                     samples={s: {v: [] for v in LOAD_VERBS} for s in (IDLE, LOADED)},
+                    splits={s: {v: [] for v in LOAD_VERBS} for s in (IDLE, LOADED)},
                     stages={IDLE: {}, LOADED: {}},
                 )
         with _pinned_away(cpu):
@@ -493,6 +495,10 @@ def _bench_size_loaded(
                     f"{stage}_mean_us": _stage_mean(load.stages[state], verb, stage)
                     for stage in STAGES
                 }
+                split = load.splits[state][verb]
+                parts = np.median(np.array(split), axis=0).tolist() if split else [None] * 3
+                names = ("before_p50_us", "server_p50_us", "after_p50_us")
+                stages |= dict(zip(names, parts, strict=True))
                 rows.append(
                     {
                         "verb": verb,
@@ -542,8 +548,10 @@ def _load_rounds(
                     load, start + i, loaded=state == LOADED, write_size=write_size, lead_s=lead_s
                 )
                 if measured and i > 0:
-                    for verb, ms in times.items():
+                    for verb, (ms, split) in times.items():
                         load.samples[state][verb].append(ms)
+                        if split is not None:
+                            load.splits[state][verb].append(split)
             load.read_binds()  # all answered before the next block (the next server's)
             if measured:
                 sums = load.stages[state]
@@ -559,9 +567,9 @@ def _load_rounds(
 
 def _load_round(
     load: _LoadArm, index: int, *, loaded: bool, write_size: int, lead_s: float
-) -> dict[str, float]:
-    """One pod's filter, prioritize (with filter's answer) and the constant answer, ms each;
-    in a loaded round, the pod before is bound meanwhile."""
+) -> dict[str, tuple[float, Split | None]]:
+    """One pod's filter, prioritize (with filter's answer) and the constant answer: each one's
+    round trip (ms) and its parts; in a loaded round, the pod before is bound meanwhile."""
     workload = load.workload
     pod = load_pod(workload.pod, index)
     body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": workload.orders[index % VARIANTS]})
@@ -569,18 +577,17 @@ def _load_round(
         load.send_bind(*load.to_bind)
         if lead_s > 0:
             time.sleep(lead_s)
-    times: dict[str, float] = {}
-    started = time.perf_counter_ns()
-    answer = _post(load.verbs, "/filter", body, write_size)
-    times["filter"] = (time.perf_counter_ns() - started) / 1e6
+    times: dict[str, tuple[float, Split | None]] = {}
+    answer, ms, split = _timed(load.verbs, "/filter", body, write_size)
+    times["filter"] = (ms, split)
     passed = orjson.loads(answer)["NodeNames"]
     ranked = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": passed})
-    started = time.perf_counter_ns()
-    _post(load.verbs, "/prioritize", ranked, write_size)
-    times["prioritize"] = (time.perf_counter_ns() - started) / 1e6
-    started = time.perf_counter_ns()
-    _post(load.verbs, "/bench/constant", body, write_size)
-    times["constant"] = (time.perf_counter_ns() - started) / 1e6
+    for verb, path, sent in (
+        ("prioritize", "/prioritize", ranked),
+        ("constant", "/bench/constant", body),
+    ):
+        _, ms, split = _timed(load.verbs, path, sent, write_size)
+        times[verb] = (ms, split)
     meta = pod["metadata"]
     load.to_bind = (meta["name"], meta["uid"], passed[index % len(passed)]) if passed else None
     return times
@@ -645,26 +652,44 @@ def _print_loaded(rows: list[Row], *, with_tree: bool, with_scenario: bool) -> N
         f"blocks of {LOAD_BLOCK} rounds, idle and loaded alternating; loaded: the pod before "
         "is bound meanwhile (Binding POST, two pod watch events)"
     )
+    split = [r for r in rows if r["server_p50_us"] is not None]
+    if split:
+        print(
+            "\nwhere the round trip goes, medians in µs, from schedext's timing headers: before "
+            "its event loop read the request (sending, the kernel, and waiting for the loop to "
+            "finish what it was doing), in schedext (first read to answer handed to the "
+            "socket), after (the kernel, this client reading the answer)"
+        )
+        print(
+            f"{tree_header}{scenario_header}{'verb':<11}{'nodes':>6}{'state':>8}{'before':>8}"
+            f"{'schedext':>10}{'after':>8}{'round trip':>12}"
+        )
+        for r in split:
+            tree = f"{r['tree']:<10}" if with_tree else ""
+            scenario = f"{r['scenario']:<9}" if with_scenario else ""
+            print(
+                f"{tree}{scenario}{r['verb']:<11}{r['nodes']:>6}{r['state']:>8}"
+                f"{r['before_p50_us']:>8.0f}{r['server_p50_us']:>10.0f}{r['after_p50_us']:>8.0f}"
+                f"{r['p50_ms'] * 1000:>12.0f}"
+            )
     staged = [r for r in rows if r["verb"] != "constant" and r["total_mean_us"] is not None]
     if staged:
         print(
-            "\nwhere the mean round trip goes, µs: schedext's schedext_request_stage_seconds "
-            "(from the event loop's first read of the request), and outside it (the round "
-            "trip's mean less the total: the client, the kernel, and the wait before the event "
-            "loop reads the request)"
+            "\nin schedext, means in µs, from its schedext_request_stage_seconds: the body "
+            "(first read to last byte read), queue (to the handler's start), handler (to the "
+            "answer handed to the socket), total"
         )
         print(
             f"{tree_header}{scenario_header}{'verb':<11}{'nodes':>6}{'state':>8}"
-            f"{'body':>8}{'queue':>8}{'handler':>9}{'total':>8}{'outside':>9}{'round trip':>12}"
+            f"{'body':>8}{'queue':>8}{'handler':>9}{'total':>8}"
         )
         for r in staged:
             tree = f"{r['tree']:<10}" if with_tree else ""
             scenario = f"{r['scenario']:<9}" if with_scenario else ""
-            outside = r["mean_ms"] * 1000 - r["total_mean_us"]
             print(
                 f"{tree}{scenario}{r['verb']:<11}{r['nodes']:>6}{r['state']:>8}"
                 f"{r['body_mean_us']:>8.1f}{r['queue_mean_us']:>8.1f}{r['handler_mean_us']:>9.1f}"
-                f"{r['total_mean_us']:>8.1f}{outside:>9.1f}{r['mean_ms'] * 1000:>12.1f}"
+                f"{r['total_mean_us']:>8.1f}"
             )
     if with_tree:
         baseline = {
@@ -914,6 +939,13 @@ def _post(conn: http.client.HTTPConnection, path: str, body: bytes, write_size: 
     """POST ``body`` and read the answer. ``write_size``: send the request in writes of that
     many bytes, the head with the body's first bytes, as Go's HTTP client (kube-scheduler's)
     writes through its 4 KiB buffer; 0: all in one write."""
+    return _exchange(conn, path, body, write_size)[0]
+
+
+def _exchange(
+    conn: http.client.HTTPConnection, path: str, body: bytes, write_size: int = 0
+) -> tuple[bytes, http.client.HTTPResponse]:
+    """:func:`_post`, with the response (its headers) too."""
     if not write_size:
         conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
     else:
@@ -929,7 +961,28 @@ def _post(conn: http.client.HTTPConnection, path: str, body: bytes, write_size: 
     data = response.read()
     if response.status != 200:
         raise RuntimeError(f"{path} answered {response.status}: {data[:200]!r}")
-    return data
+    return data, response
+
+
+Split = tuple[float, float, float]  # µs: before the server read it, in the server, after
+
+
+def _timed(
+    conn: http.client.HTTPConnection, path: str, body: bytes, write_size: int
+) -> tuple[bytes, float, Split | None]:
+    """The answer, the round trip (ms), and where the server's timing headers (schedext with
+    the benchmark endpoints: app.routes.verbs.timing_headers) put its parts. Both sides read
+    the same monotonic clock."""
+    sent = time.perf_counter()
+    data, response = _exchange(conn, path, body, write_size)
+    received = time.perf_counter()
+    read = response.getheader("x-schedext-read")
+    answered = response.getheader("x-schedext-answered")
+    split = None
+    if read is not None and answered is not None:
+        at_read, at_answer = float(read), float(answered)
+        split = ((at_read - sent) * 1e6, (at_answer - at_read) * 1e6, (received - at_answer) * 1e6)
+    return data, (received - sent) * 1000, split
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:

@@ -42,6 +42,7 @@ __all__ = [
     "answer_now",
     "refuse",
     "routes",
+    "timing_headers",
 ]
 
 log = logging.getLogger("schedext.verbs")
@@ -65,6 +66,17 @@ BODY_READ = "schedext.body_read"
 # Set by the protocol on a bind whose body is in: called once its plan is made (its GPUs
 # reserved), so that filters read after it and answered in place do not pass it by.
 PLANNED = "schedext.planned"
+
+
+def timing_headers(read: float) -> list[tuple[bytes, bytes]]:
+    """With the benchmark endpoints, every verb's answer says when its request was first read
+    and when the answer was handed to the socket (``perf_counter``, the system's monotonic
+    clock on Linux): with its own send and receive times, a benchmark on the same machine
+    tells the wait before the event loop read the request from the time after the answer."""
+    return [
+        (b"x-schedext-read", repr(read).encode()),
+        (b"x-schedext-answered", repr(perf_counter()).encode()),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +310,7 @@ class VerbEndpoints:
         self._app = app
         self._service = service
         self._routes = routes(prefix, bench=bench)
+        self._bench = bench
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         verb = self._routes.get(scope["path"]) if scope["type"] == "http" else None
@@ -312,9 +325,11 @@ class VerbEndpoints:
             status, payload = 405, wire.error_body(f"{scope['method']} not allowed: use POST")
             headers.append((b"allow", b"POST"))
         headers.append((b"content-length", str(len(payload)).encode()))
+        read = scope.get(READ)
+        if self._bench and read is not None:
+            headers += timing_headers(read)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
-        read = scope.get(READ)
         if handling is not None and read is not None and verb.measured:
             self._service.metrics.stages(
                 verb.name,

@@ -414,3 +414,23 @@ def test_mtls_answers_in_place_under_tls(tmp_path: Path) -> None:
 def _one_shot(server: RunningServer, path: str, body: bytes) -> bytes:
     with server.client() as client:
         return client.post(path, content=body).content
+
+
+@pytest.mark.parametrize("bench", [True, False], ids=["bench endpoints", "plain"])
+def test_timing_headers_come_with_the_benchmark_endpoints_only(serve: Serve, bench: bool) -> None:
+    """On both paths: when the request was first read and its answer handed to the socket,
+    on this machine's monotonic clock (the benchmark's client reads the same)."""
+    server = serve(settings={"server": {"bench_endpoints": bench}})
+    with server.client() as client:
+        paths = [("/filter", FILTER), ("/filter?via=asgi", FILTER), ("/preempt", PREEMPT)]
+        for path, body in paths:
+            sent = time.perf_counter()
+            answer = client.post(path, content=body)
+            received = time.perf_counter()
+            if not bench:
+                assert "x-schedext-read" not in answer.headers
+                continue
+            read = float(answer.headers["x-schedext-read"])
+            answered = float(answer.headers["x-schedext-answered"])
+            assert sent < read <= answered < received, path
+    assert server.asgi == ["/filter", "/preempt"]
