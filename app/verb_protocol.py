@@ -20,9 +20,11 @@ metrics and logs are the ASGI path's (:func:`~app.routes.verbs.answer_now` share
 A request is handed to uvicorn's own path, and so to the ASGI app, as if this protocol had not
 looked at it, whenever it is not the plain case: another method or path (a query string
 included), ``Expect: 100-continue``, an upgrade, a declared length over the limit, a request
-pipelined behind one still being answered (answers keep their order), a client not reading its
-answers, a replica not ready (whose answers close the connection), a body that grows past the
-limit, and a filter that must wait for victims (``VictimWaits.needed``). A body too slow to
+pipelined behind one still being answered (answers keep their order) or after one that closed
+the connection, a client not reading its answers, a replica not ready (whose answers close the
+connection), a body that grows past the limit, a filter that must wait for victims
+(``VictimWaits.needed``), and a filter or prioritize read while a bind read before it is not
+yet planned (see :class:`_BindsInFlight`). A body too slow to
 arrive is answered here as the ASGI path would (408, or filter's 200 with the error), and so
 is a client that leaves mid-body (counted as rejected). TLS sits under the protocol, so mTLS
 is unchanged.
@@ -92,8 +94,8 @@ class _BindsInFlight:
     A bind read before a filter is planned before it on the ASGI path (its task is ahead in
     the event loop's queue), so that the filter sees the GPUs it reserves; kube-scheduler
     binds one pod while it filters the next. A filter answered in place would pass it by:
-    while one is waiting, filters take the ASGI path too. A bind is forgotten once planned
-    (``PLANNED`` in its scope, called by the verbs) or answered without a plan."""
+    while one is waiting, filter and prioritize take the ASGI path too. A bind is forgotten
+    once planned (``PLANNED`` in its scope, called by the verbs) or answered without a plan."""
 
     def __init__(self) -> None:
         self._cycles: set[RequestResponseCycle] = set()
@@ -240,6 +242,7 @@ class VerbProtocol(HttpToolsProtocol):
             or (self.cycle is not None and not self.cycle.response_complete)
             or self.pipeline
             or self.flow.write_paused
+            or self.transport.is_closing()  # pipelined after a "Connection: close"
             or self.limit_concurrency is not None
         ):
             return None

@@ -262,6 +262,19 @@ def test_an_http_1_0_request_is_answered_and_its_connection_closed(
     assert server.asgi == []
 
 
+def test_a_request_pipelined_after_connection_close_gets_no_answer(
+    serve: Serve, connect: Any
+) -> None:
+    server = serve()
+    sock, reader = connect(server)
+    closing = request("/filter", FILTER, headers="Connection: close\r\n")
+    sock.sendall(closing + request("/filter", FILTER))
+    answer = reader.next()
+    assert answer.status == 200
+    assert answer.headers["connection"] == "close"
+    assert reader.closed()
+
+
 def test_expect_100_continue_is_left_to_uvicorn(serve: Serve, connect: Any) -> None:
     server = serve()
     sock, reader = connect(server)
