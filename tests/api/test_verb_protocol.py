@@ -182,10 +182,14 @@ def test_the_access_log_has_the_line_of_an_answer_in_place(
     collect = logging.Handler()
     collect.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
     monkeypatch.setattr(access, "handlers", [collect])
-    monkeypatch.setattr(access, "level", logging.INFO)
-    app = create_app(load_settings())
-    with running(app, access_log=True) as server, server.client() as client:
-        client.post("/filter", content=FILTER)
+    level = access.level
+    access.setLevel(logging.INFO)  # not the attribute alone: the logger caches its levels
+    try:
+        app = create_app(load_settings())
+        with running(app, access_log=True) as server, server.client() as client:
+            client.post("/filter", content=FILTER)
+    finally:
+        access.setLevel(level)
     assert len(lines) == 1
     assert lines[0].endswith('"POST /filter HTTP/1.1" 200')
     assert server.asgi == []
