@@ -204,9 +204,17 @@ class StandIn:
     the kubeconfig that points schedext at it."""
 
     def __init__(
-        self, cluster: Path, template: Path, workdir: Path, *, name: str, delay_ms: float = 0.0
+        self,
+        cluster: Path,
+        template: Path,
+        workdir: Path,
+        *,
+        name: str,
+        delay_ms: float = 0.0,
+        events_per_bind: int = 2,
     ) -> None:
         self.cluster, self.template, self.delay_ms = cluster, template, delay_ms
+        self.events_per_bind = events_per_bind
         self.kubeconfig = workdir / f"{name}-kubeconfig.yaml"
         self.log = workdir / f"{name}-standin.log"
         self.port = _free_port()
@@ -216,6 +224,7 @@ class StandIn:
             sys.executable, "-m", "loadtests.standin", "--cluster", str(self.cluster),
             "--template", str(self.template), "--port", str(self.port),
             "--binding-delay-ms", str(self.delay_ms),
+            "--events-per-bind", str(self.events_per_bind),
         ]  # fmt: skip
         self._log = self.log.open("wb")
         # this module, this interpreter, arguments built here
