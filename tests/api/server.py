@@ -44,7 +44,11 @@ class _Counted:
 
 @contextmanager
 def running(app: FastAPI, **uvicorn_config: Any) -> Iterator[RunningServer]:
-    """``uvicorn_config``: more of uvicorn's Config (TLS: ``ServerSettings.uvicorn_tls()``)."""
+    """``uvicorn_config``: more of uvicorn's Config (TLS: ``ServerSettings.uvicorn_tls()``).
+    schedext's app is served by its own protocol, as `schedext serve` serves it; an app
+    without a service (a page's test double) by uvicorn's."""
+    service = getattr(app.state, "service", None)
+    protocol = protocol_for(service) if service is not None else "httptools"
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it every response waits out a delayed ACK (about 40 ms a request).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -57,7 +61,7 @@ def running(app: FastAPI, **uvicorn_config: Any) -> Iterator[RunningServer]:
         **{
             "log_config": None,
             "access_log": False,
-            "http": protocol_for(app.state.service),  # as `schedext serve` runs it
+            "http": protocol,
             "loop": "asyncio",
             "lifespan": "on",
             **uvicorn_config,
