@@ -162,6 +162,7 @@ def _run(settings: Settings) -> int:
     import uvicorn  # noqa: PLC0415 (keep `schedext --help` fast)
 
     from app.main import create_app, live_cluster_configured  # noqa: PLC0415
+    from app.verb_protocol import protocol_for  # noqa: PLC0415
 
     try:
         app = create_app(settings)
@@ -190,7 +191,8 @@ def _run(settings: Settings) -> int:
             log_config=None,
             access_log=settings.server.access_log,
             workers=1,  # the inventory lives in this process; HA comes from leader election
-            http="httptools",
+            # uvicorn's httptools protocol, answering filter and prioritize in place
+            http=protocol_for(service),
             loop="uvloop",
             server_header=False,
             # No proxy sits in front of schedext: X-Forwarded-* from a loopback peer must not

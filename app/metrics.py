@@ -21,6 +21,12 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 VERBS = ("filter", "prioritize", "preempt", "bind")
 # Filter and prioritize sit on kube-scheduler's serial path: resolve sub-millisecond times.
 _BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# A verb request's way through the server (see Metrics.stages): tens of microseconds matter.
+STAGES = ("body", "queue", "handler", "total")
+_STAGE_BUCKETS = (
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0, 10.0,
+)  # fmt: skip
 
 
 class Metrics:
@@ -31,6 +37,16 @@ class Metrics:
             "Time to answer an extender verb, from body read to encoded answer.",
             ["verb"],
             buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self._stages = Histogram(
+            "schedext_request_stage_seconds",
+            "A verb request's way through the server, from the event loop's first read of it: "
+            "body (until its last byte is read), queue (from there until its handler starts: "
+            "the hop to the handler and whatever else the event loop runs first), handler "
+            "(until the answer is handed to the socket) and total (first read to answer).",
+            ["verb", "stage"],
+            buckets=_STAGE_BUCKETS,
             registry=self.registry,
         )
         self._decisions = Counter(
@@ -94,6 +110,9 @@ class Metrics:
         self._watch_progress: dict[str, float] = {}
         # Label children resolved once: .labels() costs a lock and a dict lookup per call.
         self._verb_latency = {verb: self._latency.labels(verb) for verb in VERBS}
+        self._verb_stages = {
+            verb: tuple(self._stages.labels(verb, stage) for stage in STAGES) for verb in VERBS
+        }
         self._node_outcomes = {
             outcome: self._filtered_nodes.labels(outcome)
             for outcome in ("fits", "busy", "unresolvable")
@@ -109,6 +128,18 @@ class Metrics:
     def observe(self, verb: str, outcome: str, seconds: float) -> None:
         self._verb_latency[verb].observe(seconds)
         self._decision_counts.get(verb, outcome).inc()
+
+    def stages(
+        self, verb: str, *, read: float, body_read: float, handling: float, written: float
+    ) -> None:
+        """One request's stages (``schedext_request_stage_seconds``), from the
+        ``perf_counter`` times of its first read, its last body byte read, its handler's start
+        and its answer handed to the socket."""
+        body, queue, handler, total = self._verb_stages[verb]
+        body.observe(body_read - read)
+        queue.observe(handling - body_read)
+        handler.observe(written - handling)
+        total.observe(written - read)
 
     def mode(self, verb: str, *, names_only: bool) -> None:
         self._mode_counts.get(verb, "names" if names_only else "nodes").inc()

@@ -37,6 +37,13 @@ class VictimWaits:
             self._changed.set()
             self._changed = asyncio.Event()
 
+    def needed(self, scheduler: Scheduler, pod: JSONObject, node_names: Sequence[str]) -> bool:
+        """Whether :meth:`wait` would wait: when not, filter can be answered at once, without
+        a task (app.verb_protocol)."""
+        if self._bound_s <= 0:
+            return False  # waiting is switched off
+        return bool(scheduler.awaited_victims(pod, node_names, self._clock()))
+
     async def wait(self, scheduler: Scheduler, pod: JSONObject, node_names: Sequence[str]) -> None:
         """Return once the inventory holds none of the victims ``pod`` awaits on
         ``node_names``, or after the bound; filter then judges the nodes as usual."""

@@ -23,9 +23,23 @@ timed for both, in alternating batches. Both servers share one CPU, and so do bo
 on a shared machine two CPUs can differ in speed for minutes. It then also prints, per size,
 this tree's p50 over the baseline's.
 
+With ``--load`` the servers run as in a throughput run instead, against a stand-in API server
+each (``loadtests/standin.py``: list+watch of the same cluster, Bindings answered), and
+every round's pod is a new one (``load-pod-N``, the ``--pod`` shape): filter, prioritize
+with filter's answer, then the constant answer. Rounds come in blocks, idle and loaded
+alternating. A loaded round first binds the pod filtered in the round before, on a connection
+of its own, and does not wait for the answer: kube-scheduler binds pod N while it schedules
+pod N+1, its filter call coming after its own filter plugins (``--bind-lead-ms`` later). The
+stand-in answers the Binding after ``--binding-delay-ms`` (kube-apiserver's write), then sends
+two pod watch events (the pod bound, another created). That bind, its Binding POST and answer
+and those events share schedext's event loop with the rounds' requests. It prints each verb's
+round trip idle and loaded, and where schedext's own ``schedext_request_stage_seconds``
+(scraped around every block) says the time went.
+
     python -m loadtests.bench --nodes 100,1000,5000 --rounds 2000
     python -m loadtests.bench --nodes 5000 --rounds 1000 --baseline ../schedext-before
     python -m loadtests.bench --nodes 5000 --rounds 2000 --scenarios whole,shares
+    python -m loadtests.bench --nodes 1000 --rounds 1000 --pod any --load
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ import http.client
 import json
 import os
 import random
+import re
 import select
 import socket
 import subprocess
@@ -43,7 +58,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +66,7 @@ import numpy as np
 import orjson
 
 from loadtests import payloads
+from loadtests.standin import StandIn, load_pod
 
 ROOT = Path(__file__).resolve().parents[1]  # this tree
 CORE_SCRIPT = Path(__file__).resolve().with_name("corebench.py")
@@ -69,6 +85,11 @@ PODS = {
 SHARE_POD = payloads.make_share_pod("bench-pod", uid="bench-pod-uid")
 Row = dict[str, Any]
 Arm = tuple[str, str]  # (tree, scenario): one server, one core process
+IDLE, LOADED = "idle", "loaded"
+LOAD_VERBS = ("filter", "prioritize", "constant")  # a load round's requests, in this order
+LOAD_BLOCK = 20  # rounds per block, idle and loaded blocks alternating; the first settles
+STAGES = ("body", "queue", "handler", "total")
+BIND_CONNECTIONS = 4  # binds in flight at most, each on a connection of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"this tree: {_describe(ROOT)}; baseline: {_describe(args.baseline)}{on_cpu}")
     elif len(scenarios) > 1:
         print(f"scenarios: {', '.join(scenarios)}{on_cpu}")
+    if args.load:
+        return _main_loaded(args, sizes, trees, cpu)
     results: list[Row] = []
     for size in sizes:
         rows = _bench_size(
@@ -121,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rounds=args.rounds,
             warmup=args.warmup,
             cpu=cpu,
+            write_size=args.write_size,
         )
         results.extend(rows)
     _print(results, with_tree=len(trees) > 1, with_scenario=len(scenarios) > 1)
@@ -164,6 +188,37 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="another checkout of schedext (e.g. a git worktree of an earlier commit): its "
         "server alternates with this tree's, round by round, for before/after figures",
+    )
+    parser.add_argument(
+        "--write-size",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="send each verb request in writes of this many bytes, as kube-scheduler's Go "
+        "client does (4096: its buffer); default: one write",
+    )
+    parser.add_argument(
+        "--load",
+        action="store_true",
+        help="serve as in a throughput run, against a stand-in API server, and measure each "
+        "verb idle and while the pod before is being bound (its Binding POST and pod watch "
+        "events on the same event loop), side by side; the core is not timed",
+    )
+    parser.add_argument(
+        "--bind-lead-ms",
+        type=float,
+        default=0.5,
+        metavar="MS",
+        help="with --load: how long before the round's filter its bind is sent: kube-scheduler "
+        "runs its own filter plugins in between (default %(default)s; 0: right behind it)",
+    )
+    parser.add_argument(
+        "--binding-delay-ms",
+        type=float,
+        default=2.0,
+        metavar="MS",
+        help="with --load: how long the stand-in API server takes to answer a Binding, as "
+        "kube-apiserver writing it to etcd (default %(default)s)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     return parser
@@ -223,6 +278,7 @@ def _bench_size(
     rounds: int,
     warmup: int,
     cpu: int | None,
+    write_size: int = 0,
 ) -> list[Row]:
     """Every tree's server on every workload, their rounds interleaved; then the cores."""
     arms: list[Arm] = [(tree, w.scenario) for w in workloads for tree in trees]
@@ -259,7 +315,7 @@ def _bench_size(
             }
             for w in workloads
         }
-        samples = _rounds(conns, bodies, rounds=rounds, warmup=warmup)
+        samples = _rounds(conns, bodies, rounds=rounds, warmup=warmup, write_size=write_size)
     # the cores after the servers are gone, so that they take no CPU from them
     core = _core_times(
         trees,
@@ -286,6 +342,7 @@ def _rounds(
     *,
     rounds: int,
     warmup: int,
+    write_size: int = 0,
 ) -> dict[Arm, dict[str, list[float]]]:
     """ms per request, per arm (tree and scenario) and verb. Within a round every arm gets
     its scenario's bodies, one arm after the other; the order reverses every round, so that
@@ -298,10 +355,369 @@ def _rounds(
         for arm in order if round_ % 2 == 0 else reversed(order):
             for verb in VERBS:
                 started = time.perf_counter_ns()
-                _post(conns[arm], paths[verb], bodies[arm[1]][verb][k])
+                _post(conns[arm], paths[verb], bodies[arm[1]][verb][k], write_size)
                 if round_ >= warmup:
                     samples[arm][verb].append((time.perf_counter_ns() - started) / 1e6)
     return samples
+
+
+# ---------------------------------------------------------------------------------------------
+# --load: idle and loaded rounds, side by side
+# ---------------------------------------------------------------------------------------------
+
+
+def _main_loaded(
+    args: argparse.Namespace, sizes: list[int], trees: dict[str, Path], cpu: int | None
+) -> int:
+    # The servers on a CPU of their own where they can be (schedext has a core to itself in a
+    # throughput run on a large machine), the stand-ins and this client on the others.
+    server_cpu = cpu if cpu is not None else _shared_cpu()
+    results: list[Row] = []
+    for size in sizes:
+        workloads = [Workload.build(s, size, PODS[args.pod]) for s in args.scenarios]
+        results.extend(
+            _bench_size_loaded(
+                size,
+                workloads,
+                trees,
+                rounds=args.rounds,
+                warmup=args.warmup,
+                cpu=server_cpu,
+                write_size=args.write_size,
+                lead_s=args.bind_lead_ms / 1000,
+                delay_ms=args.binding_delay_ms,
+            )
+        )
+    _print_loaded(results, with_tree=len(trees) > 1, with_scenario=len(args.scenarios) > 1)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+@dataclass(slots=True)
+class _LoadArm:
+    """One server under load: its connections (the verbs; binds; scrapes) and what its
+    rounds measured."""
+
+    workload: Workload
+    standin: StandIn
+    verbs: http.client.HTTPConnection
+    binds: list[http.client.HTTPConnection]  # used in turn; each answer read before reuse
+    scrapes: http.client.HTTPConnection
+    samples: dict[str, dict[str, list[float]]]
+    splits: dict[str, dict[str, list[Split]]]  # state -> verb -> each round trip's parts
+    stages: dict[str, dict[tuple[str, str], list[float]]]  # state -> (verb, stage) -> sum, n
+    to_bind: tuple[str, str, str] | None = None  # the pod filtered last: name, uid, node
+    bind_failures: int = 0
+    binds_sent: int = 0
+    unread: set[int] = field(default_factory=set)  # binds whose answer is still to read
+
+    def send_bind(self, name: str, uid: str, node: str) -> None:
+        """On the next bind connection, its answer left to read later (kube-scheduler does
+        not wait for a bind before it schedules the next pod)."""
+        turn = self.binds_sent % len(self.binds)
+        self.read_bind(turn)
+        args = {"PodName": name, "PodNamespace": "ml", "PodUID": uid, "Node": node}
+        self.binds[turn].request(
+            "POST", "/bind", body=orjson.dumps(args), headers={"Content-Type": "application/json"}
+        )
+        self.unread.add(turn)
+        self.binds_sent += 1
+
+    def read_bind(self, turn: int) -> None:
+        if turn not in self.unread:
+            return
+        self.unread.discard(turn)
+        response = self.binds[turn].getresponse()
+        if response.status != 200 or orjson.loads(response.read())["Error"]:
+            self.bind_failures += 1
+
+    def read_binds(self) -> None:
+        for turn in list(self.unread):
+            self.read_bind(turn)
+
+
+def _bench_size_loaded(
+    size: int,
+    workloads: list[Workload],
+    trees: dict[str, Path],
+    *,
+    rounds: int,
+    warmup: int,
+    cpu: int | None,
+    write_size: int,
+    lead_s: float,
+    delay_ms: float,
+) -> list[Row]:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        workdir = Path(tmp)
+        arms: dict[Arm, _LoadArm] = {}
+        for workload in workloads:
+            cluster = workdir / f"{workload.scenario}.json"
+            cluster.write_bytes(orjson.dumps(workload.cluster))
+            template = workdir / f"{workload.scenario}-pod.json"
+            template.write_bytes(orjson.dumps(workload.pod))
+            for tree, root in trees.items():
+                name = f"{tree}-{workload.scenario}"
+                with _pinned_away(cpu):  # off the servers' CPU, as the API server would be
+                    standin = stack.enter_context(
+                        StandIn(cluster, template, workdir, name=name, delay_ms=delay_ms)
+                    )
+                server = stack.enter_context(
+                    _Server(None, workdir / f"{name}.log", root, cpu, kubeconfig=standin.kubeconfig)
+                )
+                verbs, scrapes, *binds = (
+                    stack.enter_context(
+                        contextlib.closing(
+                            http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+                        )
+                    )
+                    for _ in range(2 + BIND_CONNECTIONS)
+                )
+                arms[(tree, workload.scenario)] = _LoadArm(
+                    workload,
+                    standin,
+                    verbs,
+                    binds,
+                    scrapes,
+                    samples={s: {v: [] for v in LOAD_VERBS} for s in (IDLE, LOADED)},
+                    splits={s: {v: [] for v in LOAD_VERBS} for s in (IDLE, LOADED)},
+                    stages={IDLE: {}, LOADED: {}},
+                )
+        with _pinned_away(cpu):
+            _load_rounds(arms, rounds=rounds, warmup=warmup, write_size=write_size, lead_s=lead_s)
+        stats = {arm: load.standin.stats() for arm, load in arms.items()}
+    rows: list[Row] = []
+    for (tree, scenario), load in arms.items():
+        for state in (IDLE, LOADED):
+            for verb, values in load.samples[state].items():
+                stages = {
+                    f"{stage}_mean_us": _stage_mean(load.stages[state], verb, stage)
+                    for stage in STAGES
+                }
+                split = load.splits[state][verb]
+                parts = np.median(np.array(split), axis=0).tolist() if split else [None] * 3
+                names = ("before_p50_us", "server_p50_us", "after_p50_us")
+                stages |= dict(zip(names, parts, strict=True))
+                rows.append(
+                    {
+                        "verb": verb,
+                        "nodes": size,
+                        "state": state,
+                        **_percentiles(values),
+                        "mean_ms": float(np.mean(values)),
+                        **stages,
+                        "tree": tree,
+                        "scenario": scenario,
+                        "bind_failures": load.bind_failures,
+                        "standin": stats[(tree, scenario)],
+                    }
+                )
+    idle = {(r["tree"], r["scenario"], r["verb"]): r for r in rows if r["state"] == IDLE}
+    for row in rows:
+        if row["state"] == LOADED:
+            before = idle[(row["tree"], row["scenario"], row["verb"])]
+            row["p50_vs_idle"] = row["p50_ms"] / before["p50_ms"]
+            row["p99_vs_idle"] = row["p99_ms"] / before["p99_ms"]
+    return rows
+
+
+def _load_rounds(
+    arms: dict[Arm, _LoadArm], *, rounds: int, warmup: int, write_size: int, lead_s: float
+) -> None:
+    """Blocks of LOAD_BLOCK rounds, idle and loaded alternating, until each state has at
+    least ``rounds`` measured rounds after ``warmup`` unmeasured ones. Each arm (server) runs
+    the block in turn, the order reversing every block, so that one server's trailing work
+    (the watch events of its last bind) falls into another's first round, which, as every
+    block's first round, is not measured. schedext's stage histograms are scraped after that
+    round and at the block's end, so that their difference is the measured rounds'."""
+    order = list(arms)
+    counts = {IDLE: 0, LOADED: 0}
+    start = 0  # the block's first pod: load-pod-<start>
+    for block in range(1_000_000):
+        if min(counts.values()) >= rounds:
+            break
+        state = LOADED if block % 2 else IDLE
+        measured = start >= warmup
+        for arm in order if block % 2 == 0 else reversed(order):
+            load = arms[arm]
+            for i in range(LOAD_BLOCK):
+                if measured and i == 1:
+                    before = _scrape_stages(load.scrapes)
+                times = _load_round(
+                    load, start + i, loaded=state == LOADED, write_size=write_size, lead_s=lead_s
+                )
+                if measured and i > 0:
+                    for verb, (ms, split) in times.items():
+                        load.samples[state][verb].append(ms)
+                        if split is not None:
+                            load.splits[state][verb].append(split)
+            load.read_binds()  # all answered before the next block (the next server's)
+            if measured:
+                sums = load.stages[state]
+                for key, (total, count) in _scrape_stages(load.scrapes).items():
+                    was = before.get(key, (0.0, 0.0))
+                    into = sums.setdefault(key, [0.0, 0.0])
+                    into[0] += total - was[0]
+                    into[1] += count - was[1]
+        if measured:
+            counts[state] += LOAD_BLOCK - 1
+        start += LOAD_BLOCK
+
+
+def _load_round(
+    load: _LoadArm, index: int, *, loaded: bool, write_size: int, lead_s: float
+) -> dict[str, tuple[float, Split | None]]:
+    """One pod's filter, prioritize (with filter's answer) and the constant answer: each one's
+    round trip (ms) and its parts; in a loaded round, the pod before is bound meanwhile."""
+    workload = load.workload
+    pod = load_pod(workload.pod, index)
+    body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": workload.orders[index % VARIANTS]})
+    if loaded and load.to_bind is not None:
+        load.send_bind(*load.to_bind)
+        if lead_s > 0:
+            time.sleep(lead_s)
+    times: dict[str, tuple[float, Split | None]] = {}
+    answer, ms, split = _timed(load.verbs, "/filter", body, write_size)
+    times["filter"] = (ms, split)
+    passed = orjson.loads(answer)["NodeNames"]
+    ranked = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": passed})
+    for verb, path, sent in (
+        ("prioritize", "/prioritize", ranked),
+        ("constant", "/bench/constant", body),
+    ):
+        _, ms, split = _timed(load.verbs, path, sent, write_size)
+        times[verb] = (ms, split)
+    meta = pod["metadata"]
+    load.to_bind = (meta["name"], meta["uid"], passed[index % len(passed)]) if passed else None
+    return times
+
+
+_SAMPLE = re.compile(rb"^schedext_request_stage_seconds_(sum|count)\{([^}]*)\} (\S+)$", re.M)
+_LABEL = re.compile(rb'(\w+)="([^"]*)"')
+
+
+def _scrape_stages(conn: http.client.HTTPConnection) -> dict[tuple[str, str], tuple[float, float]]:
+    """schedext_request_stage_seconds: (sum, count) per (verb, stage); empty for a tree
+    without it."""
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read()
+    found: dict[tuple[str, str], list[float]] = {}
+    for kind, labels, value in _SAMPLE.findall(text):
+        named = {k.decode(): v.decode() for k, v in _LABEL.findall(labels)}
+        entry = found.setdefault((named["verb"], named["stage"]), [0.0, 0.0])
+        entry[0 if kind == b"sum" else 1] = float(value)
+    return {key: (total, count) for key, (total, count) in found.items()}
+
+
+def _stage_mean(sums: dict[tuple[str, str], list[float]], verb: str, stage: str) -> float | None:
+    total, count = sums.get((verb, stage), (0.0, 0.0))
+    return total / count * 1e6 if count else None
+
+
+@contextlib.contextmanager
+def _pinned_away(cpu: int | None) -> Iterator[None]:
+    """This process (the client) off ``cpu``, the servers', where there are others."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    others = before - {cpu}
+    if others:
+        os.sched_setaffinity(0, others)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _print_loaded(rows: list[Row], *, with_tree: bool, with_scenario: bool) -> None:
+    tree_header = f"{'tree':<10}" if with_tree else ""
+    scenario_header = f"{'scenario':<9}" if with_scenario else ""
+    header = (
+        f"{tree_header}{scenario_header}{'verb':<11}{'nodes':>6}{'state':>8}{'p50 ms':>9}"
+        f"{'p90 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'p50/idle':>10}{'p99/idle':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        tree = f"{r['tree']:<10}" if with_tree else ""
+        scenario = f"{r['scenario']:<9}" if with_scenario else ""
+        ratios = f"{r['p50_vs_idle']:>9.2f}x{r['p99_vs_idle']:>9.2f}x" if "p50_vs_idle" in r else ""
+        print(
+            f"{tree}{scenario}{r['verb']:<11}{r['nodes']:>6}{r['state']:>8}{r['p50_ms']:>9.3f}"
+            f"{r['p90_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['mean_ms']:>9.3f}{ratios}"
+        )
+    print(
+        f"blocks of {LOAD_BLOCK} rounds, idle and loaded alternating; loaded: the pod before "
+        "is bound meanwhile (Binding POST, two pod watch events)"
+    )
+    split = [r for r in rows if r["server_p50_us"] is not None]
+    if split:
+        print(
+            "\nwhere the round trip goes, medians in µs, from schedext's timing headers: before "
+            "its event loop read the request (sending, the kernel, and waiting for the loop to "
+            "finish what it was doing), in schedext (first read to answer handed to the "
+            "socket), after (the kernel, this client reading the answer)"
+        )
+        print(
+            f"{tree_header}{scenario_header}{'verb':<11}{'nodes':>6}{'state':>8}{'before':>8}"
+            f"{'schedext':>10}{'after':>8}{'round trip':>12}"
+        )
+        for r in split:
+            tree = f"{r['tree']:<10}" if with_tree else ""
+            scenario = f"{r['scenario']:<9}" if with_scenario else ""
+            print(
+                f"{tree}{scenario}{r['verb']:<11}{r['nodes']:>6}{r['state']:>8}"
+                f"{r['before_p50_us']:>8.0f}{r['server_p50_us']:>10.0f}{r['after_p50_us']:>8.0f}"
+                f"{r['p50_ms'] * 1000:>12.0f}"
+            )
+    staged = [r for r in rows if r["verb"] != "constant" and r["total_mean_us"] is not None]
+    if staged:
+        print(
+            "\nin schedext, means in µs, from its schedext_request_stage_seconds: the body "
+            "(first read to last byte read), queue (to the handler's start), handler (to the "
+            "answer handed to the socket), total"
+        )
+        print(
+            f"{tree_header}{scenario_header}{'verb':<11}{'nodes':>6}{'state':>8}"
+            f"{'body':>8}{'queue':>8}{'handler':>9}{'total':>8}"
+        )
+        for r in staged:
+            tree = f"{r['tree']:<10}" if with_tree else ""
+            scenario = f"{r['scenario']:<9}" if with_scenario else ""
+            print(
+                f"{tree}{scenario}{r['verb']:<11}{r['nodes']:>6}{r['state']:>8}"
+                f"{r['body_mean_us']:>8.1f}{r['queue_mean_us']:>8.1f}{r['handler_mean_us']:>9.1f}"
+                f"{r['total_mean_us']:>8.1f}"
+            )
+    if with_tree:
+        baseline = {
+            (r["nodes"], r["scenario"], r["state"], r["verb"]): r
+            for r in rows
+            if r["tree"] == BASELINE
+        }
+        print("\nthis / baseline (after / before), p50 and p99:")
+        for r in rows:
+            if r["tree"] != THIS:
+                continue
+            before = baseline[(r["nodes"], r["scenario"], r["state"], r["verb"])]
+            scenario = f"{r['scenario']:<9}" if with_scenario else ""
+            print(
+                f"{scenario}{r['verb']:<11}{r['nodes']:>6}{r['state']:>8}  p50 {r['p50_ms']:.3f} / "
+                f"{before['p50_ms']:.3f} ms = {r['p50_ms'] / before['p50_ms']:.2f}x   p99 "
+                f"{r['p99_ms']:.3f} / {before['p99_ms']:.3f} ms = "
+                f"{r['p99_ms'] / before['p99_ms']:.2f}x"
+            )
+    for (tree, scenario), r in {(r["tree"], r["scenario"]): r for r in rows}.items():
+        stats = r["standin"]
+        line = (
+            f"{tree}/{scenario}: {stats['bindings']} Bindings, {stats['events']} pod watch "
+            f"events, {r['bind_failures']} binds refused"
+        )
+        if stats["unexpected"]:
+            line += f"; the stand-in was asked what it does not serve: {stats['unexpected'][:5]}"
+        print(line)
 
 
 def _warn_if_answers_differ(passed: dict[str, list[list[str]]], scenario: str) -> None:
@@ -525,13 +941,54 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
-def _post(conn: http.client.HTTPConnection, path: str, body: bytes) -> bytes:
-    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+def _post(conn: http.client.HTTPConnection, path: str, body: bytes, write_size: int = 0) -> bytes:
+    """POST ``body`` and read the answer. ``write_size``: send the request in writes of that
+    many bytes, the head with the body's first bytes, as Go's HTTP client (kube-scheduler's)
+    writes through its 4 KiB buffer; 0: all in one write."""
+    return _exchange(conn, path, body, write_size)[0]
+
+
+def _exchange(
+    conn: http.client.HTTPConnection, path: str, body: bytes, write_size: int = 0
+) -> tuple[bytes, http.client.HTTPResponse]:
+    """:func:`_post`, with the response (its headers) too."""
+    if not write_size:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    else:
+        conn.putrequest("POST", path, skip_accept_encoding=True)
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(body)))
+        head = len(b"\r\n".join(conn._buffer)) + 4  # type: ignore[attr-defined]
+        first = max(0, write_size - head)
+        conn.endheaders(message_body=body[:first])
+        for start in range(first, len(body), write_size):
+            conn.send(body[start : start + write_size])
     response = conn.getresponse()
     data = response.read()
     if response.status != 200:
         raise RuntimeError(f"{path} answered {response.status}: {data[:200]!r}")
-    return data
+    return data, response
+
+
+Split = tuple[float, float, float]  # µs: before the server read it, in the server, after
+
+
+def _timed(
+    conn: http.client.HTTPConnection, path: str, body: bytes, write_size: int
+) -> tuple[bytes, float, Split | None]:
+    """The answer, the round trip (ms), and where the server's timing headers (schedext with
+    the benchmark endpoints: app.routes.verbs.timing_headers) put its parts. Both sides read
+    the same monotonic clock."""
+    sent = time.perf_counter()
+    data, response = _exchange(conn, path, body, write_size)
+    received = time.perf_counter()
+    read = response.getheader("x-schedext-read")
+    answered = response.getheader("x-schedext-answered")
+    split = None
+    if read is not None and answered is not None:
+        at_read, at_answer = float(read), float(answered)
+        split = ((at_read - sent) * 1e6, (at_answer - at_read) * 1e6, (received - at_answer) * 1e6)
+    return data, (received - sent) * 1000, split
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -627,20 +1084,31 @@ def _connection(
 
 
 class _Server:
-    """``schedext serve`` of the tree at ``root`` on a snapshot, on a free loopback port, for
-    the benchmark's life."""
+    """``schedext serve`` of the tree at ``root`` on a snapshot (or, with ``kubeconfig``, the
+    cluster it points to), on a free loopback port, for the benchmark's life."""
 
     def __init__(
-        self, snapshot: Path, log: Path, root: Path = ROOT, cpu: int | None = None
+        self,
+        snapshot: Path | None,
+        log: Path,
+        root: Path = ROOT,
+        cpu: int | None = None,
+        *,
+        kubeconfig: Path | None = None,
     ) -> None:
-        self.snapshot, self.log, self.root, self.cpu = snapshot, log, root, cpu
+        self.log, self.root, self.cpu = log, root, cpu
+        self.source = (
+            ["--snapshot", str(snapshot)]
+            if kubeconfig is None
+            else ["--kubeconfig", str(kubeconfig)]
+        )
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
 
     def __enter__(self) -> _Server:
         command = [
-            sys.executable, "-m", "app.cli", "serve", "--snapshot", str(self.snapshot),
+            sys.executable, "-m", "app.cli", "serve", *self.source,
             "--port", str(self.port), "--bench-endpoints", "--log-level", "warning",
         ]  # fmt: skip
         self._log = self.log.open("wb")

@@ -5,7 +5,11 @@ They are served by :class:`VerbEndpoints`, a bare ASGI layer in front of FastAPI
 calls filter and prioritize serially for every pod, and FastAPI's routing, request objects
 and middleware would add a fifth of a millisecond to each call for nothing the verbs use. The
 OpenAPI document still describes them (``app/openapi.py``); every other path goes on to
-FastAPI.
+FastAPI. Filter and prioritize (and the benchmark's constant answer) have a synchronous
+handler too (``_Verb.handle_now``): schedext's HTTP protocol (:mod:`app.verb_protocol`)
+answers them with it inside its parser's callback once the body is in, without an ASGI task,
+and hands them here only when that handler cannot answer at once (filter waiting for
+victims) or the request is unusual (see there).
 
 Errors never surface as FastAPI's 422/500 pages: filter and bind answer HTTP 200 with the
 protocol's ``Error`` field (what kube-scheduler reads), prioritize and preempt a 4xx/5xx
@@ -28,7 +32,18 @@ from app.errors import RequestRejectedError
 from app.service import Service
 from extender.model import FilterVerdict
 
-__all__ = ["VERBS", "VerbEndpoints"]
+__all__ = [
+    "BODY_READ",
+    "PLANNED",
+    "READ",
+    "VERBS",
+    "Verb",
+    "VerbEndpoints",
+    "answer_now",
+    "refuse",
+    "routes",
+    "timing_headers",
+]
 
 log = logging.getLogger("schedext.verbs")
 
@@ -38,8 +53,30 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Handler = Callable[[Service, bytes], Awaitable[tuple[bytes, str]]]
+# Answers at once, or None where it cannot (it would have to wait): the async handler then.
+HandlerNow = Callable[[Service, bytes], tuple[bytes, str] | None]
 
 _HEADERS = [(b"content-type", b"application/json")]
+
+# Scope keys set by the HTTP protocol (app.verb_protocol): the perf_counter times at which the
+# event loop read the request's first bytes and its last body byte. Absent under another
+# server; the stages are then not measured.
+READ = "schedext.read"
+BODY_READ = "schedext.body_read"
+# Set by the protocol on a bind whose body is in: called once its plan is made (its GPUs
+# reserved), so that filters read after it and answered in place do not pass it by.
+PLANNED = "schedext.planned"
+
+
+def timing_headers(read: float) -> list[tuple[bytes, bytes]]:
+    """With the benchmark endpoints, every verb's answer says when its request was first read
+    and when the answer was handed to the socket (``perf_counter``, the system's monotonic
+    clock on Linux): with its own send and receive times, a benchmark on the same machine
+    tells the wait before the event loop read the request from the time after the answer."""
+    return [
+        (b"x-schedext-read", repr(read).encode()),
+        (b"x-schedext-answered", repr(perf_counter()).encode()),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,39 +87,111 @@ class _Verb:
     # The verb's result type has an ``Error`` field: failures answer 200 with it.
     error_in_body: bool
     measured: bool = True  # counted in the verbs' metrics (the benchmark floor is not)
+    handle_now: HandlerNow | None = None  # a verb with no await on its way answers in place
+    # Reserves what the filters after it must see (bind): they are not answered ahead of it.
+    reserves: bool = False
+
+
+Verb = _Verb  # for the HTTP protocol, which answers some verbs itself
+
+
+def routes(prefix: str = "", *, bench: bool = False) -> dict[str, _Verb]:
+    """The verbs by path: ``/<verb>``, also ``<prefix>/<verb>``, and with ``bench`` the
+    benchmark's constant answer."""
+    found = {f"/{name}": verb for name, verb in VERBS.items()}
+    if prefix:
+        found |= {f"{prefix}/{name}": verb for name, verb in VERBS.items()}
+    if bench:
+        found |= _BENCH
+    return found
 
 
 async def _answer(
     service: Service, verb: _Verb, scope: Scope, receive: Receive
-) -> tuple[int, bytes]:
-    """Run the verb on the body and time it; turn every failure into a protocol answer."""
-    started = perf_counter()
-    status = 200
+) -> tuple[int, bytes, float]:
+    """Run the verb on the body and time it; turn every failure into a protocol answer. Also
+    returns when the handler started, the body read."""
+    started = handling = perf_counter()
     try:
-        body = await service.read_body(scope, receive)
+        try:
+            body = await service.read_body(scope, receive)
+        finally:
+            # Nothing awaits from here to the bind's plan: it is as good as made.
+            planned = scope.pop(PLANNED, None)
+            if planned is not None:
+                planned()
+        handling = perf_counter()
         service.require_ready()
         payload, outcome = await verb.handle(service, body)
-    except RequestRejectedError as error:
-        payload, outcome = verb.error_payload(str(error)), "rejected"
-        status = 200 if verb.error_in_body else error.status
+        status = 200
     except Exception as error:  # noqa: BLE001 - kube-scheduler must get an answer, not a trace
-        log.error(
-            "%s failed",
-            verb.name,
-            extra={"verb": verb.name, "error": f"{type(error).__name__}: {error}"},
-        )
-        message = f"schedext internal error in {verb.name} ({type(error).__name__}); see its logs"
-        payload, outcome = verb.error_payload(message), "error"
-        status = 200 if verb.error_in_body else 500
+        status, payload, outcome = _failure(verb, error)
+    if verb.measured:
+        service.metrics.observe(verb.name, outcome, perf_counter() - started)
+    return status, payload, handling
+
+
+def answer_now(service: Service, verb: _Verb, body: bytes) -> tuple[int, bytes] | None:
+    """:func:`_answer` for a body already read, with the verb's synchronous handler: the
+    status and the answer, or None where the verb must wait (then nothing was counted)."""
+    assert verb.handle_now is not None
+    started = perf_counter()
+    try:
+        service.require_ready()
+        answered = verb.handle_now(service, body)
+        if answered is None:
+            return None
+        payload, outcome = answered
+        status = 200
+    except Exception as error:  # noqa: BLE001 - kube-scheduler must get an answer, not a trace
+        status, payload, outcome = _failure(verb, error)
     if verb.measured:
         service.metrics.observe(verb.name, outcome, perf_counter() - started)
     return status, payload
+
+
+def refuse(
+    service: Service, verb: _Verb, error: RequestRejectedError, *, started: float
+) -> tuple[int, bytes]:
+    """A request refused before its body was in (too slow, the client gone), answered and
+    counted as :func:`_answer` does; ``started``: when its body began to be read."""
+    status, payload, outcome = _failure(verb, error)
+    if verb.measured:
+        service.metrics.observe(verb.name, outcome, perf_counter() - started)
+    return status, payload
+
+
+def _failure(verb: _Verb, error: Exception) -> tuple[int, bytes, str]:
+    """A failure as the verb's protocol answers it: status, answer and metrics outcome. A
+    refused request as such; anything else logged in one line, without a traceback."""
+    if isinstance(error, RequestRejectedError):
+        status = 200 if verb.error_in_body else error.status
+        return status, verb.error_payload(str(error)), "rejected"
+    log.error(
+        "%s failed",
+        verb.name,
+        extra={"verb": verb.name, "error": f"{type(error).__name__}: {error}"},
+    )
+    message = f"schedext internal error in {verb.name} ({type(error).__name__}); see its logs"
+    return 200 if verb.error_in_body else 500, verb.error_payload(message), "error"
 
 
 async def _filter(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.extender_args(body)
     service.metrics.mode("filter", names_only=args.nodes is None)
     await service.victims.wait(service.scheduler, args.pod, args.node_names)
+    return _filter_verdict(service, args)
+
+
+def _filter_now(service: Service, body: bytes) -> tuple[bytes, str] | None:
+    args = wire.extender_args(body)
+    if service.victims.needed(service.scheduler, args.pod, args.node_names):
+        return None  # the async handler waits for them
+    service.metrics.mode("filter", names_only=args.nodes is None)
+    return _filter_verdict(service, args)
+
+
+def _filter_verdict(service: Service, args: wire.ExtenderArgs) -> tuple[bytes, str]:
     verdict = service.scheduler.filter(args.pod, args.node_names)
     busy = sum(len(r.nodes) for r in verdict.rejections if r.resolvable)
     unresolvable = sum(len(r.nodes) for r in verdict.rejections if not r.resolvable)
@@ -117,6 +226,10 @@ def _log_filter(args: wire.ExtenderArgs, verdict: FilterVerdict) -> None:
 
 
 async def _prioritize(service: Service, body: bytes) -> tuple[bytes, str]:
+    return _prioritize_now(service, body)
+
+
+def _prioritize_now(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.extender_args(body)
     service.metrics.mode("prioritize", names_only=args.nodes is None)
     scores = service.scheduler.prioritize(args.pod, args.node_names)
@@ -141,7 +254,11 @@ async def _bind(service: Service, body: bytes) -> tuple[bytes, str]:
     return wire.binding_result(outcome.error), outcome.label
 
 
-async def _constant(_service: Service, _body: bytes) -> tuple[bytes, str]:
+async def _constant(service: Service, body: bytes) -> tuple[bytes, str]:
+    return _constant_now(service, body)
+
+
+def _constant_now(_service: Service, _body: bytes) -> tuple[bytes, str]:
     """The latency floor for benchmarks: same server, same path, same body read, no decision."""
     return _CONSTANT_FILTER_ANSWER, "constant"
 
@@ -156,15 +273,29 @@ _CONSTANT_FILTER_ANSWER = orjson.dumps(
     }
 )
 
+# Preempt and bind make API calls (bind) or may (preempt, in time): the ASGI path alone.
 VERBS = {
-    "filter": _Verb("filter", _filter, wire.filter_error, error_in_body=True),
-    "prioritize": _Verb("prioritize", _prioritize, wire.error_body, error_in_body=False),
+    "filter": _Verb(
+        "filter", _filter, wire.filter_error, error_in_body=True, handle_now=_filter_now
+    ),
+    "prioritize": _Verb(
+        "prioritize",
+        _prioritize,
+        wire.error_body,
+        error_in_body=False,
+        handle_now=_prioritize_now,
+    ),
     "preempt": _Verb("preempt", _preempt, wire.error_body, error_in_body=False),
-    "bind": _Verb("bind", _bind, wire.binding_result, error_in_body=True),
+    "bind": _Verb("bind", _bind, wire.binding_result, error_in_body=True, reserves=True),
 }
 _BENCH = {
     "/bench/constant": _Verb(
-        "constant", _constant, wire.filter_error, error_in_body=True, measured=False
+        "constant",
+        _constant,
+        wire.filter_error,
+        error_in_body=True,
+        measured=False,
+        handle_now=_constant_now,
     )
 }
 
@@ -178,11 +309,8 @@ class VerbEndpoints:
     ) -> None:
         self._app = app
         self._service = service
-        self._routes = {f"/{name}": verb for name, verb in VERBS.items()}
-        if prefix:
-            self._routes |= {f"{prefix}/{name}": verb for name, verb in VERBS.items()}
-        if bench:
-            self._routes |= _BENCH
+        self._routes = routes(prefix, bench=bench)
+        self._bench = bench
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         verb = self._routes.get(scope["path"]) if scope["type"] == "http" else None
@@ -190,11 +318,24 @@ class VerbEndpoints:
             await self._app(scope, receive, send)
             return
         headers = list(_HEADERS)
+        handling = None
         if scope["method"] == "POST":
-            status, payload = await _answer(self._service, verb, scope, receive)
+            status, payload, handling = await _answer(self._service, verb, scope, receive)
         else:
             status, payload = 405, wire.error_body(f"{scope['method']} not allowed: use POST")
             headers.append((b"allow", b"POST"))
         headers.append((b"content-length", str(len(payload)).encode()))
+        read = scope.get(READ)
+        if self._bench and read is not None:
+            headers += timing_headers(read)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
+        if handling is not None and read is not None and verb.measured:
+            self._service.metrics.stages(
+                verb.name,
+                read=read,
+                # absent where the answer came before the whole body (too large, too slow)
+                body_read=scope.get(BODY_READ, handling),
+                handling=handling,
+                written=perf_counter(),
+            )

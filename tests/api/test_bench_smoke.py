@@ -171,3 +171,38 @@ def test_api_client_bench_writes_cpu_per_operation_beside_aiohttp(tmp_path: Path
         assert row["kubeapi_us"] > 0
         assert row["aiohttp_us"] > 0
         assert math.isclose(row["ratio"], row["kubeapi_us"] / row["aiohttp_us"])
+
+
+def test_bench_under_load_measures_each_verb_idle_and_loaded(tmp_path: Path) -> None:
+    """--load: schedext against the stand-in API server, binds and watch events between the
+    rounds of every other block; its stage histograms scraped per block."""
+    out = tmp_path / "out.json"
+    result = bench(
+        "--nodes", "100", "--rounds", "100", "--warmup", "0", "--pod", "any", "--load",
+        "--write-size", "4096", "--json", str(out), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "where the round trip goes" in result.stdout
+
+    rows = json.loads(out.read_text())
+    by_key = {(row["state"], row["verb"]): row for row in rows}
+    assert set(by_key) == {(state, verb) for state in ("idle", "loaded") for verb in VERBS}
+    assert len(rows) == len(by_key)
+    for (state, verb), row in by_key.items():
+        assert row["count"] >= 100, (state, verb)
+        assert 0 < row["p50_ms"] <= row["p99_ms"], (state, verb)
+        assert row["bind_failures"] == 0
+        # the Bindings of the loaded blocks, and two pod watch events for each
+        assert row["standin"]["bindings"] >= 100
+        assert row["standin"]["events"] == 2 * row["standin"]["bindings"]
+        assert row["standin"]["unexpected"] == []
+        if verb == "constant":
+            continue  # not a verb schedext measures
+        stages = [row[f"{stage}_mean_us"] for stage in ("body", "queue", "handler", "total")]
+        assert all(value is not None and value >= 0 for value in stages), (state, verb)
+        assert stages[2] <= stages[3]  # the handler within the total
+    for verb in VERBS:
+        loaded = by_key[("loaded", verb)]
+        assert math.isclose(
+            loaded["p50_vs_idle"], loaded["p50_ms"] / by_key[("idle", verb)]["p50_ms"]
+        )

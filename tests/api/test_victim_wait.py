@@ -148,6 +148,7 @@ def test_filter_waits_for_the_watch_to_show_the_victims_gone(
         assert answer["FailedNodes"] == {}
         assert metric(client, 'schedext_victim_waits_total{outcome="gone"}') == 1
         assert metric(client, "schedext_victim_waits_in_progress") == 0
+    assert "/filter" in server.asgi  # a filter that waits leaves the protocol for a task
 
 
 def test_a_wait_ends_at_its_bound_and_is_not_repeated(serve: Serve) -> None:
@@ -171,6 +172,7 @@ def test_a_pod_preempt_never_approved_victims_for_waits_for_nothing(serve: Serve
         answer = filter_urgent(client)
         assert answer["FailedNodes"] == {"n1": "schedext: fewer than 4 free GPUs"}
         assert "schedext_victim_waits_total{" not in client.get("/metrics").text
+    assert "/filter" not in server.asgi  # nothing to wait for: answered in place
 
 
 def test_a_zero_bound_switches_the_wait_off(serve: Serve) -> None:
