@@ -99,6 +99,24 @@ def schedext_figures(before: Scrape, after: Scrape) -> JSON:
     }
 
 
+STAGES = ("body", "queue", "handler", "total")
+
+
+def schedext_stages(before: Scrape, after: Scrape) -> JSON:
+    """Mean ms per stage of each verb, from the event loop's first read of the request
+    (``schedext_request_stage_seconds``): its body read, the wait for its handler, the
+    handler, and all of it. Empty for a schedext that has no such metric."""
+    name = "schedext_request_stage_seconds"
+    verbs = after.by_label(f"{name}_count", "verb")
+    return {
+        verb: {
+            stage: _window(before, after, name, verb=verb, stage=stage).as_json().get("mean_ms")
+            for stage in STAGES
+        }
+        for verb in sorted(verbs)
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Summary and output
 # ---------------------------------------------------------------------------------------------
@@ -324,5 +342,23 @@ def _print_attribution(runs: list[JSON]) -> None:
             mean = (run["schedext"] or {}).get(verb, {}).get("mean_ms")
             row += f"{mean:>13.3f}" if mean is not None else f"{'-':>13}"
         print(row)
+    _print_stages(runs)
     names = sorted({n for r in runs for n in r["kube_scheduler"]["extender_metric_names"]})
     print(f"kube-scheduler metrics about extenders: {', '.join(names) or 'none'}")
+
+
+def _print_stages(runs: list[JSON]) -> None:
+    """schedext's filter and bind, stage by stage, from the loop's first read: how long a
+    request waited for the loop (queue) beside what its handler took."""
+    staged = [r for r in runs if r.get("schedext_stages")]
+    if not staged:
+        return
+    print("schedext stages, mean ms from the loop's first read (body, queue, handler, total):")
+    for run in staged:
+        cells = []
+        for verb, stages in run["schedext_stages"].items():
+            if stages.get("total") is None:  # not called in this phase
+                continue
+            values = "/".join("-" if stages.get(s) is None else f"{stages[s]:.3f}" for s in STAGES)
+            cells.append(f"{verb} {values}")
+        print(f"{run['phase']:<7}" + "   ".join(cells))

@@ -483,9 +483,10 @@ class Phase:
             cpu = meter.read()
             spy = self.sampler.stop()
         after = self._scrapes()
-        ours = None
+        ours = stages = None
         if before[1] is not None and after[1] is not None:
             ours = report.schedext_figures(before[1], after[1])
+            stages = report.schedext_stages(before[1], after[1])
         last = max(bound.values())
         latencies = [(bound[n] - created[i]) * 1000 for i, n in enumerate(names)]
         return {
@@ -498,6 +499,7 @@ class Phase:
             "create_to_bound_p99_ms": round(kubeload.percentile(latencies, 99), 1),
             "cpu_s": cpu,
             "kube_scheduler": report.scheduler_figures(before[0], after[0]),
+            "schedext_stages": stages,
             "schedext": ours,
             "schedext_py_spy": spy,
             "quality": self._quality(before[1], after[1]),
