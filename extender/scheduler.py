@@ -138,7 +138,10 @@ class Scheduler(Intake):
         size = self.config.shortlist_size(soft_preferences=request.soft_preferences)
         if size and verdict.passed:
             scores = self._score(request, passed_ids)
-            verdict, passed_ids, scores = shortlist.cut(verdict, passed_ids, scores, size)
+            ties = self.config.shortlist_preferred
+            verdict, passed_ids, scores = shortlist.cut(
+                verdict, passed_ids, scores, size, ties=ties
+            )
             self._choices.offer(request.uid, passed_ids, scores, self._inventory.layout)
         self._last_passed = (verdict.passed, passed_ids, self._inventory.layout)
         if not verdict.passed and request.ip is not None:

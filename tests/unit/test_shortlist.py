@@ -85,6 +85,29 @@ def test_ties_at_the_cut_go_to_the_nodes_listed_first() -> None:
     assert list(scheduler.filter(pod, ["d", "b", "c", "a"]).passed) == ["d", "b"]
 
 
+@pytest.mark.parametrize(
+    ("held", "ties", "passed"),
+    [
+        ({"a": 0, "b": 0, "c": 0, "d": 0}, 8, ["c", "a", "d", "b"]),  # all alike: all four
+        ({"a": 0, "b": 0, "c": 0, "d": 0}, 3, ["c", "a", "d"]),  # no more than the bound
+        ({"a": 0, "b": 0, "c": 0, "d": 0}, 0, ["c"]),  # no tie kept without a bound
+        ({"a": 6, "b": 0, "c": 0, "d": 0}, 8, ["a"]),  # one best: alone
+        ({"a": 4, "b": 4, "c": 0, "d": 6}, 8, ["d"]),
+        ({"a": 4, "b": 4, "c": 0, "d": 0}, 8, ["a", "b"]),  # the two best, alike
+    ],
+)
+def test_nodes_rated_alike_with_the_last_kept_stay_up_to_the_bound(
+    held: dict[str, int], ties: int, passed: list[str]
+) -> None:
+    nodes = [make_node(name, gpus=8) for name in held]
+    pods = [
+        make_pod(f"{n}-t", gpus=c, node=n, gpu_ids=list(range(c))) for n, c in held.items() if c
+    ]
+    config = PolicyConfig(shortlist=1, shortlist_preferred=ties)
+    scheduler = scheduler_with(nodes, pods, config)
+    assert list(scheduler.filter(make_pod("p", gpus=1), ["c", "a", "d", "b"]).passed) == passed
+
+
 def test_cut_refuses_a_size_below_one() -> None:
     with pytest.raises(ValueError, match="must be >= 1"):
         cut(FilterVerdict(passed=["a"]), np.array([1]), np.array([5]), 0)
