@@ -124,7 +124,11 @@ def test_a_team_borrows_idle_gpus_within_its_max_and_gives_them_back_to_the_owne
     def settled() -> bool:
         return sum(bound(cluster, a).values()) == 4 and sum(bound(cluster, b).values()) == 4
 
-    eventually(settled, timeout=60, message="team-a not back at its min of 4")
+    try:
+        eventually(settled, timeout=60, message="team-a not back at its min of 4")
+    except AssertionError as error:  # say what each team holds, pod by pod
+        held = f"team-a holds {bound(cluster, a)}, team-b {bound(cluster, b)}"
+        raise AssertionError(f"{error}; {held}") from None
     # A namespace within its min is never a victim: team-a keeps its 4.
     assert len(bound(cluster, a)) == 4
     eventually(lambda: used(cluster, a, "team-a") == "4", message="team-a's status.used not 4")
