@@ -3,7 +3,13 @@ the occupancy page and the tests).
 
 Per GPU, ``holder`` names the pod holding it whole; ``share`` is null unless pods hold shares
 of it, and then says what they hold in all (``memoryMiB``, ``cores``), the memory a new share
-still has (``memoryFreeMiB``), and each of them (``pods``)."""
+still has (``memoryFreeMiB``), and each of them (``pods``).
+
+``quotas`` lists the team quotas that apply, one per namespace, and per resource each names:
+``min``, ``used`` and ``max`` (null: no ceiling) in the core's unit (``unit``), the same as
+Kubernetes quantities (``quantities``), and whether the min is stated (``guarantees``: only
+then does the namespace lend and borrow it). ``shadowedQuotas``: second quotas of a
+namespace, which do not apply, each with the one that does (``by``)."""
 
 from __future__ import annotations
 
@@ -16,6 +22,9 @@ from fastapi import APIRouter, Request, Response
 from app.service import Service
 from extender.model import Holding, HoldingKind
 from extender.node_state import NodeView
+from extender.quotas import Kind, QuotaSpec
+from extender.quotas.spec import show_amount
+from extender.scheduler import Scheduler
 
 __all__ = ["router"]
 
@@ -104,6 +113,11 @@ async def inventory(request: Request) -> Response:
         "nodes": nodes,
         "pools": pools,
         "gangs": gangs,
+        "quotas": [_quota(service.scheduler, spec) for spec in service.scheduler.quotas()],
+        "shadowedQuotas": [
+            {"quota": entry.quota.key, "by": entry.by.key}
+            for entry in service.scheduler.shadowed_quotas()
+        ],
         "pendingPods": service.scheduler.pending_count,
         "reservations": service.scheduler.reservation_count,
     }
@@ -131,4 +145,45 @@ def _share(view: NodeView, index: int, holders: dict[str, Holding]) -> dict[str,
             }
             for h in pods
         ],
+    }
+
+
+# Each kind's unit in ``quotas``: the core's integers, as the tally keeps them.
+_UNITS = {
+    Kind.GPUS: "GPUs",
+    Kind.SHARE_MEMORY: "MiB",
+    Kind.SHARE_CORES: "percent",
+    Kind.CPU: "milliCPU",
+    Kind.MEMORY: "bytes",
+}
+
+
+def _quota(scheduler: Scheduler, spec: QuotaSpec) -> dict[str, Any]:
+    """A quota that applies: per resource it names, its min, what the namespace uses, its max."""
+    use = scheduler.inventory.namespace_use(spec.namespace)
+    unit = spec.share_unit_mib
+    resources = []
+    for limit in spec.limits:
+        used = use[limit.kind]
+        resources.append(
+            {
+                "resource": limit.resource,
+                "unit": _UNITS[limit.kind],
+                "min": limit.min,
+                "used": used,
+                "max": limit.max,
+                "guarantees": limit.guarantees,
+                "quantities": {
+                    "min": show_amount(limit.kind, limit.min, unit),
+                    "used": show_amount(limit.kind, used, unit),
+                    "max": None if limit.max is None else show_amount(limit.kind, limit.max, unit),
+                },
+            }
+        )
+    return {
+        "quota": spec.key,
+        "namespace": spec.namespace,
+        "name": spec.name,
+        "borrowWeight": spec.borrow_weight,
+        "resources": resources,
     }
