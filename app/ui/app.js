@@ -1,8 +1,8 @@
 // The occupancy page: draws GET /inventory (GPU cells per node, a memory bar per shared GPU,
-// IP pools, gangs) and refreshes it every 2 s. Plain DOM calls only: the page is served with
-// Content-Security-Policy default-src 'self', so no inline script, no inline style
-// attributes and no third-party code. Cluster data always goes in through textContent or
-// attributes, never as HTML.
+// IP pools, gangs, each team quota's min/used/max bars) and refreshes it every 2 s. Plain DOM
+// calls only: the page is served with Content-Security-Policy default-src 'self', so no
+// inline script, no inline style attributes and no third-party code. Cluster data always goes
+// in through textContent or attributes, never as HTML.
 "use strict";
 
 (() => {
@@ -396,6 +396,59 @@
     );
   }
 
+  // One bar per quota and resource, scaled to the max (or, without one, to the larger of min
+  // and used): the part used within min, the part borrowed over it, and a mark at min. A
+  // resource named in max alone guarantees and borrows nothing: all it uses is one fill.
+  function quotaBar(quota, r) {
+    const q = r.quantities;
+    const scale = r.max !== null ? r.max : Math.max(r.min, r.used);
+    const within = r.guarantees ? Math.min(r.used, r.min) : r.used;
+    const borrowed = r.used - within;
+    const limits = `${r.guarantees ? `min ${q.min}` : "no min"}, ${q.max !== null ? `max ${q.max}` : "no max"}`;
+    const label =
+      `${quota.quota} ${r.resource}: ${q.used} used; ${limits}` +
+      (borrowed > 0 ? `; borrowing over its min` : "");
+    const bar = el("div", { class: "bar quota-bar", role: "img", "aria-label": label, title: label });
+    const used = el("div", { class: "bar-fill quota-within" });
+    used.style.width = percent(within, scale);
+    bar.append(used);
+    if (borrowed > 0) {
+      const over = el("div", { class: "bar-fill quota-borrowed" });
+      over.style.width = percent(borrowed, scale);
+      bar.append(over);
+    }
+    if (r.guarantees && scale > 0) {
+      const mark = el("div", { class: "quota-min-mark", "aria-hidden": "true" });
+      mark.style.left = percent(r.min, scale);
+      bar.append(mark);
+    }
+    return bar;
+  }
+
+  function quotaRows(quota) {
+    return quota.resources.map((r, i) =>
+      el(
+        "tr",
+        {
+          class: `quota-row${i === 0 ? " quota-first" : ""}`,
+          "data-quota": quota.quota,
+          "data-resource": r.resource,
+          "data-unit": r.unit,
+          "data-used": r.used,
+          "data-min": r.min,
+          "data-max": r.max === null ? "" : r.max,
+          "data-borrowing": r.guarantees && r.used > r.min ? "true" : "false",
+        },
+        el("th", { scope: "row", class: "quota-name", text: i === 0 ? quota.quota : "" }),
+        el("td", { class: "quota-resource", text: r.resource }),
+        el("td", {}, quotaBar(quota, r)),
+        el("td", { class: "quota-used num", text: r.quantities.used }),
+        el("td", { class: "quota-min num", text: r.guarantees ? r.quantities.min : "none" }),
+        el("td", { class: "quota-max num", text: r.quantities.max !== null ? r.quantities.max : "none" }),
+      ),
+    );
+  }
+
   function render(inventory) {
     const gpus = inventory.nodes.reduce((sum, n) => sum + n.gpus.length, 0);
     const free = inventory.nodes.reduce((sum, n) => sum + n.freeGpus, 0);
@@ -410,6 +463,19 @@
     document.getElementById("no-pools").hidden = inventory.pools.length > 0;
     document.getElementById("gangs").replaceChildren(...inventory.gangs.map(gangRow));
     document.getElementById("no-gangs").hidden = inventory.gangs.length > 0;
+    const quotas = inventory.quotas || [];
+    document.getElementById("quotas").replaceChildren(...quotas.flatMap(quotaRows));
+    document.getElementById("no-quotas").hidden = quotas.length > 0;
+    document.getElementById("shadowed-quotas").replaceChildren(
+      ...(inventory.shadowedQuotas || []).map((s) =>
+        el("li", {
+          class: "shadowed-quota",
+          "data-quota": s.quota,
+          "data-by": s.by,
+          text: `${s.quota} does not apply: ${s.by} is older and applies to its namespace`,
+        }),
+      ),
+    );
   }
 
   function showError(message) {

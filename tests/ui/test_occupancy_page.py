@@ -24,6 +24,7 @@ from tests.builders import (
     H100,
     T4,
     bound_ip_pod,
+    elastic_quota,
     gang_pod,
     make_ip_pool,
     make_node,
@@ -67,6 +68,8 @@ GROUPS = [
     make_pod_group("trainer", namespace="ml", min_member=3),
     {"kind": "IPPool", **make_ip_pool("r1", ranges=[("10.20.1.10", "10.20.1.29")], rack="r1")},
     {"kind": "IPPool", **make_ip_pool("r2", ranges=[("10.20.2.10", "10.20.2.19")], rack="r2")},
+    # ml's trainers hold 6 GPUs: 2 borrowed over its min; memory named in max alone.
+    elastic_quota("ml", min={"nvidia.com/gpu": 4}, max={"nvidia.com/gpu": 8, "memory": "1Gi"}),
 ]
 
 
@@ -201,6 +204,36 @@ def test_a_gang_shows_its_phase_and_quorum(drawn_page: Callable[[], Element]) ->
     assert row.one("gang-placed").text() == "2 / 3"
     assert (row["data-members"], row["data-scheduled"], row["data-waiting"]) == ("3", "2", "0")
     assert row.one("gang-waiting").text() == "0"
+
+
+def test_a_quota_shows_min_used_and_max_bars_per_resource(
+    drawn_page: Callable[[], Element],
+) -> None:
+    page = drawn_page()
+    rows = {row["data-resource"]: row for row in page.all("quota-row")}
+    assert [r["data-quota"] for r in rows.values()] == ["ml/ml", "ml/ml"]
+    gpus, memory = rows["nvidia.com/gpu"], rows["memory"]
+    assert (gpus["data-used"], gpus["data-min"], gpus["data-max"]) == ("6", "4", "8")
+    assert gpus["data-borrowing"] == "true"
+    assert [gpus.one(c).text() for c in ("quota-used", "quota-min", "quota-max")] == ["6", "4", "8"]
+    # Of the max: 4 within min, 2 borrowed over it, the min marked half way.
+    assert gpus.one("quota-within")["style"] == "width: 50%;"
+    assert gpus.one("quota-borrowed")["style"] == "width: 25%;"
+    assert gpus.one("quota-min-mark")["style"] == "left: 50%;"
+    assert gpus.one("quota-bar")["aria-label"] == (
+        "ml/ml nvidia.com/gpu: 6 used; min 4, max 8; borrowing over its min"
+    )
+    # Two bound trainers' 128Mi each of a 1Gi ceiling: no min, so nothing borrowed or marked.
+    assert [memory.one(c).text() for c in ("quota-used", "quota-min", "quota-max")] == [
+        "256Mi",
+        "none",
+        "1Gi",
+    ]
+    assert memory.one("quota-within")["style"] == "width: 25%;"
+    assert (memory.all("quota-borrowed"), memory.all("quota-min-mark")) == ([], [])
+    assert memory["data-borrowing"] == "false"
+    assert page.by_id("no-quotas").get("hidden") is not None
+    assert page.all("shadowed-quota") == []
 
 
 def test_the_page_says_when_it_was_last_updated_and_shows_no_error(
