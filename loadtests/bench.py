@@ -11,9 +11,11 @@ It also times the core alone, in a process of its own, on the same data (loadtes
 rounds interleaved: *whole*, the cluster of ``payloads.make_cluster`` and a pod asking for
 whole GPUs (``--pod``); *shares*, 8-GPU nodes with half their GPUs holding shares
 (``payloads.make_share_cluster``) and a pod asking for a share (10 GiB and 25 % of the cores
-of one GPU). Each has its floor (its own server's constant answer), and it then also prints,
-per size, shares over whole. Whenever more than one server runs (two scenarios, or a
-baseline), all of them share one CPU, and so do the cores.
+of one GPU). ``quotas`` is the whole scenario with team quotas: the same cluster and pod plus
+50 ElasticQuotas (``payloads.make_quota_cluster``), the pod's namespace under one of them and
+borrowing over its min. Each has its floor (its own server's constant answer), and it then
+also prints, per size, each scenario over whole. Whenever more than one server runs (two
+scenarios, or a baseline), all of them share one CPU, and so do the cores.
 
 With ``--baseline DIR`` (another checkout of schedext, e.g. ``git worktree add --detach
 ../schedext-before <commit>``, its compiled part built with ``setup.py build_ext --inplace``)
@@ -39,6 +41,7 @@ round trip idle and loaded, and where schedext's own ``schedext_request_stage_se
     python -m loadtests.bench --nodes 100,1000,5000 --rounds 2000
     python -m loadtests.bench --nodes 5000 --rounds 1000 --baseline ../schedext-before
     python -m loadtests.bench --nodes 5000 --rounds 2000 --scenarios whole,shares
+    python -m loadtests.bench --nodes 5000 --rounds 1000 --scenarios whole,quotas
     python -m loadtests.bench --nodes 1000 --rounds 1000 --pod any --load
 """
 
@@ -71,8 +74,8 @@ from loadtests.standin import StandIn, load_pod
 ROOT = Path(__file__).resolve().parents[1]  # this tree
 CORE_SCRIPT = Path(__file__).resolve().with_name("corebench.py")
 THIS, BASELINE = "this", "baseline"
-WHOLE, SHARES = "whole", "shares"
-SCENARIOS = (WHOLE, SHARES)
+WHOLE, SHARES, QUOTAS = "whole", "shares", "quotas"
+SCENARIOS = (WHOLE, SHARES, QUOTAS)
 VERBS = ("constant", "filter", "prioritize")
 CORE_VERBS = ("filter", "prioritize")
 VARIANTS = 8  # distinct node orders, cycled (kube-scheduler's order varies per cycle)
@@ -106,6 +109,8 @@ class Workload:
     def build(cls, scenario: str, size: int, pod: dict[str, Any]) -> Workload:
         if scenario == SHARES:
             cluster, pod = payloads.make_share_cluster(size), SHARE_POD
+        elif scenario == QUOTAS:
+            cluster = payloads.make_quota_cluster(size)
         else:
             cluster = payloads.make_cluster(size)
         names = [i["metadata"]["name"] for i in cluster["items"] if i["kind"] == "Node"]
@@ -150,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _print(results, with_tree=len(trees) > 1, with_scenario=len(scenarios) > 1)
     if len(trees) > 1:
         _print_comparison(results)
-    if WHOLE in scenarios and SHARES in scenarios:
+    if WHOLE in scenarios and len(scenarios) > 1:
         _print_scenarios(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
@@ -180,7 +185,8 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated, measured side by side: whole (the cluster of 3 GPU models, "
         "40 %% of the GPUs held, a pod asking for whole GPUs); shares (8 GPUs of 80 GiB per "
         "node, half of them holding shares, a pod asking for a 10 GiB share with 25 %% of the "
-        "cores; one node in three has room). Default: whole",
+        "cores; one node in three has room); quotas (whole's cluster and pod, plus 50 "
+        "ElasticQuotas, the pod's namespace borrowing over its min). Default: whole",
     )
     parser.add_argument(
         "--baseline",
@@ -230,7 +236,7 @@ def _scenarios(value: str) -> list[str]:
     unknown = [v for v in chosen if v not in SCENARIOS]
     if unknown or not chosen:
         raise argparse.ArgumentTypeError(
-            f"{value!r}: scenarios are {' and '.join(SCENARIOS)}, comma-separated"
+            f"{value!r}: scenarios are {', '.join(SCENARIOS)}, comma-separated"
         )
     return chosen
 
@@ -331,7 +337,7 @@ def _bench_size(
         rows.extend(_rows(arm, size, feasible, samples[arm], core[arm]))
     if len(trees) > 1:
         _add_baseline_ratios(rows)
-    if {w.scenario for w in workloads} == {WHOLE, SHARES}:
+    if len(workloads) > 1 and WHOLE in {w.scenario for w in workloads}:
         _add_whole_ratios(rows)
     return rows
 
@@ -772,11 +778,11 @@ def _add_baseline_ratios(rows: list[Row]) -> None:
 
 
 def _add_whole_ratios(rows: list[Row]) -> None:
-    """On the shares scenario's rows: p50 and p99 shares / whole (the same tree and verb),
+    """On every other scenario's rows: p50 and p99 over whole's (the same tree and verb),
     served and core."""
     whole = {(r["tree"], r["verb"]): r for r in rows if r["scenario"] == WHOLE}
     for row in rows:
-        if row["scenario"] != SHARES:
+        if row["scenario"] == WHOLE:
             continue
         other = whole[(row["tree"], row["verb"])]
         row["p50_vs_whole"] = row["p50_ms"] / other["p50_ms"]
@@ -1047,27 +1053,29 @@ def _print_comparison(rows: list[Row]) -> None:
 
 
 def _print_scenarios(rows: list[Row]) -> None:
-    """Per tree, size and verb: shares / whole, p50 and p99 served, p50 of the core (the
-    constant answer's line compares the two servers' floors)."""
+    """Per other scenario, tree, size and verb: it over whole, p50 and p99 served, p50 of the
+    core (the constant answer's line compares the two servers' floors)."""
     whole = {(r["tree"], r["nodes"], r["verb"]): r for r in rows if r["scenario"] == WHOLE}
     trees = {r["tree"] for r in rows}
-    print("\nshares / whole (the same tree, verb and size; each over its own server):")
-    for row in rows:
-        if row["scenario"] != SHARES:
-            continue
-        other = whole[(row["tree"], row["nodes"], row["verb"])]
-        tree = f"{row['tree']:<10}" if len(trees) > 1 else ""
-        line = (
-            f"{tree}{row['verb']:<11}{row['nodes']:>7}  p50 {row['p50_ms']:.3f} / "
-            f"{other['p50_ms']:.3f} ms = {row['p50_vs_whole']:.2f}x   p99 {row['p99_ms']:.3f} / "
-            f"{other['p99_ms']:.3f} ms = {row['p99_vs_whole']:.2f}x"
+    for scenario in dict.fromkeys(r["scenario"] for r in rows if r["scenario"] != WHOLE):
+        print(f"\n{scenario} / whole (the same tree, verb and size; each over its own server):")
+        for row in (r for r in rows if r["scenario"] == scenario):
+            _print_over_whole(row, whole[(row["tree"], row["nodes"], row["verb"])], trees)
+
+
+def _print_over_whole(row: Row, other: Row, trees: set[str]) -> None:
+    tree = f"{row['tree']:<10}" if len(trees) > 1 else ""
+    line = (
+        f"{tree}{row['verb']:<11}{row['nodes']:>7}  p50 {row['p50_ms']:.3f} / "
+        f"{other['p50_ms']:.3f} ms = {row['p50_vs_whole']:.2f}x   p99 {row['p99_ms']:.3f} / "
+        f"{other['p99_ms']:.3f} ms = {row['p99_vs_whole']:.2f}x"
+    )
+    if row["core_p50_vs_whole"] is not None:
+        line += (
+            f"   core {row['core_p50_ms']:.3f} / {other['core_p50_ms']:.3f} ms"
+            f" = {row['core_p50_vs_whole']:.2f}x"
         )
-        if row["core_p50_vs_whole"] is not None:
-            line += (
-                f"   core {row['core_p50_ms']:.3f} / {other['core_p50_ms']:.3f} ms"
-                f" = {row['core_p50_vs_whole']:.2f}x"
-            )
-        print(line)
+    print(line)
 
 
 @contextlib.contextmanager

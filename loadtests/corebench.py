@@ -5,8 +5,8 @@ The benchmark runs this file as a script (not ``-m``), one process per source tr
 ``PYTHONPATH`` set to that checkout: ``extender`` is then imported from it, and both trees'
 core figures come from this same code. So it imports nothing of the repository but
 ``extender``, and of it only API that has long been stable (``Scheduler()``,
-``replace_nodes``, ``replace_pods``, ``filter``, ``prioritize``, ``PackedNames.of``): the
-baseline may be an older or a newer tree.
+``replace_nodes``, ``replace_pods``, ``filter``, ``prioritize``, ``PackedNames.of``, and
+``replace_quotas`` where the tree has it): the baseline may be an older or a newer tree.
 
     python loadtests/corebench.py INPUT.json
 
@@ -73,6 +73,10 @@ class Core:
         items = cluster["items"]
         self.scheduler.replace_nodes([i for i in items if i["kind"] == "Node"])
         self.scheduler.replace_pods([i for i in items if i["kind"] == "Pod"])
+        # A tree from before team quotas has no replace_quotas: it times the cluster alone.
+        replace_quotas = getattr(self.scheduler, "replace_quotas", None)
+        if replace_quotas is not None:
+            replace_quotas([i for i in items if i["kind"] == "ElasticQuota"])
         self.round = 0  # the node orders cycle on across batches
 
     def run(self, rounds: int) -> dict[str, list[float]]:

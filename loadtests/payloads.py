@@ -262,6 +262,40 @@ def make_cluster(nodes: int, *, seed: int = 7, used_fraction: float = 0.4) -> di
     return {"apiVersion": "v1", "kind": "List", "items": items + pods}
 
 
+QUOTAS = 50  # ElasticQuotas in the quotas scenario
+QUOTA_NAMESPACE = "ml"  # every pod's namespace, the one under test included
+
+
+def make_quota_cluster(nodes: int, *, quotas: int = QUOTAS, seed: int = 7) -> dict[str, Any]:
+    """:func:`make_cluster`'s cluster plus ``quotas`` ElasticQuotas on whole GPUs: one for
+    the pods' namespace (``ml``) with a min of half what its pods hold, so that the pod under
+    test borrows, and one each for idle teams, whose mins leave room for it within the sum of
+    mins: filter admits the pod after the borrowing checks, and then answers as without
+    quotas."""
+    cluster = make_cluster(nodes, seed=seed)
+    pods = [item for item in cluster["items"] if item["kind"] == "Pod"]
+    held = sum(len(p["metadata"]["annotations"]["schedext.io/gpu-ids"].split(",")) for p in pods)
+    own = held // 2
+    idle = max(1, -(-(held - own + 16) // max(1, quotas - 1)))  # the rest, and 16 to borrow
+    mins = [own] + [idle] * (quotas - 1)
+    namespaces = [QUOTA_NAMESPACE] + [f"team-{i:02d}" for i in range(1, quotas)]
+    cluster["items"] += [
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "ElasticQuota",
+            "metadata": {
+                "name": namespace,
+                "namespace": namespace,
+                "uid": f"eq-{namespace}",
+                "creationTimestamp": "2026-11-01T00:00:00Z",
+            },
+            "spec": {"min": {"nvidia.com/gpu": str(low)}},
+        }
+        for namespace, low in zip(namespaces, mins, strict=True)
+    ]
+    return cluster
+
+
 # What the pod under test in the shares scenario asks for, on each of SHARE_POD_SHARES GPUs.
 SHARE_POD_MIB, SHARE_POD_CORES, SHARE_POD_SHARES = 10240, 25, 1
 _SHARE_UNIT_MIB = 10240  # the shares the scenario's nodes hold are made of 10 GiB pieces

@@ -12,6 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from extender.model import Reason
+from extender.quotas import Kind
+from extender.scheduler import Scheduler
+from loadtests import bench as bench_module
+from loadtests import payloads
+
 VERBS = ("constant", "filter", "prioritize")
 SIZES = (10, 50)
 ROUNDS = 100
@@ -206,3 +212,44 @@ def test_bench_under_load_measures_each_verb_idle_and_loaded(tmp_path: Path) -> 
         assert math.isclose(
             loaded["p50_vs_idle"], loaded["p50_ms"] / by_key[("idle", verb)]["p50_ms"]
         )
+
+
+def test_bench_measures_the_quotas_scenario_beside_the_whole_one(tmp_path: Path) -> None:
+    """Whole's cluster and pod with 50 ElasticQuotas beside it, in one run: the pod borrows,
+    is admitted, and filter answers as without quotas; quotas over whole per verb."""
+    out = tmp_path / "out.json"
+    size = 30
+    result = bench(
+        "--nodes", str(size), "--rounds", str(ROUNDS), "--warmup", "10",
+        "--scenarios", "whole,quotas", "--json", str(out), timeout=90,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "quotas / whole" in result.stdout
+
+    rows = json.loads(out.read_text())
+    by_key = {(row["scenario"], row["verb"]): row for row in rows}
+    assert set(by_key) == {(s, verb) for s in ("whole", "quotas") for verb in VERBS}
+    assert by_key[("quotas", "filter")]["feasible"] == by_key[("whole", "filter")]["feasible"]
+    for verb in VERBS:
+        row, whole = by_key[("quotas", verb)], by_key[("whole", verb)]
+        assert row["count"] == ROUNDS
+        assert math.isclose(row["p50_vs_whole"], row["p50_ms"] / whole["p50_ms"])
+
+
+def test_the_quotas_scenario_has_50_quotas_and_its_pod_borrows_within_the_summed_min() -> None:
+    workload = bench_module.Workload.build(bench_module.QUOTAS, 30, bench_module.PODS["h100"])
+    items = workload.cluster["items"]
+    scheduler = Scheduler()
+    scheduler.replace_nodes([i for i in items if i["kind"] == "Node"])
+    scheduler.replace_pods([i for i in items if i["kind"] == "Pod"])
+    assert scheduler.replace_quotas([i for i in items if i["kind"] == "ElasticQuota"]) == []
+    quotas = {q.namespace: q for q in scheduler.quotas()}
+    assert len(quotas) == payloads.QUOTAS
+    own = quotas[payloads.QUOTA_NAMESPACE].limit(Kind.GPUS)
+    assert own is not None
+    held = scheduler.inventory.namespace_use(payloads.QUOTA_NAMESPACE).gpus
+    assert 0 < own.min < held  # already borrowing before the pod under test
+    assert held + 2 <= sum(q.limits[0].min for q in quotas.values())  # room for its 2 GPUs
+    answer = scheduler.filter(workload.pod, workload.orders[0])
+    assert answer.passed  # admitted: its nodes answered as without quotas
+    assert not {r.reason for r in answer.rejections} & {Reason.QUOTA_MAX, Reason.QUOTA_BORROW}
