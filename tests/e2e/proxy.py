@@ -17,7 +17,9 @@ import queue
 import socket
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Self
 
 import httpx
 
@@ -31,12 +33,11 @@ def _ready(backend: Backend) -> bool:
     return httpx.get(f"http://{host}:{port}/readyz", timeout=1).status_code == 200
 
 
-class ReadyProxy:
-    def __init__(
-        self, backends: list[Backend], *, endpoint: Callable[[Backend], bool] = _ready
-    ) -> None:
-        self.backends = backends
-        self._endpoint = endpoint
+class _Proxy(ABC):
+    """A listener on a free loopback port whose connections ``_accept`` serves on a thread;
+    leaving the ``with`` block closes the listener and every connection it made."""
+
+    def __init__(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._sockets: list[socket.socket] = []
@@ -44,7 +45,7 @@ class ReadyProxy:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
-    def __enter__(self) -> ReadyProxy:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -56,6 +57,19 @@ class ReadyProxy:
                 with contextlib.suppress(OSError):
                     sock.close()
         self._thread.join(timeout=5)
+
+    @abstractmethod
+    def _accept(self) -> None:
+        """Serve the listener's connections until stopped (each proxy its own way)."""
+
+
+class ReadyProxy(_Proxy):
+    def __init__(
+        self, backends: list[Backend], *, endpoint: Callable[[Backend], bool] = _ready
+    ) -> None:
+        self.backends = backends
+        self._endpoint = endpoint
+        super().__init__()
 
     def _ready_backend(self) -> Backend | None:
         for backend in self.backends:
@@ -96,32 +110,14 @@ def _pump(source: socket.socket, target: socket.socket) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-class LaggingProxy:
+class LaggingProxy(_Proxy):
     """Forwards to ``backend``; what comes back reaches the client ``lag_s`` seconds late,
     in order. What the client sends goes through at once."""
 
     def __init__(self, backend: Backend, *, lag_s: float) -> None:
         self.backend = backend
         self.lag_s = lag_s
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._listener.getsockname()[1])
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-
-    def __enter__(self) -> LaggingProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stopped.set()
-        self._listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.close()
-        self._thread.join(timeout=5)
+        super().__init__()
 
     def _accept(self) -> None:
         while not self._stopped.is_set():
