@@ -207,7 +207,8 @@ class PolicySettings(_Group):
     # instead of two). 0: filter answers every feasible node and prioritize scores them.
     shortlist: int = Field(default=1, ge=0, le=1000)
     # The shortlist of a pod with soft preferences (preferred affinities, a ScheduleAnyway
-    # topology spread), for kube-scheduler's Score plugins to choose from; 0: as shortlist.
+    # topology spread), for kube-scheduler's Score plugins to choose from; also how many nodes
+    # tied for the best a shortlist keeps. 0: as shortlist, and no tie kept.
     shortlist_preferred: int = Field(default=8, ge=0, le=1000)
 
     @field_validator("cpu_intensive_min_cpu")
