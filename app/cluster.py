@@ -186,14 +186,15 @@ class ClusterSource:
             if name not in (PODS.name, IPCLAIMS.name, IPPOOLS.name):
                 return progress
 
-            def address_progress() -> None:
+            def freeing_progress() -> None:
                 progress()
                 if name == PODS.name:
                     service.victims.pods_changed()  # filters waiting for victims look again
-                # A pod, claim or pool event may have freed an address that pods wait for.
-                service.requeue_address_waiters()
+                # A pod, claim or pool event may have freed an address that pods wait for,
+                # or a preemptor's room.
+                service.requeue_waiters()
 
-            return address_progress
+            return freeing_progress
 
         for resource in self._resources:
             name = resource.name

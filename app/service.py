@@ -49,17 +49,21 @@ class Service:
         try:
             return self.gangs.run(self.scheduler, call)
         finally:
-            self.requeue_address_waiters()
+            self.requeue_waiters()
 
-    def requeue_address_waiters(self) -> None:
+    def requeue_waiters(self) -> None:
         """Have kube-scheduler retry the pods filter turned away for an address whose pool
-        schedext has since seen free one (see extender.address_waits). Called after every
-        core call and every watch event, so that the retry follows the freeing at once."""
-        due = self.scheduler.take_address_requeues()
-        if due:
-            log.info("address freed", extra={"requeued": [pod for pod, _ in due]})
-            for pod, uid in due:
-                self.events.requeue(pod, uid)
+        schedext has since seen free one (see extender.address_waits), and the preemptors
+        whose victims it has seen go (see extender.evictions). Called after every core call
+        and every watch event, so that the retry follows the freeing at once."""
+        for what, due in (
+            ("address freed", self.scheduler.take_address_requeues()),
+            ("victims gone", self.scheduler.take_preemptor_requeues()),
+        ):
+            if due:
+                log.info(what, extra={"requeued": [pod for pod, _ in due]})
+                for pod, uid in due:
+                    self.events.requeue(pod, uid)
 
     def settle(self) -> None:
         """The inventory is loaded and will live as long as the process: take it out of the

@@ -13,10 +13,19 @@ victims schedext still holds. The shell then waits, briefly, for the watch to ca
 (``app.victims``). One wait per approval: whatever ends it (the victims seen gone, or the
 wait's bound), the entry is settled, so that a node kube-scheduler offers for another reason
 (victims it does not need gone, still terminating) costs at most one short wait.
+
+It also tells when a preemptor's room is made: every victim approved on one of its nodes is
+seen gone (:meth:`EvictionBook.cleared`). kube-scheduler retries a preemptor on the deletions
+it sees, but its asynchronous preemption can nominate two preemptors on one node; the room
+then goes to one, the other's retry finds the node full, and later deletions are no event
+it waits for. The end-to-end tests saw such a pod wait, with a GPU free, for kube-scheduler's
+five-minute flush. The shell nudges a cleared preemptor that is still pending, and again
+when schedext next sees something freed, a few times at most (``retries``).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,15 +42,18 @@ class EvictionBook:
     """Bounded in size and time: an approval outlives neither ``ttl_s`` nor ``capacity``
     newer ones."""
 
-    def __init__(self, *, ttl_s: float = 120.0, capacity: int = 10_000) -> None:
+    def __init__(self, *, ttl_s: float = 120.0, capacity: int = 10_000, retries: int = 3) -> None:
         if ttl_s <= 0 or capacity < 1:
             raise ValueError("ttl_s must be > 0 and capacity >= 1")
         self._ttl_s = ttl_s
         self._capacity = capacity
+        self._retries = retries
         self._approvals: dict[str, _Approval] = {}
+        # Cleared preemptors, still to be nudged when something is freed: nudges left.
+        self._retry: OrderedDict[str, int] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._approvals)
+        return len(self._approvals) + len(self._retry)
 
     def record(self, preemptor: str, victims: Mapping[str, Iterable[str]], now: float) -> None:
         """Preempt approved ``victims`` (per node) for ``preemptor``: replaces any earlier
@@ -74,6 +86,36 @@ class EvictionBook:
         offered = {name for name in node_names if name in nodes}
         return tuple(sorted(uid for node in offered for uid in nodes[node] if still_held(uid)))
 
+    def cleared(self, still_held: Callable[[str], bool], *, freed: bool) -> list[str]:
+        """The preemptors to nudge: those with a node whose approved victims are all gone
+        (settled: their approval is forgotten), and, when ``freed`` (a pod was seen gone
+        since the last call), those cleared before, while they have nudges left. The caller
+        passes on only those still pending; :meth:`settle` ends a preemptor's nudges."""
+        again = []
+        if freed:
+            for preemptor in list(self._retry):
+                again.append(preemptor)
+                self._retry[preemptor] -= 1
+                if not self._retry[preemptor]:
+                    del self._retry[preemptor]
+        done = [
+            preemptor
+            for preemptor, approval in self._approvals.items()
+            if any(not any(map(still_held, uids)) for uids in approval.victims.values())
+        ]
+        for preemptor in done:
+            del self._approvals[preemptor]
+            if self._retries:
+                self._retry[preemptor] = self._retries
+        while len(self._retry) > self._capacity:
+            self._retry.popitem(last=False)
+        return again + done
+
     def settle(self, preemptor: str) -> None:
         """Forget the preemptor's approval: its wait ended, it was placed, or it is gone."""
         self._approvals.pop(preemptor, None)
+
+    def placed(self, preemptor: str) -> None:
+        """The preemptor was placed or is gone: forget it, nudges included."""
+        self.settle(preemptor)
+        self._retry.pop(preemptor, None)

@@ -85,7 +85,7 @@ class Intake:
         b.inventory.remove_holding(uid)
         b.inventory.addresses.waits.forget(uid)
         b.pending.forget(uid)
-        b.evictions.settle(uid)
+        b.evictions.placed(uid)
         b.gangs.forget(uid)
         b.statefulsets.forget_pod(uid)
 
@@ -192,7 +192,7 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
         b.inventory.upsert_holding(holding)
         b.pending.forget(uid)
         b.gangs.track(uid, holding.group, None)
-        b.evictions.settle(uid)
+        b.evictions.placed(uid)
         return
     held = b.inventory.holding(uid)
     if held is not None and held.kind is HoldingKind.BOUND:

@@ -92,6 +92,7 @@ class Inventory:
         self._pool_masks: dict[str, tuple[tuple[int, int], BoolArray]] = {}
         self.nodes_version = 0  # bumped when a node is added, removed or its spec changes
         self.version = 0  # bumped on every change; lets callers cache derived answers
+        self.removals = 0  # bumped when a pod stops holding anything: something was freed
         self.layout = 0  # bumped when the name -> id mapping changes (nodes added or removed)
         self._names: tuple[int, NameTable] | None = None  # (layout, table) for packed names
         self._spec_derived, self._held_derived = Derived(), Derived()
@@ -343,6 +344,7 @@ class Inventory:
         holding = self._holdings.pop(uid, None)
         if holding is not None:
             self._unrecord(holding)
+            self.removals += 1
         return holding
 
     def replace_bound(

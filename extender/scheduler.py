@@ -42,7 +42,7 @@ from extender.model import (
 from extender.pending import PendingPods
 from extender.policy import PolicyConfig
 from extender.preemption import GangVictims, NodeVictims, select_victims
-from extender.quotas import QuotaBook, QuotaSpec, Shadowed, admit, victim_rule
+from extender.quotas import Departures, QuotaBook, QuotaSpec, Shadowed, admit, victim_rule
 from extender.requests import PodRequestError, pod_request
 from extender.scoring import ScoreArray
 from extender.statefulsets import StatefulSetBook
@@ -84,11 +84,14 @@ class Scheduler(Intake):
         # What preempt approved, so that filter can tell its own watch lagging behind
         # kube-scheduler's from a node that is really full (see extender.evictions).
         self._evictions = EvictionBook(ttl_s=victim_memory_s, capacity=pending_capacity)
+        self._removals_seen = 0  # the inventory's removals when preemptors were last nudged
         self._statefulsets = StatefulSetBook()
         # How the pods schedext rated were placed: offers are made at filter or prioritize
         # and taken at bind, so the few in flight matter, not every pending pod.
         self._choices = ChoiceBook(capacity=min(pending_capacity, 1024))
         self._quotas = QuotaBook()
+        # What reclaim's earlier approvals may be taking away while the watch lags.
+        self._departures = Departures(ttl_s=victim_memory_s, capacity=pending_capacity)
         super().__init__(
             Books(
                 inventory=self._inventory,
@@ -169,9 +172,12 @@ class Scheduler(Intake):
         """Victims per candidate node worth preempting on (see :mod:`extender.preemption`).
         With ``now`` the answer is remembered for :meth:`awaited_victims` (an empty answer
         replaces an earlier one)."""
-        chosen = self._victims(pod, candidates)
+        chosen = self._victims(pod, candidates, now)
         if now is not None and (uid := fields.text(fields.obj(pod, "metadata"), "uid")):
-            self._evictions.record(uid, {n: v.uids for n, v in chosen.items()}, now)
+            approved = {n: v.uids for n, v in chosen.items()}
+            self._evictions.record(uid, approved, now)
+            if len(self._quotas):
+                self._departures.record(approved, now)
         return chosen
 
     def awaited_victims(
@@ -291,6 +297,18 @@ class Scheduler(Intake):
         due = self._inventory.addresses.take_waiting()
         return [(pod, uid) for pod, uid in due if self._pending.get(uid) is not None]
 
+    def take_preemptor_requeues(self) -> list[tuple[str, str]]:
+        """(namespace/name, uid) of the preemptors, still pending, whose victims on some node
+        schedext has seen all go: the shell has kube-scheduler retry them, which it may not
+        do on its own (see extender.evictions)."""
+        freed = self._inventory.removals != self._removals_seen
+        self._removals_seen = self._inventory.removals
+        if not len(self._evictions):
+            return []
+        held = self._inventory.holding
+        cleared = self._evictions.cleared(lambda uid: held(uid) is not None, freed=freed)
+        return [(r.key, uid) for uid in cleared if (r := self._pending.get(uid)) is not None]
+
     def claims_to_release(self) -> list[IPClaimSpec]:
         """Sticky claims whose identity is gone for good (see extender.statefulsets)."""
         return self._statefulsets.claims_to_release(self._inventory.addresses.claims())
@@ -316,7 +334,7 @@ class Scheduler(Intake):
         return self._gangs.keep_room(request, verdict, passed, gate)
 
     def _victims(
-        self, pod: JSONObject, candidates: Mapping[str, Sequence[Victim]]
+        self, pod: JSONObject, candidates: Mapping[str, Sequence[Victim]], now: float | None
     ) -> dict[str, NodeVictims]:
         try:
             request = pod_request(
@@ -329,7 +347,8 @@ class Scheduler(Intake):
             group_can_fit = self._gangs.eviction_check(request)
             if group_can_fit is None:
                 return {}  # its group is unknown: no node is worth preempting on for it
-        use = self._inventory.namespace_use
+        held = self._inventory.holding
+        use = self._departures.deduct(self._inventory.namespace_use, held, now)
         return select_victims(
             self._inventory,
             request,

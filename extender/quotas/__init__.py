@@ -13,6 +13,8 @@ preemption.
   of mins; borrowing shared by weight between the namespaces that want to borrow.
 * :mod:`~extender.quotas.reclaim`: preempt's rule: within-min namespaces are never victims of
   another namespace's preemptor; a preemptor within its min takes from borrowers first.
+* :mod:`~extender.quotas.departures`: the victims preempt approved that may be leaving, so
+  that the victim rule does not count them twice while the watch lags.
 
 What a namespace uses is what its pods hold, bound or reserved by bind, from the reservation
 until the pod is gone (``Inventory.namespace_use``, kept as holdings change); what it wants,
@@ -21,10 +23,12 @@ what its pending pods ask (``PendingPods.wanted``).
 
 from extender.quotas.admission import admit
 from extender.quotas.book import QuotaBook, Shadowed
+from extender.quotas.departures import Departures
 from extender.quotas.reclaim import VictimRule, victim_rule
 from extender.quotas.spec import Kind, Limit, QuotaError, QuotaSpec, quota_spec, used_quantities
 
 __all__ = [
+    "Departures",
     "Kind",
     "Limit",
     "QuotaBook",

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -29,6 +30,7 @@ from tests.e2e.harness import (
     pod_manifest,
     wait_for,
 )
+from tests.e2e.proxy import LaggingProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULER_CONFIG = ROOT / "manifests" / "scheduler-config.yaml"
@@ -505,3 +507,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def eventually(predicate: Any, *, timeout: float = 30, message: str = "condition not met") -> Any:
     return wait_for(predicate, timeout=timeout, interval=0.2, message=message)
+
+
+WATCH_LAG_S = 1.0
+
+
+@pytest.fixture
+def lagging(cluster: Cluster, tmp_path: Path) -> Iterator[Cluster]:
+    """The cluster with a schedext that hears from the API server a second late (its watch
+    lags kube-scheduler's, as a busy schedext's does): the cluster fixture's schedext is
+    replaced by one whose API server connections go through a :class:`LaggingProxy`."""
+    cluster.cp.stop_scheduler()
+    cluster.schedext.stop()
+    server = urlsplit(cluster.cp.server)
+    backend = (server.hostname or "127.0.0.1", server.port or 443)
+    with LaggingProxy(backend, lag_s=WATCH_LAG_S) as proxy:
+        config = json.loads(cluster.cp.kubeconfig.read_text())
+        config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+        kubeconfig = tmp_path / "lagging.kubeconfig"
+        kubeconfig.write_text(json.dumps(config))
+        cluster.schedext = Schedext(kubeconfig, tmp_path / "lagging-schedext.log")
+        cluster.schedext.start()
+        cluster.cp.start_scheduler(scheduler_config(cluster.schedext.url))
+        try:
+            yield cluster
+        finally:
+            cluster.cp.stop_scheduler()
+            cluster.schedext.stop()

@@ -4,19 +4,14 @@ StatefulSet identities, exhaustion, GPUs and an address in one decision, restart
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import Cluster, Schedext, eventually, scheduler_config
+from tests.e2e.conftest import Cluster, eventually
 from tests.e2e.harness import ApiError, ControlPlane, pod_manifest
-from tests.e2e.proxy import LaggingProxy
 from tests.e2e.test_scheduling import H100
 
 RACK = "topology.kubernetes.io/rack"
@@ -150,33 +145,6 @@ def test_a_pool_of_five_binds_five_pods_and_the_rest_wait_for_an_address(cluster
 
     taker = eventually(a_waiting_pod_took_it, timeout=90, message="no waiting pod took it")
     assert cluster.address(taker)[0] == freed
-
-
-WATCH_LAG_S = 1.0
-
-
-@pytest.fixture
-def lagging(cluster: Cluster, tmp_path: Path) -> Iterator[Cluster]:
-    """The cluster with a schedext that hears from the API server a second late (its watch
-    lags kube-scheduler's, as a busy schedext's does): the cluster fixture's schedext is
-    replaced by one whose API server connections go through a :class:`LaggingProxy`."""
-    cluster.cp.stop_scheduler()
-    cluster.schedext.stop()
-    server = urlsplit(cluster.cp.server)
-    backend = (server.hostname or "127.0.0.1", server.port or 443)
-    with LaggingProxy(backend, lag_s=WATCH_LAG_S) as proxy:
-        config = json.loads(cluster.cp.kubeconfig.read_text())
-        config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
-        kubeconfig = tmp_path / "lagging.kubeconfig"
-        kubeconfig.write_text(json.dumps(config))
-        cluster.schedext = Schedext(kubeconfig, tmp_path / "lagging-schedext.log")
-        cluster.schedext.start()
-        cluster.cp.start_scheduler(scheduler_config(cluster.schedext.url))
-        try:
-            yield cluster
-        finally:
-            cluster.cp.stop_scheduler()
-            cluster.schedext.stop()
 
 
 def test_a_waiting_pod_takes_a_freed_address_even_when_schedexts_watch_lags(

@@ -170,3 +170,44 @@ def test_a_bad_quota_gets_a_warning_event_and_the_rest_keeps_working(cluster: Cl
     assert "g-1" not in bound(cluster, good)
     # Each problem reported once, not on every relist or resync.
     assert len(quota_events(cluster, bad, "negative")) == 1
+
+
+def test_a_reclaim_takes_a_borrower_down_to_its_min_and_no_further_when_schedexts_watch_lags(
+    lagging: Cluster,
+) -> None:
+    """team-a borrows all 8 GPUs of two nodes (min 4); team-b's four 1-GPU pods arrive at
+    once. Each preemption frees one of team-a's GPUs, and schedext hears of each victim's
+    deletion a second after kube-scheduler does, so it is asked for more victims while the
+    earlier ones still count in team-a's use. It must count them as leaving: team-a ends at
+    its min of 4, never below."""
+    cluster = lagging
+    for name in ("n1", "n2"):
+        cluster.node(name, gpus=4, model=H100)
+    a, b = team(cluster, "a"), team(cluster, "b")
+    elastic_quota(cluster, a, "team-a", min={GPU: 4}, max={GPU: 8})
+    elastic_quota(cluster, b, "team-b", min={GPU: 4}, max={GPU: 8})
+    eventually(lambda: used(cluster, b, "team-b") == "0", message="team-b's status not written")
+    for i in range(8):
+        gpu_pod(cluster, a, f"a-{i}", gpus=1, priority="low")
+    for i in range(8):
+        cluster.api.wait_pod_bound(a, f"a-{i}", timeout=60)
+    # schedext chooses only bound pods as victims: its own watch must have seen the binds
+    # (it lags), or it would find nothing to preempt and the pods would wait for an event.
+    eventually(
+        lambda: cluster.schedext.get("/inventory")["reservations"] == 0,
+        message="schedext did not see team-a's pods bound",
+    )
+    cluster.scheduler_caught_up()
+
+    for i in range(4):
+        gpu_pod(cluster, b, f"b-{i}", gpus=1, priority="high")
+    for i in range(4):
+        cluster.api.wait_pod_bound(b, f"b-{i}", timeout=120)
+    cluster.scheduler_caught_up()
+    # team-a keeps exactly its min, every one of its pods bound (none evicted below it).
+    assert sum(bound(cluster, a).values()) == 4, f"team-a holds {bound(cluster, a)}"
+    assert len(cluster.api.list_pods(a)) == 4
+    eventually(
+        lambda: (used(cluster, a, "team-a"), used(cluster, b, "team-b")) == ("4", "4"),
+        message="the quotas' status.used did not settle at 4 and 4",
+    )

@@ -254,7 +254,7 @@ def test_the_shell_asks_kube_scheduler_to_retry_the_waiting_pods() -> None:
     scheduler = cluster(scheduler=service.scheduler)
     turned_away(scheduler)
     scheduler.delete_pod("h1")  # a watch event: the shell calls this after each one
-    service.requeue_address_waiters()
+    service.requeue_waiters()
     assert recorded.requeued == WAITING
     assert recorded.events == []
     service.core(lambda s: s.delete_pod("h2"))  # after a core call too; nothing waits now

@@ -175,3 +175,44 @@ def test_the_book_keeps_only_the_newest_approvals() -> None:
 def test_the_book_refuses_meaningless_bounds(ttl: float, capacity: int) -> None:
     with pytest.raises(ValueError, match="ttl_s must be > 0"):
         EvictionBook(ttl_s=ttl, capacity=capacity)
+
+
+PENDING_URGENT = [("default/urgent", "urgent")]
+
+REQUEUE_CASES = [
+    # (id, what happens after the approval, the preemptors to nudge)
+    ("nothing gone yet: no nudge", [], []),
+    ("some of a node's victims gone: no nudge yet", [delete("small-0", "small-1")], []),
+    ("every victim of one node gone: the preemptor is nudged",
+     [delete("pair-0", "pair-1")], PENDING_URGENT),
+    ("nudged once, then again only when something is freed",
+     [delete("pair-0", "pair-1"), lambda s: s.take_preemptor_requeues()], []),
+    ("nudged again when another pod is seen gone",
+     [delete("pair-0", "pair-1"), lambda s: s.take_preemptor_requeues(), delete("small-0")],
+     PENDING_URGENT),
+    ("a few times at most",
+     [delete("pair-0", "pair-1"), lambda s: s.take_preemptor_requeues(),
+      *[step for i in range(3) for step in (delete(f"small-{i}"),
+                                            lambda s: s.take_preemptor_requeues())],
+      delete("small-3")], []),
+    ("placed meanwhile: nothing to nudge",
+     [lambda s: s.upsert_pod(make_pod("urgent", uid="urgent", gpus=4, node="n3")),
+      delete("pair-0", "pair-1")], []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("steps", "nudged"), [c[1:] for c in REQUEUE_CASES], ids=[c[0] for c in REQUEUE_CASES]
+)
+def test_a_preemptor_is_nudged_once_its_victims_on_a_node_are_gone(
+    steps: list[Callable[[Scheduler], object]], nudged: list[tuple[str, str]]
+) -> None:
+    """kube-scheduler may not retry a preemptor whose room another took first (two nominated
+    on one node); once schedext sees one node's victims all gone, it has the preemptor
+    retried, if it is still pending."""
+    scheduler = cluster()
+    scheduler.upsert_pod(URGENT)  # pending
+    approve(scheduler)
+    for step in steps:
+        step(scheduler)
+    assert scheduler.take_preemptor_requeues() == nudged

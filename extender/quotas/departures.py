@@ -1,0 +1,134 @@
+"""The victims preempt approved that may be on their way out, counted per namespace, so that
+reclaim does not take a team below its min twice over while schedext's watch lags.
+
+Preempt approves victims per candidate node; kube-scheduler picks one node, deletes its
+victims and goes on. Until schedext's watch sees them go, they still count in their
+namespace's use. Meanwhile kube-scheduler may preempt again: its asynchronous preemption can
+nominate two preemptors on one node, so that one of them preempts a second time, or another
+preemptor comes along. If the victims' namespace still looks over its min, preempt approves a
+second round that takes it below. The end-to-end tests saw exactly that under load: team-a
+evicted down to 2 pods with a min of 4.
+
+So :meth:`Departures.going` tells, per namespace, how much of its use may be leaving. For
+each approval it counts the victims still held on the node kube-scheduler is taking them
+from. Once some victim of the approval is seen gone, that node is known. Before that, the
+node with the most of the namespace is assumed. A victim approved twice counts once. The
+count errs towards protecting a namespace, and the error is brief: kube-scheduler deletes a
+chosen node's victims at once, and an approval it never acted on (it found no node worth it
+after all) is forgotten after ``ttl_s``.
+
+Only the victim rule reads this. Admission goes on counting a leaving pod until it is gone,
+which never lets a namespace past its max.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from extender.model import Holding
+from extender.quotas.admission import Use
+from extender.tally import ZERO, Amounts, amounts
+
+__all__ = ["Departures"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Approval:
+    victims: Mapping[str, frozenset[str]]  # node name -> victim UIDs approved there
+    expires_at: float
+
+
+class Departures:
+    """Bounded in size and time: an approval outlives neither ``ttl_s`` nor ``capacity``
+    newer ones, and is dropped as soon as none of its victims is held."""
+
+    def __init__(self, *, ttl_s: float = 120.0, capacity: int = 10_000) -> None:
+        if ttl_s <= 0 or capacity < 1:
+            raise ValueError("ttl_s must be > 0 and capacity >= 1")
+        self._ttl_s = ttl_s
+        self._capacity = capacity
+        self._approvals: list[_Approval] = []
+
+    def __len__(self) -> int:
+        return len(self._approvals)
+
+    def record(self, victims: Mapping[str, Iterable[str]], now: float) -> None:
+        """Preempt approved ``victims`` (per node). Unlike the eviction book, a later answer
+        for the same preemptor does not replace this one: kube-scheduler may already be
+        deleting what it approved."""
+        approved = {node: frozenset(uids) for node, uids in victims.items() if uids}
+        if not approved:
+            return
+        self._approvals.append(_Approval(approved, now + self._ttl_s))
+        if len(self._approvals) > self._capacity:
+            del self._approvals[: len(self._approvals) - self._capacity]  # the oldest
+
+    def deduct(self, use: Use, held: Callable[[str], Holding | None], now: float | None) -> Use:
+        """``use`` less what may be leaving (:meth:`going`): the victim rule's view of which
+        namespaces are within their min. ``use`` itself when nothing is (or no ``now``)."""
+        if now is None or not self._approvals:
+            return use
+        going = self.going(held, now)
+        if not going:
+            return use
+        return lambda namespace: use(namespace).minus(going.get(namespace, ZERO))
+
+    def going(self, held: Callable[[str], Holding | None], now: float) -> dict[str, Amounts]:
+        """Per namespace, what its pods still held but approved as victims add up to (each
+        pod once): the part of its use that may be leaving."""
+        leaving: dict[str, dict[str, Holding]] = {}  # namespace -> uid -> holding
+        live: list[_Approval] = []
+        for approval in self._approvals:
+            if now >= approval.expires_at:
+                continue
+            nodes = _still_held(approval, held)
+            if nodes is None:
+                continue  # every victim went: settled
+            live.append(approval)
+            for namespace, node in _taken_from(nodes).items():
+                for holding in nodes[node]:
+                    if holding.namespace == namespace:
+                        leaving.setdefault(namespace, {})[holding.uid] = holding
+        self._approvals = live
+        totals: dict[str, Amounts] = {}
+        for namespace, holdings in leaving.items():
+            total = ZERO
+            for holding in holdings.values():
+                total = total.plus(amounts(holding))
+            totals[namespace] = total
+        return totals
+
+
+def _still_held(
+    approval: _Approval, held: Callable[[str], Holding | None]
+) -> dict[str, list[Holding]] | None:
+    """The victims still held, per node kube-scheduler may be taking them from; None when
+    none is held. A node where a victim is already gone is the one it chose (the others'
+    victims stay), so only such nodes remain once there is one."""
+    still: dict[str, list[Holding]] = {}
+    chosen: set[str] = set()
+    for node, uids in approval.victims.items():
+        holdings = [h for uid in uids if (h := held(uid)) is not None]
+        if len(holdings) < len(uids):
+            chosen.add(node)
+        if holdings:
+            still[node] = holdings
+    if chosen:
+        still = {node: hs for node, hs in still.items() if node in chosen}
+    return still or None
+
+
+def _taken_from(nodes: Mapping[str, list[Holding]]) -> dict[str, str]:
+    """Per namespace among the victims, the node whose victims take the most of it (ties to
+    the first name): the worst case for that namespace."""
+    best: dict[str, tuple[Amounts, str]] = {}
+    for node in sorted(nodes):
+        per_namespace: dict[str, Amounts] = {}
+        for holding in nodes[node]:
+            total = per_namespace.get(holding.namespace, ZERO)
+            per_namespace[holding.namespace] = total.plus(amounts(holding))
+        for namespace, total in per_namespace.items():
+            if namespace not in best or total > best[namespace][0]:
+                best[namespace] = (total, node)
+    return {namespace: node for namespace, (_, node) in best.items()}

@@ -1,0 +1,126 @@
+"""Reclaim while schedext's watch lags: victims preempt approved count as leaving their
+namespace, on the node kube-scheduler is taking them from, each once, so that a second round
+of preemption does not take a team below its min (extender.quotas.departures)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender import names
+from extender.model import Holding, Victim
+from extender.quotas import Departures
+from extender.scheduler import Scheduler
+from extender.tally import Amounts
+from tests.builders import elastic_quota, make_node, make_pod
+
+GPU = names.GPU_RESOURCE
+
+
+def victim(uid: str, namespace: str = "team-a", gpus: int = 1) -> Holding:
+    return Holding(uid=uid, namespace=namespace, name=uid, node="-", gpus=gpus)
+
+
+# a0..a3 of team-a (one GPU each), a big one of team-a (2 GPUs), f0 of another namespace.
+HELD = {h.uid: h for h in [*(victim(f"a{i}") for i in range(4)), victim("big", gpus=2),
+                           victim("f0", namespace="free")]}  # fmt: skip
+
+Approval = dict[str, list[str]]  # node -> victim uids
+Chosen = dict[str, set[str]]
+
+CASES: list[tuple[str, list[Approval], set[str], float, dict[str, Amounts]]] = [
+    # (id, approvals in order, uids no longer held, now, what is leaving per namespace)
+    ("nothing approved, nothing leaving", [], set(), 1.0, {}),
+    ("before any victim goes, the node that takes the most of a namespace counts",
+     [{"x": ["a0"], "y": ["a1", "a2"]}], set(), 1.0, {"team-a": Amounts(gpus=2)}),
+    ("each namespace is counted on its own worst node",
+     [{"x": ["a0", "f0"], "y": ["big"]}], set(), 1.0,
+     {"team-a": Amounts(gpus=2), "free": Amounts(gpus=1)}),
+    ("once a victim is seen gone, its node is the one chosen; the others' victims stay",
+     [{"x": ["a0", "a3"], "y": ["a1", "a2", "big"]}], {"a0"}, 1.0, {"team-a": Amounts(gpus=1)}),
+    ("a victim approved twice counts once",
+     [{"x": ["a0", "a1"]}, {"x": ["a0", "a1"]}], set(), 1.0, {"team-a": Amounts(gpus=2)}),
+    ("approvals for different victims add up",
+     [{"x": ["a0", "a1"]}, {"y": ["a2", "a3"]}], set(), 1.0, {"team-a": Amounts(gpus=4)}),
+    ("an approval whose victims all went is settled", [{"x": ["a0"]}], {"a0"}, 1.0, {}),
+    ("an approval past its time is forgotten", [{"x": ["a0"]}], set(), 11.0, {}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("approvals", "gone", "now", "leaving"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_what_is_leaving(
+    approvals: list[Approval], gone: set[str], now: float, leaving: dict[str, Amounts]
+) -> None:
+    book = Departures(ttl_s=10.0)
+    for approval in approvals:
+        book.record(approval, now=0.0)
+    assert book.going(lambda uid: None if uid in gone else HELD.get(uid), now) == leaving
+
+
+def test_settled_and_expired_approvals_are_dropped_and_the_book_is_bounded() -> None:
+    book = Departures(ttl_s=10.0, capacity=2)
+    for uid in ("a0", "a1", "a2"):
+        book.record({"x": [uid]}, now=0.0)
+    book.record({"x": []}, now=0.0)  # nothing approved: nothing kept
+    assert len(book) == 2  # the oldest went
+    book.going(lambda uid: None if uid == "a1" else HELD[uid], 1.0)
+    assert len(book) == 1
+    book.going(HELD.get, 10.0)
+    assert len(book) == 0
+
+
+# ---------------------------------------------------------------- the race, through the verbs
+# Nodes x and y, 4 GPUs each, all held by team-a (min 4: it borrows 4). team-b (min 4) is
+# empty and reclaims with 2-GPU pods of high priority.
+def _team_a(node: str, first: int) -> list[dict[str, Any]]:
+    return [
+        make_pod(f"a{i}", uid=f"a{i}", namespace="team-a", gpus=1, node=node, gpu_ids=[i - first],
+                 priority=i)
+        for i in range(first, first + 4)
+    ]  # fmt: skip
+
+
+def _scheduler() -> Scheduler:
+    scheduler = Scheduler()
+    for node in ("x", "y"):
+        scheduler.upsert_node(make_node(node, gpus=4))
+    scheduler.upsert_quota(elastic_quota("team-a", min={GPU: 4}))
+    scheduler.upsert_quota(elastic_quota("team-b", min={GPU: 4}))
+    for pod in _team_a("x", 0) + _team_a("y", 4):
+        scheduler.upsert_pod(pod)
+    return scheduler
+
+
+def _preempt(scheduler: Scheduler, preemptor: str, candidates: Approval) -> Chosen:
+    pod = make_pod(preemptor, uid=preemptor, namespace="team-b", gpus=2, priority=100)
+    proposed = {node: [Victim(uid) for uid in uids] for node, uids in candidates.items()}
+    return {n: set(v.uids) for n, v in scheduler.preempt(pod, proposed, now=1.0).items()}
+
+
+X, Y = [f"a{i}" for i in range(4)], [f"a{i}" for i in range(4, 8)]
+
+
+def test_a_reclaim_stops_at_the_min_while_the_watch_lags() -> None:
+    """The race the end-to-end test saw: kube-scheduler nominated b-0 and b-1 on x. b-0
+    preempts there twice (schedext saw the first victims go), then b-1 moves to y. Its view
+    runs ahead of schedext's, which still sees b-0's second victims on x: team-a is at its
+    min once they are gone, so nothing more may be taken from it."""
+    scheduler = _scheduler()
+    assert _preempt(scheduler, "b-0", {"x": X}) == {"x": {"a0", "a1"}}
+    for uid in ("a0", "a1"):
+        scheduler.delete_pod(uid)
+    assert _preempt(scheduler, "b-0", {"x": X[2:]}) == {"x": {"a2", "a3"}}  # team-a holds 6
+    assert _preempt(scheduler, "b-1", {"y": Y}) == {}
+
+
+def test_victims_on_a_node_kube_scheduler_did_not_choose_are_not_counted_as_leaving() -> None:
+    """b-0 is offered victims on x and on y; schedext sees x's go, so y's stay, and team-a
+    (holding 6) may give 2 more to b-1 on y."""
+    scheduler = _scheduler()
+    assert _preempt(scheduler, "b-0", {"x": X, "y": Y}) == {"x": {"a0", "a1"}, "y": {"a4", "a5"}}
+    for uid in ("a0", "a1"):
+        scheduler.delete_pod(uid)
+    assert _preempt(scheduler, "b-1", {"y": Y}) == {"y": {"a4", "a5"}}
