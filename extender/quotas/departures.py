@@ -11,11 +11,14 @@ evicted down to 2 pods with a min of 4.
 
 So :meth:`Departures.going` tells, per namespace, how much of its use may be leaving. For
 each approval it counts the victims still held on the node kube-scheduler is taking them
-from. Once some victim of the approval is seen gone, that node is known. Before that, the
-node with the most of the namespace is assumed. A victim approved twice counts once. The
-count errs towards protecting a namespace, and the error is brief: kube-scheduler deletes a
-chosen node's victims at once, and an approval it never acted on (it found no node worth it
-after all) is forgotten after ``ttl_s``.
+from. Once some victim of the approval is seen gone, that node is known, and a victim that
+several approvals named there counts once. Before that, the node with the most of the
+namespace is assumed, for each approval apart: two preemptors offered the same victims may
+be taking from two different nodes. The count errs towards protecting a namespace, which
+costs a preemptor a retry at worst, never a pod: kube-scheduler deletes a chosen node's
+victims at once, so the node is soon known, and an approval it never acted on (it found no
+node worth it after all) is forgotten after ``ttl_s``. A preemptor turned away meanwhile
+is sent back once its victims are seen gone (:mod:`extender.evictions`).
 
 Only the victim rule reads this. Admission goes on counting a leaving pod until it is gone,
 which never lets a namespace past its max.
@@ -75,37 +78,39 @@ class Departures:
         return lambda namespace: use(namespace).minus(going.get(namespace, ZERO))
 
     def going(self, held: Callable[[str], Holding | None], now: float) -> dict[str, Amounts]:
-        """Per namespace, what its pods still held but approved as victims add up to (each
-        pod once): the part of its use that may be leaving."""
-        leaving: dict[str, dict[str, Holding]] = {}  # namespace -> uid -> holding
+        """Per namespace, what its pods still held but approved as victims may add up to:
+        the part of its use that may be leaving. Where the node is known, a victim counts
+        once however many approvals named it; where it is not, each approval counts its
+        worst case (two preemptors may be taking from two nodes)."""
+        known: dict[str, Holding] = {}  # uid -> holding, on nodes known to be chosen
+        guessed: dict[str, Amounts] = {}  # namespace -> worst cases, summed
         live: list[_Approval] = []
         for approval in self._approvals:
             if now >= approval.expires_at:
                 continue
-            nodes = _still_held(approval, held)
-            if nodes is None:
+            still = _still_held(approval, held)
+            if still is None:
                 continue  # every victim went: settled
             live.append(approval)
-            for namespace, node in _taken_from(nodes).items():
-                for holding in nodes[node]:
-                    if holding.namespace == namespace:
-                        leaving.setdefault(namespace, {})[holding.uid] = holding
+            nodes, chosen = still
+            if chosen:
+                known.update((h.uid, h) for hs in nodes.values() for h in hs)
+                continue
+            for namespace, total in _worst(nodes).items():
+                guessed[namespace] = guessed.get(namespace, ZERO).plus(total)
         self._approvals = live
-        totals: dict[str, Amounts] = {}
-        for namespace, holdings in leaving.items():
-            total = ZERO
-            for holding in holdings.values():
-                total = total.plus(amounts(holding))
-            totals[namespace] = total
+        totals = dict(guessed)
+        for holding in known.values():
+            totals[holding.namespace] = totals.get(holding.namespace, ZERO).plus(amounts(holding))
         return totals
 
 
 def _still_held(
     approval: _Approval, held: Callable[[str], Holding | None]
-) -> dict[str, list[Holding]] | None:
-    """The victims still held, per node kube-scheduler may be taking them from; None when
-    none is held. A node where a victim is already gone is the one it chose (the others'
-    victims stay), so only such nodes remain once there is one."""
+) -> tuple[dict[str, list[Holding]], bool] | None:
+    """The victims still held, per node kube-scheduler may be taking them from, and whether
+    that node is known; None when none is held. A node where a victim is already gone is the
+    one it chose (the others' victims stay), so only such nodes remain once there is one."""
     still: dict[str, list[Holding]] = {}
     chosen: set[str] = set()
     for node, uids in approval.victims.items():
@@ -116,19 +121,18 @@ def _still_held(
             still[node] = holdings
     if chosen:
         still = {node: hs for node, hs in still.items() if node in chosen}
-    return still or None
+    return (still, bool(chosen)) if still else None
 
 
-def _taken_from(nodes: Mapping[str, list[Holding]]) -> dict[str, str]:
-    """Per namespace among the victims, the node whose victims take the most of it (ties to
-    the first name): the worst case for that namespace."""
-    best: dict[str, tuple[Amounts, str]] = {}
-    for node in sorted(nodes):
+def _worst(nodes: Mapping[str, list[Holding]]) -> dict[str, Amounts]:
+    """Per namespace among the victims, what the node taking the most of it takes."""
+    worst: dict[str, Amounts] = {}
+    for holdings in nodes.values():
         per_namespace: dict[str, Amounts] = {}
-        for holding in nodes[node]:
+        for holding in holdings:
             total = per_namespace.get(holding.namespace, ZERO)
             per_namespace[holding.namespace] = total.plus(amounts(holding))
         for namespace, total in per_namespace.items():
-            if namespace not in best or total > best[namespace][0]:
-                best[namespace] = (total, node)
-    return {namespace: node for namespace, (_, node) in best.items()}
+            if namespace not in worst or total > worst[namespace]:
+                worst[namespace] = total
+    return worst
