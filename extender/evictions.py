@@ -111,6 +111,15 @@ class EvictionBook:
             self._retry.popitem(last=False)
         return again + done
 
+    def retry(self, preemptor: str) -> None:
+        """Nudge ``preemptor`` when something is next freed (a few times at most): preempt
+        found no victims for it while others were still leaving (see
+        :mod:`extender.quotas.departures`), so their going may make its room."""
+        if self._retries and preemptor not in self._retry:
+            self._retry[preemptor] = self._retries
+            while len(self._retry) > self._capacity:
+                self._retry.popitem(last=False)
+
     def settle(self, preemptor: str) -> None:
         """Forget the preemptor's approval: its wait ended, it was placed, or it is gone."""
         self._approvals.pop(preemptor, None)

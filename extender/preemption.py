@@ -166,19 +166,24 @@ def _victims_on(
     if not need.met(eligible):
         return None
     proposed_uids = {v.uid for v in proposed}
+    # Never a set that takes another team below its min (VictimRule.affordable).
+    allowed = rule.affordable if rule is not None else None
     victims = None
     if rule is not None and rule.reclaim:
         # Borrowed capacity is taken back first: from the borrowers alone when they suffice.
         borrowed = [unit for unit in units if all(map(rule.first, unit))]
         if borrowed and need.met([h for unit in borrowed for h in unit]):
-            victims = _smallest(borrowed, need, proposed_uids)
+            victims = _smallest(borrowed, need, proposed_uids, allowed=allowed)
     if victims is None:
         # Beyond the borrowers (a reclaim), as few pods of others as the fewest pods allow.
         others = (lambda h: not rule.first(h)) if rule is not None and rule.reclaim else None
-        victims = _smallest(units, need, proposed_uids, others)
+        victims = _smallest(units, need, proposed_uids, others, allowed=allowed)
+        if victims is None:
+            return None
     if not victims:
         # Nothing schedext tracks needs to go: kube-scheduler's list is for its own reasons.
-        return _proposed_units(units, proposed)
+        chosen = _proposed_units(units, proposed)
+        return chosen if chosen is None or allowed is None or allowed(chosen) else None
     return victims
 
 
@@ -209,9 +214,12 @@ def _smallest(
     need: _Need,
     proposed: set[str],
     spare_first: Callable[[Holding], bool] | None = None,
-) -> list[Holding]:
+    *,
+    allowed: Callable[[list[Holding]], bool] | None = None,
+) -> list[Holding] | None:
     """The fewest units whose eviction meets the need, ranked as the module docstring says;
-    with ``spare_first``, among the fewest, those with the fewest such pods first."""
+    with ``spare_first``, among the fewest, those with the fewest such pods first. Only sets
+    ``allowed`` passes are considered; None when none is found."""
     if need.met([]):
         return []
     for size in range(1, len(units) + 1):
@@ -220,7 +228,7 @@ def _smallest(
         best: tuple[tuple[int, int, int, int, int, int], list[Holding]] | None = None
         for combination in itertools.combinations(units, size):
             victims = [h for unit in combination for h in unit]
-            if need.met(victims):
+            if need.met(victims) and (allowed is None or allowed(victims)):
                 key = (
                     sum(map(spare_first, victims)) if spare_first is not None else 0,
                     max(h.priority for h in victims),
@@ -243,7 +251,7 @@ def _smallest(
         spared = [h for h in victims if h not in unit]
         if need.met(spared):
             victims = spared
-    return victims
+    return victims if allowed is None or allowed(victims) else None
 
 
 def _units(view: NodeView, request: PodRequest, gang_victims: GangVictims) -> list[list[Holding]]:

@@ -178,6 +178,8 @@ class Scheduler(Intake):
             self._evictions.record(uid, approved, now)
             if len(self._quotas):
                 self._departures.record(approved, now)
+                if not approved and len(self._departures):
+                    self._evictions.retry(uid)  # the leaving may make its room
         return chosen
 
     def awaited_victims(

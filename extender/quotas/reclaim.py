@@ -2,7 +2,10 @@
 
 * A namespace **within its min** (its quota states a min, and its use is at most its min in
   every kind with one) is never a victim of another namespace's preemptor: its guarantee
-  holds whatever the priorities.
+  holds whatever the priorities. Nor is a borrower taken below its min: another namespace's
+  preemptor may take from it at most what it holds over its min, in each kind it is over
+  in (:meth:`VictimRule.affordable`), so a team with one GPU borrowed loses one GPU, not
+  the two a preemptor may need.
 * **Reclaim**: a preemptor whose namespace stays within its min with the pod (in every kind
   its quota states a min for, and the pod asks for one of them) takes back what others
   borrowed: its
@@ -19,12 +22,14 @@ lower-priority pods borrowed: a borrower of equal or higher priority keeps its p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from extender.model import Holding
 from extender.quotas.admission import Use
 from extender.quotas.book import QuotaBook
-from extender.tally import Amounts
+from extender.quotas.spec import Kind
+from extender.tally import ZERO, Amounts, amounts
 
 __all__ = ["VictimRule", "victim_rule"]
 
@@ -36,12 +41,29 @@ class VictimRule:
     protected: frozenset[str]  # namespaces whose pods are never victims
     borrowers: frozenset[str]  # namespaces over their min
     reclaim: bool  # the preemptor takes back borrowed capacity: borrowers go first
+    # Other namespaces over their min: what each holds over it, in the kinds it is over in.
+    excess: Mapping[str, tuple[tuple[Kind, int], ...]] = field(default_factory=dict)
 
     def allows(self, holding: Holding) -> bool:
         return holding.namespace not in self.protected
 
     def first(self, holding: Holding) -> bool:
         return self.reclaim and holding.namespace in self.borrowers
+
+    def affordable(self, victims: Iterable[Holding]) -> bool:
+        """Whether evicting ``victims`` leaves every other namespace at or over its min."""
+        if not self.excess:
+            return True
+        taken: dict[str, Amounts] = {}
+        for holding in victims:
+            if holding.namespace in self.excess:
+                total = taken.get(holding.namespace, ZERO)
+                taken[holding.namespace] = total.plus(amounts(holding))
+        return all(
+            total[kind] <= room
+            for namespace, total in taken.items()
+            for kind, room in self.excess[namespace]
+        )
 
 
 def victim_rule(book: QuotaBook, namespace: str, asked: Amounts, *, used: Use) -> VictimRule | None:
@@ -51,13 +73,21 @@ def victim_rule(book: QuotaBook, namespace: str, asked: Amounts, *, used: Use) -
         return None
     protected: set[str] = set()
     borrowers: set[str] = set()
+    excess: dict[str, tuple[tuple[Kind, int], ...]] = {}
     for quota in book.quotas():
         guarantees = quota.guarantees
         if not guarantees:
             continue  # a ceiling alone guarantees nothing
         use = used(quota.namespace)
-        if any(use[limit.kind] > limit.min for limit in guarantees):
+        over = tuple(
+            (limit.kind, use[limit.kind] - limit.min)
+            for limit in guarantees
+            if use[limit.kind] > limit.min
+        )
+        if over:
             borrowers.add(quota.namespace)
+            if quota.namespace != namespace:
+                excess[quota.namespace] = over
         elif quota.namespace != namespace:
             protected.add(quota.namespace)
     own = book.applying(namespace)
@@ -65,4 +95,4 @@ def victim_rule(book: QuotaBook, namespace: str, asked: Amounts, *, used: Use) -
     if own is not None and any(asked[limit.kind] for limit in own.guarantees):
         use = used(namespace)
         reclaim = all(use[limit.kind] + asked[limit.kind] <= limit.min for limit in own.guarantees)
-    return VictimRule(frozenset(protected), frozenset(borrowers), reclaim)
+    return VictimRule(frozenset(protected), frozenset(borrowers), reclaim, excess)

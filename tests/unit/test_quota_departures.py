@@ -128,3 +128,21 @@ def test_victims_on_a_node_kube_scheduler_did_not_choose_are_not_counted_as_leav
     for uid in ("a0", "a1"):
         scheduler.delete_pod(uid)
     assert _preempt(scheduler, "b-1", {"y": Y}) == {"y": {"a4", "a5"}}
+
+
+def test_a_preemptor_turned_away_while_victims_leave_is_sent_back_when_they_go() -> None:
+    """b-1 finds no victims while b-0's are leaving (team-a is at its min once they are
+    gone); when schedext sees them go, b-1 is sent back to kube-scheduler, since nothing
+    else may wake it."""
+    scheduler = _scheduler()
+    waiting = make_pod("b-1", uid="b-1", namespace="team-b", gpus=2, priority=100)
+    scheduler.upsert_pod(waiting)
+    _preempt(scheduler, "b-0", {"x": X})
+    for uid in ("a0", "a1"):
+        scheduler.delete_pod(uid)
+    _preempt(scheduler, "b-0", {"x": X[2:]})
+    scheduler.take_preemptor_requeues()  # what the watch's events have freed so far
+    assert _preempt(scheduler, "b-1", {"y": Y}) == {}
+    assert scheduler.take_preemptor_requeues() == []  # nothing freed since
+    scheduler.delete_pod("a2")
+    assert scheduler.take_preemptor_requeues() == [("team-b/b-1", "b-1")]

@@ -62,9 +62,9 @@ CASES = [
      BORROWED + AT_MIN, preemptor("team-c", 2), QUOTAS, ["a30", "a20"]),
     ("reclaim takes borrowers before lower-priority pods of no quota",
      BORROWED + NO_QUOTA, preemptor("team-c", 2), QUOTAS, ["a30", "a20"]),
-    ("reclaim goes beyond the borrowers only when they cannot free enough",
+    ("reclaim goes beyond the borrowers only when what they borrowed is not enough",
      BORROWED + NO_QUOTA, preemptor("team-c", 6), [*QUOTAS[:2], elastic_quota(
-         "team-c", min={GPU: 6})], ["a50", "a40", "a30", "a20", "free0", "free1"]),
+         "team-c", min={GPU: 6})], ["a30", "a20", "free0", "free1", "free2", "free3"]),
     ("a namespace within its min is never a victim, even when nothing else frees enough",
      AT_MIN + [held(f"a{i}", "team-a", i, 5) for i in range(2)] + [
          held(f"x{i}", "free", 2 + i, 5) for i in range(2)],
@@ -73,6 +73,12 @@ CASES = [
      BORROWED + NO_QUOTA, preemptor("team-a", 2), QUOTAS, ["free0", "free1"]),
     ("a pod of no quota takes by priority, but not from within a min",
      BORROWED + AT_MIN, preemptor("free", 2), QUOTAS, ["a30", "a20"]),
+    ("a borrower gives back at most what it holds over its min, the rest from others",
+     BORROWED + NO_QUOTA, preemptor("team-c", 3), QUOTAS, ["a30", "a20", "free0"]),
+    ("no victims when only a borrower's own min would make up the rest",
+     BORROWED + AT_MIN, preemptor("team-c", 3), QUOTAS, None),
+    ("a preemptor of no quota may not take a borrower below its min either",
+     BORROWED + AT_MIN, preemptor("free", 3), QUOTAS, None),
     ("without quotas, priority alone decides, as always",
      BORROWED + AT_MIN, preemptor("team-c", 2), [], ["b0", "b1"]),
 ]  # fmt: skip
