@@ -86,7 +86,10 @@ class GangWaiters:
             future = self._futures[group] = asyncio.get_running_loop().create_future()
         try:
             # shield: one member timing out must not cancel the group's shared future.
-            return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - clock()))
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancellation
+            # that comes as the future completes.
+            async with asyncio.timeout(max(0.0, deadline - clock())):
+                return await asyncio.shield(future)
         except TimeoutError:
             self.run(scheduler, lambda core: core.time_out_group(group))
             if future.done():

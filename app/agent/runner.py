@@ -212,8 +212,11 @@ class Agent:
                 await self.publisher.use(UseSample(at=self._wall(), gpus=use))
             except ApiError as error:  # the next poll tries again; the topology is written
                 log.warning("cannot write live use", extra={"error": str(error)})
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancellation
+            # that comes with the wake-up set, and the agent would then not stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.poll_s)
+                async with asyncio.timeout(self.settings.poll_s):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 _, read = await asyncio.to_thread(read_node, self._nvml)

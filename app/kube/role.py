@@ -119,8 +119,12 @@ class PodRoleLabel:
             log.warning("cannot unlabel own pod: %s", error, extra={"pod": self.pod})
 
     async def _wait_for_change(self, timeout: float) -> None:
+        # asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancellation
+        # that comes with the event set (the elector's release at shutdown, then the tasks
+        # cancelled), and this loop then kept the process from stopping.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
 
 
 def _labelled(pod: dict[str, Any]) -> bool:

@@ -290,3 +290,25 @@ def test_clear_at_shutdown_unlabels_once_and_only_when_needed() -> None:
     role.actual = False
     asyncio.run(role.clear())
     assert len(server.requests) == 1
+
+
+def test_the_label_loop_stops_when_cancelled_as_leadership_is_given_up() -> None:
+    """At shutdown the elector releases the lease (the label loop is told: not leading) and
+    the tasks are cancelled at once. Found by the fault soak: with asyncio.wait_for, Python
+    3.11 swallowed that cancellation, and SIGTERM left the leader running until SIGKILL."""
+    role, _ = labeller({("GET", POD): [pod(leader=True)], ("PATCH", POD): [pod(leader=False)]})
+    role.set_leading(True)
+
+    async def scenario() -> bool:
+        task = asyncio.create_task(role.run_forever())
+        for _ in range(100):  # until it has read its pod: labelled, as leading wants
+            if role.actual is True:
+                break
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)  # now waiting for a change
+        role.set_leading(False)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        return task in done and task.cancelled()
+
+    assert asyncio.run(scenario())
