@@ -60,8 +60,9 @@ class _PodSpec(TypedDict, total=False):
     nodeName: Any
     priority: Any
     preemptionPolicy: Any
-    containers: list[_Container]
-    initContainers: list[_Container]
+    # null in a BOOKMARK event, whose object is an empty pod but for its resourceVersion.
+    containers: list[_Container] | None
+    initContainers: list[_Container] | None
     overhead: Any
     resources: Any
     # Soft preferences: a pod stating them gets a longer shortlist (extender.shortlist).
@@ -76,7 +77,7 @@ class _PodStatus(TypedDict, total=False):
 class _Pod(_Status, total=False):
     metadata: _Meta
     spec: _PodSpec
-    status: _PodStatus
+    status: _PodStatus | str  # a Status (a watch ERROR event) says "Failure" here
 
 
 # ---------------------------------------------------------------- nodes
@@ -89,7 +90,7 @@ class _NodeStatus(TypedDict, total=False):
 
 class _Node(_Status, total=False):
     metadata: _Meta
-    status: _NodeStatus
+    status: _NodeStatus | str  # a Status (a watch ERROR event) says "Failure" here
 
 
 # ---------------------------------------------------------------- envelopes

@@ -124,6 +124,39 @@ def test_a_watch_error_keeps_the_status_fields_that_say_what_went_wrong() -> Non
     }
 
 
+# As kube-apiserver sends them: a 410 when a watch resumes from a compacted version, and the
+# bookmark that ends the initial events (an empty object but for its resourceVersion).
+GONE = {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": "too old resource version: 12 (340)",
+        "reason": "Expired", "code": 410}}  # fmt: skip
+POD_BOOKMARK = {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                "metadata": {"resourceVersion": "341"}, "spec": {"containers": None},
+                "status": {}}}  # fmt: skip
+NODE_BOOKMARK = {"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1",
+                 "metadata": {"resourceVersion": "341"}, "spec": {},
+                 "status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("decoders", "event"),
+    [(POD_DECODERS, GONE), (NODE_DECODERS, GONE), (POD_DECODERS, POD_BOOKMARK),
+     (NODE_DECODERS, NODE_BOOKMARK)],
+    ids=["pod-410", "node-410", "pod-bookmark", "node-bookmark"],
+)  # fmt: skip
+def test_errors_and_bookmarks_fit_the_shape_without_a_warning(
+    decoders: Any, event: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by the fault soak: every 410 and every bookmark logged "unexpected shape" and
+    was decoded in full, so a compaction or an idle minute filled the log with warnings."""
+    decoded = decoders.event(orjson.dumps(event))
+    assert not caplog.records
+    assert decoded["type"] == event["type"]
+    version = event["object"]["metadata"].get("resourceVersion")
+    assert (decoded["object"].get("metadata") or {}).get("resourceVersion") == version
+    if event["type"] == "ERROR":
+        assert decoded["object"]["code"] == 410
+
+
 def test_a_document_of_an_unexpected_structure_is_decoded_in_full_not_dropped() -> None:
     odd = {"type": "ADDED", "object": {"metadata": ["not", "an", "object"], "spec": {}}}
     assert POD_DECODERS.event(orjson.dumps(odd)) == odd
