@@ -865,6 +865,12 @@ class ControlPlane:
     def stop_scheduler(self) -> None:
         self._components["kube-scheduler"].stop()
 
+    @property
+    def scheduler_running(self) -> bool:
+        """Whether kube-scheduler was started and has not exited (it exits, for one, when
+        it cannot renew its leader lease in time)."""
+        return self._components["kube-scheduler"].running
+
     def scheduler_metrics(self) -> str:
         """kube-scheduler's /metrics text (the admin token passes its delegated authz)."""
         context = ssl.create_default_context(cafile=str(self.ca_cert))

@@ -6,9 +6,11 @@ default a backend is an endpoint when its ``/readyz`` answers 200; the caller ca
 otherwise (for a Service with a selector: the backend's pod carries the selected label, and its
 readiness check passes).
 
-:class:`LaggingProxy` hands its client everything the server sends a fixed time late (TLS
+:class:`LaggingProxy` hands its client everything the server sends a set time late (TLS
 passes through untouched): a client of the API server behind it sees every watch event after
-the rest of the cluster has, as a busy process does."""
+the rest of the cluster has, as a busy process does. The lag can be changed while it runs (a
+slowed API for a while), and :meth:`LaggingProxy.cut` breaks every connection it holds (cut
+watches), as the soak's faults do (``loadtests.soak``)."""
 
 from __future__ import annotations
 
@@ -52,11 +54,20 @@ class _Proxy(ABC):
     def __exit__(self, *_: object) -> None:
         self._stopped.set()
         self._listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.close()
+        self.cut()
         self._thread.join(timeout=5)
+
+    def cut(self) -> int:
+        """Break every connection made so far (the listener stays open); how many sockets
+        were closed. Their clients see the connection reset, as when a network path drops."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+        return len(sockets)
 
     @abstractmethod
     def _accept(self) -> None:
@@ -112,7 +123,8 @@ def _pump(source: socket.socket, target: socket.socket) -> None:
 
 class LaggingProxy(_Proxy):
     """Forwards to ``backend``; what comes back reaches the client ``lag_s`` seconds late,
-    in order. What the client sends goes through at once."""
+    in order. What the client sends goes through at once. ``lag_s`` may be changed at any
+    time: each piece read from then on waits the new lag (0: none)."""
 
     def __init__(self, backend: Backend, *, lag_s: float) -> None:
         self.backend = backend
@@ -135,16 +147,18 @@ class LaggingProxy(_Proxy):
                 self._sockets += [client, upstream]
             late: queue.Queue[tuple[float, bytes]] = queue.Queue()
             threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=_hold, args=(upstream, late, self.lag_s), daemon=True).start()
+            threading.Thread(target=self._hold, args=(upstream, late), daemon=True).start()
             threading.Thread(target=_release, args=(late, client), daemon=True).start()
 
-
-def _hold(source: socket.socket, late: queue.Queue[tuple[float, bytes]], lag_s: float) -> None:
-    """Read what the server sends, each piece stamped with when it may go on (b"": the end)."""
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            late.put((time.monotonic() + lag_s, data))
-    late.put((time.monotonic() + lag_s, b""))
+    def _hold(self, source: socket.socket, late: queue.Queue[tuple[float, bytes]]) -> None:
+        """Read what the server sends, each piece stamped with when it may go on (b"": the
+        end). Pieces stay in order when the lag shrinks: none goes before the one ahead."""
+        due = 0.0
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                due = max(due, time.monotonic() + self.lag_s)
+                late.put((due, data))
+        late.put((max(due, time.monotonic() + self.lag_s), b""))
 
 
 def _release(late: queue.Queue[tuple[float, bytes]], target: socket.socket) -> None:
