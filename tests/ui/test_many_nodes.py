@@ -83,7 +83,8 @@ def node_name(i: int) -> str:
 
 
 def build_cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    nodes, pods = [], []
+    nodes: list[dict[str, Any]] = []
+    pods: list[dict[str, Any]] = []
     for i in range(NODES):
         labels = {RACK: f"r{i % RACKS}"}
         if is_cpu_only(i):
@@ -101,8 +102,8 @@ def build_cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[di
             node = make_node(node_name(i), gpus=shape.gpus, model=shape.model, labels=labels,
                              annotations=annotations)  # fmt: skip
         else:
-            groups = [list(g) for g in shape.groups] if shape.groups else None
-            node = make_node(node_name(i), gpus=shape.gpus, model=shape.model, groups=groups,
+            topology = [list(g) for g in shape.groups] if shape.groups else None
+            node = make_node(node_name(i), gpus=shape.gpus, model=shape.model, groups=topology,
                              labels=labels)  # fmt: skip
         nodes.append(node)
         if held_on(i):
