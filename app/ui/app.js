@@ -701,7 +701,7 @@
     document.getElementById("models").replaceChildren(...modelRows(gpuNodes));
     document.getElementById("no-models").hidden = gpuNodes.length > 0;
     const cpuOnly = inventory.nodes.length - gpuNodes.length;
-    document.getElementById("cpu-count").textContent = `and ${count(cpuOnly, "CPU-only node")} (listed apart, below the GPU nodes).`;
+    document.getElementById("cpu-count").textContent = `CPU-only nodes: ${cpuOnly} (listed apart, below the GPU nodes).`;
     const pending = inventory.pending || [];
     document.getElementById("pending").replaceChildren(...pending.map(pendingRow));
     document.getElementById("no-pending").hidden = inventory.pendingPods > 0;

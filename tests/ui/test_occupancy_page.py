@@ -154,7 +154,7 @@ def test_a_summary_per_gpu_model_counts_nodes_and_gpus(drawn_page: Callable[[], 
     }
     assert rows[H100].one("model-mig").text() == "none"
     assert (
-        page.by_id("cpu-count").text() == "and 1 CPU-only node (listed apart, below the GPU nodes)."
+        page.by_id("cpu-count").text() == "CPU-only nodes: 1 (listed apart, below the GPU nodes)."
     )
 
 
