@@ -25,6 +25,7 @@ from app.kube.binder import ApiBinder
 from app.kube.config import in_cluster_available, load_cluster_config
 from app.metrics import Metrics
 from app.node_problems import NodeProblemReporter
+from app.readiness import Readiness
 from app.routes import explain, health, inventory, ui
 from app.routes.verbs import VerbEndpoints
 from app.service import Service
@@ -86,7 +87,8 @@ def create_app(
         gang_victims=GangVictims(settings.preemption.gang_victims),
         victim_memory_s=settings.preemption.victim_memory_s,
     )
-    metrics = Metrics(lambda: scheduler)
+    readiness = Readiness()
+    metrics = Metrics(lambda: scheduler, readiness)
     if source is None:
         source, default_binder, default_events = default_parts(settings)
         binder = binder or default_binder
@@ -95,6 +97,7 @@ def create_app(
     service = Service(
         settings=settings,
         scheduler=scheduler,
+        readiness=readiness,
         binder=binder or InMemoryBinder(),
         metrics=metrics,
         gangs=GangWaiters(metrics, events),

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from app.readiness import Readiness
 from extender import names
 from extender.quotas import Kind
 from extender.scheduler import Scheduler
@@ -20,7 +21,13 @@ __all__ = ["CONTENT_TYPE", "Metrics"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 VERBS = ("filter", "prioritize", "preempt", "bind")
 # Filter and prioritize sit on kube-scheduler's serial path: resolve sub-millisecond times.
-_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# The top buckets reach past kube-scheduler's httpTimeout for the extender (30 s in
+# manifests/scheduler-config.yaml): bind waits at a gang's barrier for up to gang.max_wait_s,
+# and a quantile over that budget (the alert in manifests/monitoring/) must be resolvable.
+_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 30.0, 60.0,
+)  # fmt: skip
 # A verb request's way through the server (see Metrics.stages): tens of microseconds matter.
 STAGES = ("body", "queue", "handler", "total")
 _STAGE_BUCKETS = (
@@ -30,7 +37,9 @@ _STAGE_BUCKETS = (
 
 
 class Metrics:
-    def __init__(self, scheduler: Callable[[], Scheduler | None]) -> None:
+    def __init__(
+        self, scheduler: Callable[[], Scheduler | None], readiness: Readiness | None = None
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._latency = Histogram(
             "schedext_request_duration_seconds",
@@ -124,6 +133,8 @@ class Metrics:
         self._rejection_counts = _Children(self._rejections)
         self.registry.register(_InventoryCollector(scheduler))
         self.registry.register(_WatchCollector(self._watch_progress))
+        if readiness is not None:
+            self.registry.register(_ReadinessCollector(readiness))
 
     def observe(self, verb: str, outcome: str, seconds: float) -> None:
         self._verb_latency[verb].observe(seconds)
@@ -315,6 +326,29 @@ def _quota_gauges(scheduler: Scheduler) -> Iterator[GaugeMetricFamily]:
     yield used
     yield low
     yield high
+
+
+class _ReadinessCollector(Collector):
+    """Whether this replica's inventory is synced, and whether it answers the verbs as the
+    leader: with leader election, exactly one replica should say 1."""
+
+    def __init__(self, readiness: Readiness) -> None:
+        self._readiness = readiness
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        synced = GaugeMetricFamily(
+            "schedext_inventory_synced",
+            "1 once every informer has listed once (verbs are refused until then), else 0.",
+        )
+        synced.add_metric([], 1 if self._readiness.synced else 0)
+        yield synced
+        leader = GaugeMetricFamily(
+            "schedext_leader",
+            "1 where this replica may answer the verbs (the leader, or the one replica without "
+            "leader election), 0 on a standby.",
+        )
+        leader.add_metric([], 1 if self._readiness.leading else 0)
+        yield leader
 
 
 class _WatchCollector(Collector):

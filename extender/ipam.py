@@ -240,6 +240,10 @@ class AddressBook:
     def pools(self) -> list[IPPoolSpec]:
         return list(self._pools.values())
 
+    def pools_selecting(self, labels: Mapping[str, str]) -> tuple[str, ...]:
+        """The names of the pools whose node selector picks a node with ``labels``, sorted."""
+        return tuple(sorted(name for name, p in self._pools.items() if p.selects(labels)))
+
     def replace_pools(self, pools: Iterable[IPPoolSpec]) -> None:
         self._pools = {p.name: p for p in pools}
         self._taken_counts = {name: self._count_taken(p) for name, p in self._pools.items()}

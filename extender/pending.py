@@ -4,6 +4,7 @@ borrow). Bounded: the oldest entries go first."""
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 
 from extender.model import PodRequest
@@ -48,6 +49,11 @@ class PendingPods:
             ),
             None,
         )
+
+    def listing(self, limit: int) -> tuple[PodRequest, ...]:
+        """The first ``limit`` pending pods by namespace and name (what the occupancy page
+        lists): a bounded read, however many pods wait."""
+        return tuple(heapq.nsmallest(limit, self._pods.values(), key=lambda r: r.key))
 
     def wanted(self, namespace: str) -> Amounts:
         """What the namespace's pending pods ask for together."""

@@ -118,6 +118,10 @@ class Scheduler(Intake):
     def pending_count(self) -> int:
         return len(self._pending)
 
+    def pending_pods(self, limit: int) -> tuple[PodRequest, ...]:
+        """The first ``limit`` pending pods, by namespace and name."""
+        return self._pending.listing(limit)
+
     @property
     def reservation_count(self) -> int:
         return self._inventory.reservation_count

@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 
 from extender.devices import Gpu
 
-__all__ = ["AgentState", "probe_app"]
+__all__ = ["AgentState", "metrics_registry", "probe_app"]
 
 
 class AgentState:
@@ -48,9 +48,15 @@ class _Collector(Collector):
         yield writes
 
 
-def probe_app(state: AgentState) -> web.Application:
+def metrics_registry(state: AgentState) -> CollectorRegistry:
+    """What ``/metrics`` serves (and what the shipped alerts and dashboard may name)."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_Collector(state))
+    return registry
+
+
+def probe_app(state: AgentState) -> web.Application:
+    registry = metrics_registry(state)
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

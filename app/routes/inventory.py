@@ -9,7 +9,12 @@ still has (``memoryFreeMiB``), and each of them (``pods``).
 ``min``, ``used`` and ``max`` (null: no ceiling) in the core's unit (``unit``), the same as
 Kubernetes quantities (``quantities``), and whether the min is stated (``guarantees``: only
 then does the namespace lend and borrow it). ``shadowedQuotas``: second quotas of a
-namespace, which do not apply, each with the one that does (``by``)."""
+namespace, which do not apply, each with the one that does (``by``).
+
+Per node, ``pools`` names the IP pools whose node selector picks it, and ``mig`` its MIG
+devices per profile (``devices`` on healthy GPUs, ``free``). ``pending`` lists the pending
+pods schedext knows (the first :data:`PENDING_LISTED` by namespace and name; ``pendingPods``
+counts them all), each with what it asks for."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.service import Service
-from extender.model import Holding, HoldingKind
+from extender.model import Holding, HoldingKind, PodRequest
 from extender.node_state import NodeView
 from extender.quotas import Kind, QuotaSpec
 from extender.quotas.spec import show_amount
@@ -29,6 +34,9 @@ from extender.scheduler import Scheduler
 __all__ = ["router"]
 
 router = APIRouter()
+
+# The answer stays bounded however many pods wait: the page lists these, and counts the rest.
+PENDING_LISTED = 500
 
 
 @router.get("/inventory")
@@ -68,6 +76,11 @@ async def inventory(request: Request) -> Response:
                     for index, uid in enumerate(view.holders)
                 ],
                 "anonymousGpus": view.anonymous_gpus,
+                "pools": list(inv.addresses.pools_selecting(view.spec.labels)),
+                "mig": {
+                    profile: {"devices": count.healthy, "free": count.free}
+                    for profile, count in view.mig.counts().items()
+                },
                 "freeGpus": len(view.free_gpu_ids),
                 "sharedGpus": sum(1 for uids in view.share_holders if uids),
                 "cpuMilli": {"allocatable": view.spec.cpu_milli, "free": view.cpu_free},
@@ -119,6 +132,7 @@ async def inventory(request: Request) -> Response:
             for entry in service.scheduler.shadowed_quotas()
         ],
         "pendingPods": service.scheduler.pending_count,
+        "pending": [_pending(r) for r in service.scheduler.pending_pods(PENDING_LISTED)],
         "reservations": service.scheduler.reservation_count,
     }
     return Response(orjson.dumps(body), media_type="application/json")
@@ -145,6 +159,25 @@ def _share(view: NodeView, index: int, holders: dict[str, Holding]) -> dict[str,
             }
             for h in pods
         ],
+    }
+
+
+def _pending(request: PodRequest) -> dict[str, Any]:
+    """A pending pod and what it asks for (its ``gpuModel`` hint and address included)."""
+    ip = request.ip
+    return {
+        "pod": request.key,
+        "namespace": request.namespace,
+        "name": request.name,
+        "gpus": request.gpus,
+        "shares": request.shares,
+        "shareMemoryMiB": request.share_memory_mib,
+        "mig": dict(request.mig),
+        "cpuMilli": request.cpu_milli,
+        "gpuModel": request.gpu_model,
+        "group": request.group,
+        "address": None if ip is None else ip.address,
+        "pools": [] if ip is None else list(ip.pools),
     }
 
 

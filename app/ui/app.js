@@ -1,16 +1,33 @@
-// The occupancy page: draws GET /inventory (GPU cells per node, a memory bar per shared GPU,
-// IP pools, gangs, each team quota's min/used/max bars) and refreshes it every 2 s. Plain DOM
-// calls only: the page is served with Content-Security-Policy default-src 'self', so no
-// inline script, no inline style attributes and no third-party code. Cluster data always goes
-// in through textContent or attributes, never as HTML.
+// The occupancy page: draws GET /inventory (a summary per GPU model, the pending pods linked
+// to their explanation, GPU cells per node with a memory bar per shared GPU, the CPU-only
+// nodes apart, IP pools, gangs, each team quota's min/used/max bars) and refreshes it every
+// 2 s. Plain DOM calls only: the page is served with Content-Security-Policy default-src
+// 'self', so no inline script, no inline style attributes and no third-party code. Cluster
+// data always goes in through textContent or attributes, never as HTML.
+//
+// Hundreds of nodes: the node filters (name, model, pool, free GPUs; kept in the URL's query,
+// so a filtered view can be shared) narrow the cards, at most NODE_PAGE cards are drawn until
+// asked for more, and a card is rebuilt only when its node changed since the last refresh.
 "use strict";
 
 (() => {
   const REFRESH_MS = 2000;
   const FETCH_TIMEOUT_MS = 5000;
+  // Marked once the first inventory is drawn: its startTime is the time from navigation to
+  // data on screen (the ui tests hold it under a bound).
+  const DRAWN_MARK = "schedext:drawn";
+
+  // Cards drawn at once, and added per "show more": enough to scroll through, few enough
+  // that a refresh of a 1000-node cluster stays quick.
+  const NODE_PAGE = 200;
 
   let lastBody = null;
   let inFlight = false;
+  let current = null; // the inventory drawn last
+  let shownLimit = NODE_PAGE;
+  // Per node name: the node's JSON when its card was built, and the card.
+  const cards = new Map();
+  const filters = readFilters(new URLSearchParams(window.location.search));
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -273,6 +290,19 @@
     return list;
   }
 
+  function migProfiles(node) {
+    return Object.entries(node.mig || {}).sort(([a], [b]) => a.localeCompare(b));
+  }
+
+  // A node with GPU hardware: whole GPUs, or GPUs cut into MIG devices only.
+  function isGpuNode(node) {
+    return node.gpus.length > 0 || migProfiles(node).length > 0;
+  }
+
+  function modelOf(node) {
+    return node.gpuModel || "unknown GPU model";
+  }
+
   function nodeCard(node) {
     const total = node.gpus.length;
     const card = el("article", {
@@ -298,6 +328,14 @@
       );
     }
     card.append(el("h3", { class: "node-name", text: node.name }), el("p", { class: "node-facts" }, ...facts));
+    const mig = migProfiles(node);
+    if (mig.length > 0) {
+      const text = mig.map(([profile, c]) => `${profile} ${c.free}/${c.devices} free`).join(", ");
+      card.append(el("p", { class: "node-mig", text: `MIG: ${text}` }));
+    }
+    if ((node.pools || []).length > 0) {
+      card.append(el("p", { class: "node-pools", text: `IP pools: ${node.pools.join(", ")}` }));
+    }
     if (node.topologyProblem) {
       card.append(el("p", { class: "topology-problem", role: "note", text: `Topology: ${node.topologyProblem}` }));
     }
@@ -449,7 +487,208 @@
     );
   }
 
+  // ---------------------------------------------------------------- per model and pending
+
+  function modelRows(nodes) {
+    const byModel = new Map();
+    for (const node of nodes) {
+      const model = modelOf(node);
+      if (!byModel.has(model)) {
+        byModel.set(model, { nodes: 0, gpus: 0, free: 0, unhealthy: 0, shared: 0, migDevices: 0, migFree: 0 });
+      }
+      const m = byModel.get(model);
+      m.nodes += 1;
+      m.gpus += node.gpus.length;
+      m.free += node.freeGpus;
+      m.unhealthy += node.gpus.filter((g) => g.unhealthy).length;
+      m.shared += node.sharedGpus || 0;
+      for (const [, c] of migProfiles(node)) {
+        m.migDevices += c.devices;
+        m.migFree += c.free;
+      }
+    }
+    return [...byModel.keys()].sort().map((model) => {
+      const m = byModel.get(model);
+      const used = m.gpus - m.free;
+      const label = `${model}: ${used} of ${count(m.gpus, "GPU")} not free`;
+      // The model's name filters the nodes below to it.
+      const pick = el("button", { type: "button", class: "model-pick", title: `Show only ${model} nodes`, text: model });
+      pick.addEventListener("click", () => {
+        filters.model = model;
+        filtersChanged();
+        document.getElementById("nodes-heading").scrollIntoView();
+      });
+      return el(
+        "tr",
+        {
+          class: "model-row",
+          "data-model": model,
+          "data-nodes": m.nodes,
+          "data-gpus": m.gpus,
+          "data-free": m.free,
+          "data-unhealthy": m.unhealthy,
+          "data-shared": m.shared,
+          "data-mig-devices": m.migDevices,
+          "data-mig-free": m.migFree,
+        },
+        el("th", { scope: "row", class: "model-name" }, pick),
+        el("td", { class: "model-nodes num", text: m.nodes }),
+        el("td", {}, usageBar(used, 0, m.gpus, label)),
+        el("td", { class: "model-free num", text: m.free }),
+        el("td", { class: "model-gpus num", text: m.gpus }),
+        el("td", { class: `model-unhealthy num${m.unhealthy > 0 ? " alarm" : ""}`, text: m.unhealthy }),
+        el("td", { class: "model-shared num", text: m.shared }),
+        el("td", { class: "model-mig num", text: m.migDevices > 0 ? `${m.migFree} / ${m.migDevices}` : "none" }),
+      );
+    });
+  }
+
+  // What a pending pod asks for, in a few words.
+  function asks(pod) {
+    const parts = [];
+    if (pod.gpus > 0) parts.push(count(pod.gpus, "GPU"));
+    if (pod.shares > 0) {
+      parts.push(`share of ${mib(pod.shareMemoryMiB)}${pod.shares > 1 ? ` on each of ${pod.shares} GPUs` : ""}`);
+    }
+    for (const [profile, n] of Object.entries(pod.mig || {}).sort()) parts.push(`${n} × MIG ${profile}`);
+    if (parts.length === 0) parts.push("no GPU");
+    return parts.join(", ");
+  }
+
+  function explainHref(pod) {
+    return `/explain/${encodeURIComponent(pod.namespace)}/${encodeURIComponent(pod.name)}`;
+  }
+
+  function pendingRow(pod) {
+    const address = pod.address || (pod.pools.length > 0 ? `from ${pod.pools.join(", ")}` : "");
+    return el(
+      "tr",
+      { class: "pending-row", "data-pod": pod.pod, "data-group": pod.group || "" },
+      el(
+        "th",
+        { scope: "row", class: "pending-pod" },
+        el("a", { class: "explain-link", href: explainHref(pod), title: `Why ${pod.pod} waits, node by node`, text: pod.pod }),
+      ),
+      el("td", { class: "pending-asks", text: asks(pod) }),
+      el("td", { class: "pending-model", text: pod.gpuModel || "any" }),
+      el("td", { class: "pending-group", text: pod.group || "" }),
+      el("td", { class: "pending-address", text: address }),
+    );
+  }
+
+  // ---------------------------------------------------------------- node filters
+
+  function readFilters(params) {
+    return {
+      node: (params.get("node") || "").slice(0, 253),
+      model: params.get("model") || "",
+      pool: params.get("pool") || "",
+      free: params.get("free") === "1",
+    };
+  }
+
+  function matches(node) {
+    if (filters.node && !node.name.toLowerCase().includes(filters.node.toLowerCase())) return false;
+    if (filters.model && (!isGpuNode(node) || modelOf(node) !== filters.model)) return false;
+    if (filters.pool && !(node.pools || []).includes(filters.pool)) return false;
+    if (filters.free && node.freeGpus === 0) return false;
+    return true;
+  }
+
+  // The filters into the form, and into the URL (replaced, not pushed: no history per key).
+  function showFilters() {
+    document.getElementById("filter-node").value = filters.node;
+    document.getElementById("filter-free").checked = filters.free;
+    setOptions(document.getElementById("filter-model"), filters.model, current ? modelNames(current) : []);
+    setOptions(document.getElementById("filter-pool"), filters.pool, current ? current.pools.map((p) => p.name) : []);
+    const params = new URLSearchParams();
+    if (filters.node) params.set("node", filters.node);
+    if (filters.model) params.set("model", filters.model);
+    if (filters.pool) params.set("pool", filters.pool);
+    if (filters.free) params.set("free", "1");
+    const query = params.toString();
+    const url = `${window.location.pathname}${query ? `?${query}` : ""}`;
+    if (url !== `${window.location.pathname}${window.location.search}`) window.history.replaceState(null, "", url);
+  }
+
+  function modelNames(inventory) {
+    return [...new Set(inventory.nodes.filter(isGpuNode).map(modelOf))].sort();
+  }
+
+  // Keep the first option ("every …"), then one per value; a chosen value that is gone (a
+  // pool deleted, a URL from another cluster) stays listed, so the choice is never silently
+  // dropped.
+  function setOptions(select, chosen, values) {
+    const wanted = [...values];
+    if (chosen && !wanted.includes(chosen)) wanted.push(chosen);
+    const have = [...select.options].slice(1).map((o) => o.value);
+    if (have.join("\n") !== wanted.join("\n")) {
+      select.replaceChildren(select.options[0], ...wanted.map((v) => el("option", { value: v, text: v })));
+    }
+    select.value = chosen;
+  }
+
+  function filtersChanged() {
+    shownLimit = NODE_PAGE;
+    showFilters();
+    if (current) drawNodes();
+  }
+
+  function cachedCard(node) {
+    const key = JSON.stringify(node);
+    const cached = cards.get(node.name);
+    if (cached && cached.key === key) return cached.card;
+    const built = nodeCard(node);
+    cards.set(node.name, { key, card: built });
+    return built;
+  }
+
+  function cpuRow(node) {
+    const cpu = node.cpuMilli ? `${cores(node.cpuMilli.free)}/${cores(node.cpuMilli.allocatable)} cores` : "";
+    return el(
+      "tr",
+      { class: "cpu-node-row", "data-node": node.name },
+      el("th", { scope: "row", class: "cpu-node-name", text: node.name }),
+      el("td", { class: "cpu-node-cpu num", text: cpu }),
+      el("td", { class: "cpu-node-pools", text: (node.pools || []).join(", ") }),
+    );
+  }
+
+  function drawNodes() {
+    const gpuNodes = current.nodes.filter(isGpuNode);
+    const cpuNodes = current.nodes.filter((n) => !isGpuNode(n));
+    const gpuShown = gpuNodes.filter(matches);
+    const cpuShown = cpuNodes.filter(matches);
+    const drawn = gpuShown.slice(0, shownLimit);
+    const seen = new Set(drawn.map((n) => n.name));
+    for (const name of [...cards.keys()]) if (!seen.has(name)) cards.delete(name);
+    document.getElementById("nodes").replaceChildren(...drawn.map(cachedCard));
+    const filtered = gpuShown.length < gpuNodes.length;
+    let note = `${count(gpuNodes.length, "GPU node")}`;
+    if (filtered) note = `${gpuShown.length} of ${note} match the filters`;
+    if (drawn.length < gpuShown.length) note += `; showing the first ${drawn.length}`;
+    const shown = document.getElementById("nodes-shown");
+    shown.textContent = `${note}.`;
+    shown.dataset.total = gpuNodes.length;
+    shown.dataset.matching = gpuShown.length;
+    shown.dataset.drawn = drawn.length;
+    const more = document.getElementById("show-more");
+    const hiddenCount = gpuShown.length - drawn.length;
+    more.hidden = hiddenCount === 0;
+    more.textContent = `Show ${Math.min(NODE_PAGE, hiddenCount)} more (${hiddenCount} not shown)`;
+    const cpuLimited = cpuShown.slice(0, Math.max(shownLimit, NODE_PAGE));
+    document.getElementById("cpu-nodes").replaceChildren(...cpuLimited.map(cpuRow));
+    const cpuNote = document.getElementById("cpu-nodes-shown");
+    cpuNote.textContent =
+      cpuShown.length < cpuNodes.length
+        ? `${cpuShown.length} of ${cpuNodes.length} match the filters`
+        : `${cpuNodes.length}`;
+    cpuNote.dataset.total = cpuNodes.length;
+    cpuNote.dataset.matching = cpuShown.length;
+  }
+
   function render(inventory) {
+    current = inventory;
     const gpus = inventory.nodes.reduce((sum, n) => sum + n.gpus.length, 0);
     const free = inventory.nodes.reduce((sum, n) => sum + n.freeGpus, 0);
     const shared = inventory.nodes.reduce((sum, n) => sum + (n.sharedGpus || 0), 0);
@@ -458,7 +697,21 @@
       `${count(inventory.pendingPods, "pending pod")} · ` +
       `${count(inventory.reservations, "reservation")}` +
       (shared > 0 ? ` · ${shared} GPU${shared === 1 ? "" : "s"} shared` : "");
-    document.getElementById("nodes").replaceChildren(...inventory.nodes.map(nodeCard));
+    const gpuNodes = inventory.nodes.filter(isGpuNode);
+    document.getElementById("models").replaceChildren(...modelRows(gpuNodes));
+    document.getElementById("no-models").hidden = gpuNodes.length > 0;
+    const cpuOnly = inventory.nodes.length - gpuNodes.length;
+    document.getElementById("cpu-count").textContent = `CPU-only nodes: ${cpuOnly} (listed apart, below the GPU nodes).`;
+    const pending = inventory.pending || [];
+    document.getElementById("pending").replaceChildren(...pending.map(pendingRow));
+    document.getElementById("no-pending").hidden = inventory.pendingPods > 0;
+    const pendingNote = document.getElementById("pending-note");
+    pendingNote.textContent =
+      pending.length < inventory.pendingPods
+        ? `${inventory.pendingPods} pods wait; the first ${pending.length} by namespace and name are listed.`
+        : "";
+    showFilters();
+    drawNodes();
     document.getElementById("pools").replaceChildren(...inventory.pools.map(poolRow));
     document.getElementById("no-pools").hidden = inventory.pools.length > 0;
     document.getElementById("gangs").replaceChildren(...inventory.gangs.map(gangRow));
@@ -501,6 +754,7 @@
       // Redraw only on change, so an open tooltip is not swept away every 2 s.
       if (body !== lastBody) {
         render(JSON.parse(body));
+        if (lastBody === null) performance.mark(DRAWN_MARK); // the first data on screen
         lastBody = body;
       }
       const now = new Date();
@@ -515,6 +769,42 @@
     }
   }
 
+  function listen() {
+    const node = document.getElementById("filter-node");
+    node.addEventListener("input", () => {
+      filters.node = node.value.slice(0, 253);
+      filtersChanged();
+    });
+    const model = document.getElementById("filter-model");
+    model.addEventListener("change", () => {
+      filters.model = model.value;
+      filtersChanged();
+    });
+    const pool = document.getElementById("filter-pool");
+    pool.addEventListener("change", () => {
+      filters.pool = pool.value;
+      filtersChanged();
+    });
+    const free = document.getElementById("filter-free");
+    free.addEventListener("change", () => {
+      filters.free = free.checked;
+      filtersChanged();
+    });
+    const form = document.getElementById("filters");
+    form.addEventListener("submit", (event) => event.preventDefault());
+    form.addEventListener("reset", (event) => {
+      event.preventDefault();
+      Object.assign(filters, { node: "", model: "", pool: "", free: false });
+      filtersChanged();
+    });
+    document.getElementById("show-more").addEventListener("click", () => {
+      shownLimit += NODE_PAGE;
+      drawNodes();
+    });
+  }
+
+  listen();
+  showFilters();
   refresh();
   setInterval(refresh, REFRESH_MS);
 })();

@@ -1,11 +1,14 @@
 """Readiness as a standby replica sees it: every check of /readyz by name, so that a pod's
-readinessProbe can ask "synced" (both replicas pass) while the verbs need "leader" too."""
+readinessProbe can ask "synced" (both replicas pass) while the verbs need "leader" too; and
+the same two facts as gauges of /metrics, for the alerts."""
 
 from __future__ import annotations
 
 import socket
 
+import httpx
 import orjson
+import pytest
 
 from app.service import Service
 from tests.api.conftest import Serve, fixture
@@ -95,3 +98,42 @@ def test_a_standby_closes_each_connection_so_that_callers_reconnect_to_the_leade
     with socket.create_connection(("127.0.0.1", leader.port), timeout=5) as sock:
         assert b"connection: close" not in _exchange(sock, "/readyz")
         assert _exchange(sock, "/readyz").startswith(b"http/1.1 200")  # the same connection
+
+
+class UnsyncedSource:
+    """An inventory whose informers have not all listed yet."""
+
+    description = "a replica still listing"
+
+    async def start(self, service: Service) -> None:
+        service.readiness.set_not_ready("inventory not synced: pods not listed yet")
+
+    async def stop(self) -> None:
+        return None
+
+
+def _readiness_gauges(client: httpx.Client) -> dict[str, float]:
+    samples = (
+        line.split(" ") for line in client.get("/metrics").text.splitlines() if line[:1] != "#"
+    )
+    wanted = ("schedext_inventory_synced", "schedext_leader")
+    return {name: float(value) for name, value in samples if name in wanted}
+
+
+@pytest.mark.parametrize(
+    ("source", "gauges"),
+    [
+        pytest.param(None, {"synced": 1.0, "leader": 1.0}, id="leading-and-synced"),
+        pytest.param(StandbySource(), {"synced": 1.0, "leader": 0.0}, id="standby"),
+        pytest.param(UnsyncedSource(), {"synced": 0.0, "leader": 1.0}, id="still-listing"),
+    ],
+)
+def test_metrics_say_whether_the_replica_is_synced_and_leads(
+    serve: Serve, source: object, gauges: dict[str, float]
+) -> None:
+    server = serve(source=source) if source is not None else serve()
+    with server.client() as client:
+        assert _readiness_gauges(client) == {
+            "schedext_inventory_synced": gauges["synced"],
+            "schedext_leader": gauges["leader"],
+        }

@@ -1,5 +1,6 @@
 """The inventory over real HTTP with GPU shares: ``GET /inventory`` per GPU (whole holders,
-shares and who holds them) and the share gauges of ``GET /metrics``."""
+shares and who holds them) and the share gauges of ``GET /metrics``; per node its IP pools
+and MIG devices, and the pending pods with what they ask for."""
 
 from __future__ import annotations
 
@@ -9,9 +10,23 @@ import httpx
 import orjson
 import pytest
 
+from app.routes.inventory import PENDING_LISTED
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
-from tests.builders import A100, H100, make_node, make_pod, name_of, share_pod, uid_of
+from tests.builders import (
+    A100,
+    H100,
+    gang_pod,
+    ip_pod,
+    make_ip_pool,
+    make_node,
+    make_pod,
+    make_pod_group,
+    name_of,
+    share_pod,
+    uid_of,
+)
+from tests.mig_builders import mig_node, mig_pod, mig_uuid
 
 # g: 4 GPUs of 40000 MiB. GPU 0: two shares; GPUs 1-2: one pod's share on each; GPU 3 whole.
 NODES = [
@@ -163,3 +178,72 @@ def test_share_gauges_agree_with_the_inventory_node_by_node(serve: Serve) -> Non
         assert metrics[f'schedext_gpu_share_memory_mib{{model="{model}",state="held"}}'] == held
         assert metrics[f'schedext_gpu_share_memory_mib{{model="{model}",state="free"}}'] == free
         assert metrics[f'schedext_gpu_shared_devices{{model="{model}"}}'] == len(shares)
+
+
+def test_each_node_names_its_pools_and_mig_devices_and_pending_pods_say_what_they_ask(
+    serve: Serve,
+) -> None:
+    rack = "topology.kubernetes.io/rack"
+    server = serve(
+        nodes=[
+            make_node("a", gpus=2, labels={rack: "r1"}),
+            mig_node("m", migs={0: ["1g.10gb", "1g.10gb", "2g.20gb"]}, labels={rack: "r2"}),
+            make_node("cpu"),
+        ],
+        pods=[
+            mig_pod("slice", {"1g.10gb": 1}, node="m", mig_uuids=[mig_uuid("m", 0, 0)]),
+            make_pod("trainer", namespace="ml", gpus=2, model="H100"),
+            ip_pod("web", namespace="serving", pool="r1"),
+            share_pod("infer", namespace="serving", memory_mib=8000),
+            mig_pod("tiny", {"2g.20gb": 1}, namespace="ml"),
+            gang_pod("g-0", "pair", namespace="ml", gpus=1),
+        ],
+        groups=[
+            {"kind": "IPPool", **make_ip_pool("r1", cidr="10.0.1.0/28", rack="r1")},
+            {"kind": "IPPool", **make_ip_pool("any", cidr="10.0.9.0/28")},
+            make_pod_group("pair", namespace="ml", min_member=2),
+        ],
+    )
+    with server.client() as client:
+        body = client.get("/inventory").json()
+    nodes = {n["name"]: n for n in body["nodes"]}
+    assert {name: n["pools"] for name, n in nodes.items()} == {
+        "a": ["any", "r1"],
+        "m": ["any"],
+        "cpu": ["any"],
+    }
+    assert nodes["m"]["mig"] == {
+        "1g.10gb": {"devices": 2, "free": 1},
+        "2g.20gb": {"devices": 1, "free": 1},
+    }
+    assert nodes["a"]["mig"] == {}
+    assert body["pendingPods"] == 5
+    pending = {p["pod"]: p for p in body["pending"]}
+    assert list(pending) == ["ml/g-0", "ml/tiny", "ml/trainer", "serving/infer", "serving/web"]
+    asks = {
+        key: (p["gpus"], p["shares"], p["shareMemoryMiB"], p["mig"], p["gpuModel"], p["group"])
+        for key, p in pending.items()
+    }
+    assert asks == {
+        "ml/g-0": (1, 0, 0, {}, None, "ml/pair"),
+        "ml/tiny": (0, 0, 0, {"2g.20gb": 1}, None, None),
+        "ml/trainer": (2, 0, 0, {}, "H100", None),
+        "serving/infer": (0, 1, 8000, {}, None, None),
+        "serving/web": (0, 0, 0, {}, None, None),
+    }
+    assert (pending["serving/web"]["pools"], pending["serving/web"]["address"]) == (["r1"], None)
+    assert (pending["ml/trainer"]["namespace"], pending["ml/trainer"]["name"]) == ("ml", "trainer")
+
+
+def test_the_pending_list_is_bounded_and_the_count_is_not(serve: Serve) -> None:
+    waiting = PENDING_LISTED + 7
+    server = serve(
+        nodes=[make_node("a", gpus=1)],
+        pods=[make_pod(f"p{i:04d}", gpus=1) for i in range(waiting)],
+    )
+    with server.client() as client:
+        body = client.get("/inventory").json()
+    assert body["pendingPods"] == waiting
+    assert [p["pod"] for p in body["pending"]] == [
+        f"default/p{i:04d}" for i in range(PENDING_LISTED)
+    ]

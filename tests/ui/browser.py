@@ -1,5 +1,6 @@
 """Headless Chromium (Debian's ``chromium`` package) driven from the command line: the DOM
-after the page's script ran, and screenshots. No node, npm or driver protocol needed."""
+after the page's script ran, and screenshots. No node, npm or driver protocol needed (what
+must type, click or time the page goes through :mod:`tests.ui.devtools` instead)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["Png", "dump_dom", "read_png", "screenshot"]
+__all__ = ["BASE_FLAGS", "Png", "chromium", "dump_dom", "fresh_profile", "read_png", "screenshot"]
 
 TIMEOUT_S = 60
 # Virtual time runs as fast as the page lets it and waits for pending fetches, so this budget
 # covers the first draw and two refreshes without any real waiting.
 VIRTUAL_TIME_BUDGET_MS = 5000
 
-_FLAGS = (
+BASE_FLAGS = (
     "--headless",
     "--no-sandbox",  # the tests may run as root, where the sandbox refuses to start
     "--disable-gpu",
@@ -33,11 +34,11 @@ _FLAGS = (
     "--disable-sync",
     "--hide-scrollbars",
     "--force-device-scale-factor=1",
-    f"--virtual-time-budget={VIRTUAL_TIME_BUDGET_MS}",
 )
+_FLAGS = (*BASE_FLAGS, f"--virtual-time-budget={VIRTUAL_TIME_BUDGET_MS}")
 
 
-def _chromium() -> str:
+def chromium() -> str:
     binary = shutil.which("chromium")
     if binary is None:
         pytest.fail(
@@ -49,13 +50,20 @@ def _chromium() -> str:
     return binary
 
 
-def _run(workdir: Path, *args: str) -> bytes:
-    """Run Chromium with a fresh profile under ``workdir``; its stdout, or a failed test."""
+def fresh_profile(workdir: Path) -> tuple[Path, dict[str, str]]:
+    """A new profile directory under ``workdir``, and the environment that keeps Chromium
+    inside it."""
     profile = Path(tempfile.mkdtemp(prefix="chromium-profile-", dir=workdir))
     # HOME and XDG dirs point into the profile so that nothing lands in the real home.
     env = {**os.environ, "HOME": str(profile), "XDG_CONFIG_HOME": str(profile / ".config")}
     env["XDG_CACHE_HOME"] = str(profile / ".cache")
-    command = [_chromium(), *_FLAGS, f"--user-data-dir={profile}", *args]
+    return profile, env
+
+
+def _run(workdir: Path, *args: str) -> bytes:
+    """Run Chromium with a fresh profile under ``workdir``; its stdout, or a failed test."""
+    profile, env = fresh_profile(workdir)
+    command = [chromium(), *_FLAGS, f"--user-data-dir={profile}", *args]
     # Its own session, so that a timeout ends the renderer and helper processes too.
     with subprocess.Popen(
         command,

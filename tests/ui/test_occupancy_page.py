@@ -111,17 +111,63 @@ def cell_indices(container: Element) -> list[int]:
     return [int(cell["data-index"]) for cell in container.all("gpu-cell")]
 
 
-def test_every_node_is_a_card_with_one_cell_per_gpu(drawn_page: Callable[[], Element]) -> None:
+def test_every_gpu_node_is_a_card_with_one_cell_per_gpu(
+    drawn_page: Callable[[], Element],
+) -> None:
     page = drawn_page()
     cards = cards_by_node(page)
-    assert len(page.all("node-card")) == len(NODES)
-    assert sorted(cards) == sorted(name_of(node) for node in NODES)
-    for node, count in GPU_COUNT.items():
-        assert sorted(cell_indices(cards[node])) == list(range(count)), node
+    gpu_nodes = [node for node, count in GPU_COUNT.items() if count]
+    assert sorted(cards) == sorted(gpu_nodes)
+    for node in gpu_nodes:
+        assert sorted(cell_indices(cards[node])) == list(range(GPU_COUNT[node])), node
     assert "NVIDIA-H100-80GB-HBM3" in cards["h100-a"].one("gpu-model").text()
     assert cards["h100-a"].one("gpu-free").text() == "2/8 GPUs free"
     assert cards["a100-b"].one("gpu-free").text() == "1/4 GPUs free"
-    assert cards["cpu-d"].one("gpu-model").text() == "no GPUs"
+    assert cards["h100-a"].one("node-pools").text() == "IP pools: r1"
+
+
+def test_cpu_only_nodes_are_listed_apart_in_a_folded_table(
+    drawn_page: Callable[[], Element],
+) -> None:
+    page = drawn_page()
+    (row,) = page.all("cpu-node-row")
+    assert row["data-node"] == "cpu-d"
+    assert row.one("cpu-node-cpu").text() == "32/32 cores"  # nothing runs there
+    assert row.one("cpu-node-pools").text() == "r2"
+    section = page.by_id("cpu-nodes-section")
+    assert section.tag == "details"
+    assert section.get("open") is None  # folded until asked for
+    assert page.by_id("cpu-nodes-shown").text() == "1"
+
+
+def test_a_summary_per_gpu_model_counts_nodes_and_gpus(drawn_page: Callable[[], Element]) -> None:
+    page = drawn_page()
+    rows = {row["data-model"]: row for row in page.all("model-row")}
+    counts = {
+        model: tuple(row[f"data-{k}"] for k in ("nodes", "gpus", "free", "unhealthy", "shared"))
+        for model, row in rows.items()
+    }
+    assert counts == {
+        A100: ("1", "4", "1", "0", "0"),
+        H100: ("1", "8", "2", "0", "0"),
+        T4: ("1", "4", "3", "0", "0"),
+    }
+    assert rows[H100].one("model-mig").text() == "none"
+    assert (
+        page.by_id("cpu-count").text() == "CPU-only nodes: 1 (listed apart, below the GPU nodes)."
+    )
+
+
+def test_the_pending_pods_are_listed_each_linked_to_its_explanation(
+    drawn_page: Callable[[], Element],
+) -> None:
+    page = drawn_page()
+    (row,) = page.all("pending-row")
+    assert (row["data-pod"], row["data-group"]) == ("ml/trainer-2", "ml/trainer")
+    link = row.one("explain-link")
+    assert (link["href"], link.text()) == ("/explain/ml/trainer-2", "ml/trainer-2")
+    assert row.one("pending-asks").text() == "2 GPUs"
+    assert page.by_id("no-pending").get("hidden") is not None
 
 
 def test_held_cells_name_the_bound_pods_by_their_gpu_ids(drawn_page: Callable[[], Element]) -> None:

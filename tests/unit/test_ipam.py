@@ -511,3 +511,18 @@ def test_reasons_distinguish_taken_from_exhausted() -> None:
     assert Reason.IP_EXHAUSTED_EVICTABLE.resolvable
     assert not Reason.IP_TAKEN.resolvable
     assert not Reason.IP_EXHAUSTED.resolvable
+
+
+def test_a_node_is_in_the_pools_whose_selector_its_labels_match() -> None:
+    book = AddressBook()
+    specs = [
+        make_ip_pool("r1", cidr="10.0.1.0/28", rack="r1"),
+        make_ip_pool("r1-extra", cidr="10.0.2.0/28", rack="r1"),
+        make_ip_pool("r2", cidr="10.0.3.0/28", rack="r2"),
+        make_ip_pool("anywhere", cidr="10.0.4.0/28"),  # no selector: every node
+    ]
+    book.replace_pools(p for s in specs if (p := ip_pool_spec(s)) is not None)
+    rack = "topology.kubernetes.io/rack"
+    assert book.pools_selecting({rack: "r1", "zone": "a"}) == ("anywhere", "r1", "r1-extra")
+    assert book.pools_selecting({rack: "r2"}) == ("anywhere", "r2")
+    assert book.pools_selecting({}) == ("anywhere",)

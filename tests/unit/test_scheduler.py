@@ -157,6 +157,25 @@ def test_pending_memory_is_bounded() -> None:
         plan(scheduler, pods[0], "g")
 
 
+def test_pending_pods_are_listed_by_namespace_and_name_up_to_the_limit() -> None:
+    scheduler = Scheduler()
+    scheduler.upsert_node(make_node("g", gpus=8))
+    for name, namespace in (("c", "ml"), ("a", "serving"), ("b", "ml"), ("d", "ml")):
+        scheduler.filter(make_pod(name, namespace=namespace, gpus=1), ["g"])
+    scheduler.upsert_pod(make_pod("bound", namespace="ml", gpus=1, node="g", gpu_ids=[0]))
+    assert [r.key for r in scheduler.pending_pods(3)] == ["ml/b", "ml/c", "ml/d"]
+    assert [r.key for r in scheduler.pending_pods(10)] == ["ml/b", "ml/c", "ml/d", "serving/a"]
+    assert scheduler.pending_count == 4
+
+
+def test_a_pod_seen_bound_leaves_the_pending_list() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    scheduler.upsert_pod(make_pod("p", namespace="ml", uid="u-p", gpus=1))
+    assert [r.key for r in scheduler.pending_pods(10)] == ["ml/p"]
+    scheduler.upsert_pod(make_pod("p", namespace="ml", uid="u-p", gpus=1, node="g", gpu_ids=[1]))
+    assert scheduler.pending_pods(10) == ()
+
+
 # ------------------------------------------------------------ live cluster (watch)
 
 
