@@ -15,6 +15,7 @@
 
 manifests/scheduler-config.yaml is not an API object (kube-scheduler reads it from a file):
 the other e2e tests run kube-scheduler with it, and it is compared with the ConfigMaps here.
+Nor are the kustomization.yaml files: test_kustomizations renders them.
 """
 
 from __future__ import annotations
@@ -35,18 +36,28 @@ from tests.e2e.test_mtls import embedded_scheduler_config, ensure_namespace, run
 from tests.e2e.test_scheduling import H100
 
 MANIFESTS = ROOT / "manifests"
-SIDECAR = MANIFESTS / "deploy-sidecar.yaml"
-MTLS = MANIFESTS / "deploy-mtls.yaml"
+SIDECAR = MANIFESTS / "sidecar" / "deploy-sidecar.yaml"
+MTLS = MANIFESTS / "mtls" / "deploy-mtls.yaml"
 EXAMPLES = MANIFESTS / "examples"
 RACK = "topology.kubernetes.io/rack"
+KUSTOMIZATION = "kustomization.yaml"
+
+
+def api_object_files() -> list[Path]:
+    """The YAML files under manifests/, recursively, that hold API objects: not
+    scheduler-config.yaml (see above), nor the kustomization.yaml files (kustomize's own
+    input; test_kustomizations renders them)."""
+    return [
+        path
+        for path in sorted(MANIFESTS.rglob("*.yaml"))
+        if path != SCHEDULER_CONFIG and path.name != KUSTOMIZATION
+    ]
 
 
 def api_objects() -> list[Any]:
     """One pytest param per YAML document under manifests/, recursively."""
     params = []
-    for path in sorted(MANIFESTS.rglob("*.yaml")):
-        if path == SCHEDULER_CONFIG:
-            continue  # a KubeSchedulerConfiguration file, not an API object (see above)
+    for path in api_object_files():
         relative = path.relative_to(MANIFESTS).as_posix()
         for index, doc in enumerate(documents(path)):
             name = f"{relative}:{doc['kind']}/{doc['metadata']['name']}"
@@ -60,9 +71,7 @@ def kube(control_plane: ControlPlane) -> Iterator[Kube]:
     # Applied for real: namespaced objects need it, and its Pod Security labels make the API
     # server check the pod templates of the Deployments against "restricted".
     # (Every Namespace under manifests/: the node agent's has its own, schedext-node.)
-    for path in sorted(MANIFESTS.rglob("*.yaml")):
-        if path == SCHEDULER_CONFIG:
-            continue
+    for path in api_object_files():
         for namespace in (d for d in documents(path) if d["kind"] == "Namespace"):
             client.apply(namespace, dry_run=False)
     try:
