@@ -81,11 +81,15 @@ def helm_template(
 ) -> list[dict[str, Any]]:
     """`helm template` of the chart in ``namespace``; ``args`` are --set and friends."""
     version = () if kube_version is None else ("--kube-version", kube_version)
-    result = run_tool(
-        "helm", "template", RELEASE, str(CHART), "--namespace", namespace, *version, *args
-    )
+    return parse(_template(namespace, *version, *args))
+
+
+@functools.cache
+def _template(namespace: str, *args: str) -> str:
+    """The rendered text, once per arguments (parsed afresh by each caller, who may edit it)."""
+    result = run_tool("helm", "template", RELEASE, str(CHART), "--namespace", namespace, *args)
     assert result.returncode == 0, f"helm template {' '.join(args)}: {result.stderr}"
-    return parse(result.stdout)
+    return result.stdout
 
 
 def key(obj: dict[str, Any]) -> Key:
