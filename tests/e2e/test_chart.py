@@ -2,10 +2,10 @@
 
 * `helm lint --strict` passes in every variant below;
 * in every variant (sidecar, sidecar with the node agent, mTLS with two replicas and the second
-  scheduler, mTLS with the agent and without the scheduler, mTLS with one replica), every
-  object `helm template` renders, CRDs included, is accepted by kube-apiserver: server-side
-  apply as a dry run, strict field validation, no warning (Pod Security "restricted" in
-  schedext-system);
+  scheduler, mTLS with the agent and without the scheduler, mTLS with one replica, sidecar
+  with every pass-through value set), every object `helm template` renders, CRDs included,
+  is accepted by kube-apiserver: server-side apply as a dry run, strict field validation, no
+  warning (Pod Security "restricted" in schedext-system);
 * what it renders is what manifests/ holds, but for Helm's labels and schedext's settings
   file: the RBAC rules word for word (derived, never wider; a mode gets only the identities it
   uses), the Deployments, the Service, the KubeSchedulerConfigurations, the agent;
@@ -45,8 +45,8 @@ from tests.e2e.test_scheduling import H100
 
 MANIFESTS = ROOT / "manifests"
 # The chart in each variant: `helm template` arguments, and the files of manifests/ it
-# renders (besides schedext's settings file).
-VARIANTS: dict[str, tuple[tuple[str, ...], list[str]]] = {
+# renders (besides schedext's settings file); None where the values change what the files fix.
+VARIANTS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
     "sidecar": ((), ["rbac.yaml", "sidecar/deploy-sidecar.yaml"]),
     "sidecar-with-agent": (
         ("--set", "agent.enabled=true"),
@@ -60,9 +60,25 @@ VARIANTS: dict[str, tuple[tuple[str, ...], list[str]]] = {
     ),
     "mtls-one-replica": (
         ("--set", "mode=mtls,schedext.replicas=1,schedext.leaderElect=false"),
-        ["rbac.yaml", "mtls/deploy-mtls.yaml"],
+        None,
     ),
-}
+    # Every pass-through value set, the metrics listener off.
+    "sidecar-customised": (
+        (
+            "--set", "metrics.port=null,scheduler.verbosity=4",
+            "--set-json", 'imagePullSecrets=[{"name": "regcred"}]',
+            "--set-json", 'scheduler.podLabels={"team": "ml"}',
+            "--set-json", 'scheduler.podAnnotations={"team.example.com/owner": "ml"}',
+            "--set-json", 'scheduler.tolerations=[{"key": "k", "operator": "Exists"}]',
+            "--set-json", 'scheduler.affinity={"nodeAffinity": {"requiredDuringScheduling'
+            'IgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": '
+            '"pool", "operator": "In", "values": ["system"]}]}]}}}',
+            "--set-json", 'schedext.env=[{"name": "SCHEDEXT_LOG_LEVEL", "value": "debug"}]',
+            "--set-json", 'schedext.config={"gang": {"default_timeout_s": 15}}',
+        ),
+        None,
+    ),
+}  # fmt: skip
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 # What Helm adds to every object's labels, beyond the manifests' two.
 HELM_LABELS = {
@@ -177,9 +193,10 @@ def comparable(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-@pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"mtls-one-replica"}))
+@pytest.mark.parametrize("variant", sorted(v for v, (_, files) in VARIANTS.items() if files))
 def test_the_chart_renders_the_objects_of_the_manifests(variant: str) -> None:
     args, files = VARIANTS[variant]
+    assert files is not None
     rendered = by_key(helm_template(*args))
     plain = by_key([doc for name in files for doc in documents(MANIFESTS / name)])
     settings = next(k for k in rendered if k[1:] == ("ConfigMap", SYSTEM_NAMESPACE, SETTINGS))
