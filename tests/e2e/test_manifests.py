@@ -4,10 +4,13 @@
   kube-apiserver: server-side apply as a dry run, strict field validation, and no warning
   (Pod Security "restricted" in schedext-system, deprecated APIs);
 * the KubeSchedulerConfigurations inside the ConfigMaps keep the extender settings of
-  manifests/scheduler-config.yaml, and agree with the Deployments around them;
+  manifests/scheduler-config.yaml, and agree with the Deployments around them; so do those
+  the Helm chart renders in each mode (test_chart compares the rest of the chart with these
+  files);
 * mTLS mode's two replicas: the Service selects the leader's pod label, the readiness probe
   is one a standby passes (or rolling updates would never complete), the downward API and
-  RBAC let a replica label its own pod; the Prometheus annotations name the metrics port;
+  RBAC let a replica label its own pod; the Prometheus annotations name the metrics port
+  (the chart's renderings too);
 * sidecar mode as shipped: kube-scheduler with the ConfigMap of deploy-sidecar.yaml, schedext
   beside it, both with nothing but the pod's ServiceAccount token and the RBAC of rbac.yaml,
   place every example (GPU pod, gang, sticky-address StatefulSet, team quota), and neither
@@ -18,6 +21,7 @@ the other e2e tests run kube-scheduler with it, and it is compared with the Conf
 The Prometheus Operator's objects (manifests/monitoring/: PrometheusRule, PodMonitors) are
 left out on purpose: this API server has no monitoring.coreos.com CRDs, and
 tests/quality/test_monitoring.py checks them against the metrics schedext exports instead.
+Nor are the kustomization.yaml files: test_kustomizations renders them.
 """
 
 from __future__ import annotations
@@ -34,14 +38,27 @@ from app.kube.role import LEADER, ROLE_LABEL
 from tests.e2e.conftest import GROUP_LABEL, ROOT, SCHEDULER_CONFIG, Cluster, Schedext, eventually
 from tests.e2e.harness import ControlPlane
 from tests.e2e.kubeapply import SYSTEM_NAMESPACE, Kube, documents, service_account_kubeconfig
-from tests.e2e.test_mtls import embedded_scheduler_config, ensure_namespace, running_cluster
+from tests.e2e.rendering import helm_template
+from tests.e2e.test_mtls import ensure_namespace, running_cluster
 from tests.e2e.test_scheduling import H100
 
 MANIFESTS = ROOT / "manifests"
-SIDECAR = MANIFESTS / "deploy-sidecar.yaml"
-MTLS = MANIFESTS / "deploy-mtls.yaml"
+SIDECAR = MANIFESTS / "sidecar" / "deploy-sidecar.yaml"
+MTLS = MANIFESTS / "mtls" / "deploy-mtls.yaml"
 EXAMPLES = MANIFESTS / "examples"
 RACK = "topology.kubernetes.io/rack"
+KUSTOMIZATION = "kustomization.yaml"
+
+
+def api_object_files() -> list[Path]:
+    """The YAML files under manifests/, recursively, that hold API objects: not
+    scheduler-config.yaml (see above), nor the kustomization.yaml files (kustomize's own
+    input; test_kustomizations renders them)."""
+    return [
+        path
+        for path in sorted(MANIFESTS.rglob("*.yaml"))
+        if path != SCHEDULER_CONFIG and path.name != KUSTOMIZATION
+    ]
 
 
 # Kinds of an operator the test cluster does not run (see above).
@@ -51,9 +68,7 @@ OPERATOR_GROUPS = ("monitoring.coreos.com/",)
 def api_objects() -> list[Any]:
     """One pytest param per YAML document under manifests/, recursively."""
     params = []
-    for path in sorted(MANIFESTS.rglob("*.yaml")):
-        if path == SCHEDULER_CONFIG:
-            continue  # a KubeSchedulerConfiguration file, not an API object (see above)
+    for path in api_object_files():
         relative = path.relative_to(MANIFESTS).as_posix()
         for index, doc in enumerate(documents(path)):
             if doc["apiVersion"].startswith(OPERATOR_GROUPS):
@@ -69,9 +84,7 @@ def kube(control_plane: ControlPlane) -> Iterator[Kube]:
     # Applied for real: namespaced objects need it, and its Pod Security labels make the API
     # server check the pod templates of the Deployments against "restricted".
     # (Every Namespace under manifests/: the node agent's has its own, schedext-node.)
-    for path in sorted(MANIFESTS.rglob("*.yaml")):
-        if path == SCHEDULER_CONFIG:
-            continue
+    for path in api_object_files():
         for namespace in (d for d in documents(path) if d["kind"] == "Namespace"):
             client.apply(namespace, dry_run=False)
     try:
@@ -91,20 +104,52 @@ def test_every_manifest_is_accepted_by_the_api_server(kube: Kube, path: Path, in
 # --- the KubeSchedulerConfigurations in the ConfigMaps --------------------------------------
 
 
-def deployment_of(path: Path, container: str) -> dict[str, Any]:
-    """The Deployment in ``path`` that runs ``container``."""
-    for doc in documents(path):
+# Where the objects of a test come from: a file under manifests/, or the chart rendered in one
+# mode with its default values otherwise ("chart:sidecar", "chart:mtls").
+Source = Path | str
+SOURCES = [SIDECAR, MTLS, "chart:sidecar", "chart:mtls"]
+
+
+def source_id(source: Source) -> str:
+    return source if isinstance(source, str) else source.relative_to(MANIFESTS).as_posix()
+
+
+def objects(source: Source) -> list[dict[str, Any]]:
+    if isinstance(source, Path):
+        return documents(source)
+    return helm_template("--set", f"mode={source.removeprefix('chart:')}")
+
+
+def rbac_of(source: Source) -> list[dict[str, Any]]:
+    """The RBAC that goes with a source: rbac.yaml beside a manifest, the chart's own."""
+    return documents(MANIFESTS / "rbac.yaml") if isinstance(source, Path) else objects(source)
+
+
+def scheduler_config_of(source: Source) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration in a source's ConfigMap."""
+    (config,) = (
+        yaml.safe_load(doc["data"]["scheduler-config.yaml"])
+        for doc in objects(source)
+        if doc["kind"] == "ConfigMap" and "scheduler-config.yaml" in doc["data"]
+    )
+    assert isinstance(config, dict)
+    return config
+
+
+def deployment_of(source: Source, container: str) -> dict[str, Any]:
+    """The Deployment in ``source`` that runs ``container``."""
+    for doc in objects(source):
         if doc["kind"] == "Deployment":
             spec: dict[str, Any] = doc["spec"]["template"]["spec"]
             names = [c["name"] for c in spec.get("containers", []) + spec.get("initContainers", [])]
             if container in names:
                 return doc
-    raise AssertionError(f"no Deployment in {path.name} runs {container}")
+    raise AssertionError(f"no Deployment in {source_id(source)} runs {container}")
 
 
-def deployment_spec(path: Path, container: str) -> dict[str, Any]:
-    """The pod spec of the Deployment in ``path`` that runs ``container``."""
-    spec: dict[str, Any] = deployment_of(path, container)["spec"]["template"]["spec"]
+def deployment_spec(source: Source, container: str) -> dict[str, Any]:
+    """The pod spec of the Deployment in ``source`` that runs ``container``."""
+    spec: dict[str, Any] = deployment_of(source, container)["spec"]["template"]["spec"]
     return spec
 
 
@@ -139,10 +184,10 @@ def flags(args: list[str]) -> dict[str, str]:
 TRANSPORT = {"urlPrefix", "enableHTTPS", "tlsConfig"}
 
 
-@pytest.mark.parametrize("manifest", [SIDECAR, MTLS], ids=lambda p: p.name)
-def test_configmap_scheduler_configs_keep_the_shipped_extender_settings(manifest: Path) -> None:
+@pytest.mark.parametrize("source", SOURCES, ids=source_id)
+def test_configmap_scheduler_configs_keep_the_shipped_extender_settings(source: Source) -> None:
     shipped = yaml.safe_load(SCHEDULER_CONFIG.read_text())
-    config = embedded_scheduler_config(manifest)
+    config = scheduler_config_of(source)
     assert config["kind"] == shipped["kind"] == "KubeSchedulerConfiguration"
     assert config["apiVersion"] == shipped["apiVersion"]
     assert config["percentageOfNodesToScore"] == shipped["percentageOfNodesToScore"]
@@ -151,7 +196,7 @@ def test_configmap_scheduler_configs_keep_the_shipped_extender_settings(manifest
     mine = {k: v for k, v in extender.items() if k not in TRANSPORT}
     theirs = {k: v for k, v in reference.items() if k not in TRANSPORT}
     assert mine == theirs
-    # A second scheduler of its own, with a lease that rbac.yaml lets it hold, and the pod's
+    # A second scheduler of its own, with a lease that its RBAC lets it hold, and the pod's
     # ServiceAccount as its credentials.
     assert config["profiles"] == [{"schedulerName": "schedext-scheduler"}]
     election = config["leaderElection"]
@@ -160,25 +205,30 @@ def test_configmap_scheduler_configs_keep_the_shipped_extender_settings(manifest
         SYSTEM_NAMESPACE,
         "schedext-scheduler",
     )
-    roles = [d for d in documents(MANIFESTS / "rbac.yaml") if d["kind"] == "Role"]
+    roles = [d for d in rbac_of(source) if d["kind"] == "Role"]
     rules = [rule for role in roles for rule in role["rules"]]
     lease_names = {name for rule in rules for name in rule.get("resourceNames", [])}
     assert election["resourceName"] in lease_names
     assert config["clientConnection"]["kubeconfig"] == ""
     # The config file is where kube-scheduler is told to read it.
-    spec = deployment_spec(manifest, "kube-scheduler")
+    spec = deployment_spec(source, "kube-scheduler")
     scheduler = container_of(spec, "kube-scheduler")
     mount = next(m for m in scheduler["volumeMounts"] if m["name"] == "config")
     volume = next(v for v in spec["volumes"] if v["name"] == "config")
-    configmap = next(d for d in documents(manifest) if d["kind"] == "ConfigMap")
+    configmap = next(
+        d
+        for d in objects(source)
+        if d["kind"] == "ConfigMap" and "scheduler-config.yaml" in d["data"]
+    )
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
     config_file = f"{mount['mountPath']}/scheduler-config.yaml"
     assert f"--config={config_file}" in scheduler["command"]
 
 
-def test_the_sidecar_extender_url_is_schedext_on_loopback_in_the_same_pod() -> None:
-    (extender,) = embedded_scheduler_config(SIDECAR)["extenders"]
-    spec = deployment_spec(SIDECAR, "schedext")
+@pytest.mark.parametrize("source", [SIDECAR, "chart:sidecar"], ids=source_id)
+def test_the_sidecar_extender_url_is_schedext_on_loopback_in_the_same_pod(source: Source) -> None:
+    (extender,) = scheduler_config_of(source)["extenders"]
+    spec = deployment_spec(source, "schedext")
     schedext = flags(container_of(spec, "schedext")["args"])
     assert schedext["--host"] == "127.0.0.1"
     assert extender["urlPrefix"] == f"http://127.0.0.1:{schedext['--port']}"
@@ -186,16 +236,19 @@ def test_the_sidecar_extender_url_is_schedext_on_loopback_in_the_same_pod() -> N
     assert container_of(spec, "schedext").get("restartPolicy") == "Always"  # a native sidecar
 
 
-def test_the_mtls_extender_url_is_the_service_and_its_certificates_are_mounted() -> None:
-    (extender,) = embedded_scheduler_config(MTLS)["extenders"]
-    service = next(d for d in documents(MTLS) if d["kind"] == "Service")
+@pytest.mark.parametrize("source", [MTLS, "chart:mtls"], ids=source_id)
+def test_the_mtls_extender_url_is_the_service_and_its_certificates_are_mounted(
+    source: Source,
+) -> None:
+    (extender,) = scheduler_config_of(source)["extenders"]
+    service = next(d for d in objects(source) if d["kind"] == "Service")
     (port,) = service["spec"]["ports"]
     host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
     assert extender["urlPrefix"] == f"https://{host}:{port['port']}"
     assert extender["enableHTTPS"] is True
     assert extender["tlsConfig"]["serverName"] == host
     # The Service reaches the schedext container's HTTPS port, which requires client certs.
-    schedext_spec = deployment_spec(MTLS, "schedext")
+    schedext_spec = deployment_spec(source, "schedext")
     schedext = container_of(schedext_spec, "schedext")
     named_ports = {p["name"]: p["containerPort"] for p in schedext["ports"]}
     assert named_ports[port["targetPort"]] == int(flags(schedext["args"])["--port"])
@@ -203,7 +256,7 @@ def test_the_mtls_extender_url_is_the_service_and_its_certificates_are_mounted()
         flags(schedext["args"])
     )
     # kube-scheduler's client certificate files are in its mounted Secret.
-    spec = deployment_spec(MTLS, "kube-scheduler")
+    spec = deployment_spec(source, "kube-scheduler")
     scheduler = container_of(spec, "kube-scheduler")
     mounts = {m["name"]: m["mountPath"] for m in scheduler["volumeMounts"]}
     for key in ("certFile", "keyFile", "caFile"):
@@ -215,13 +268,16 @@ def test_the_mtls_extender_url_is_the_service_and_its_certificates_are_mounted()
 # --- mTLS mode: two replicas, the Service reaches the leader, rollouts complete ------------
 
 
-def test_the_mtls_service_selects_the_leaders_pod_and_both_replicas_can_be_ready() -> None:
+@pytest.mark.parametrize("source", [MTLS, "chart:mtls"], ids=source_id)
+def test_the_mtls_service_selects_the_leaders_pod_and_both_replicas_can_be_ready(
+    source: Source,
+) -> None:
     """/readyz is true on the leader only, so it cannot be the readinessProbe of a Deployment
     of two replicas: the standby would never be Ready and a rolling update (maxUnavailable 0)
     would never complete. The pods' readiness asks /readyz/synced; the Service selects the
     label that the leader sets on its own pod."""
-    deployment = deployment_of(MTLS, "schedext")
-    service = next(d for d in documents(MTLS) if d["kind"] == "Service")
+    deployment = deployment_of(source, "schedext")
+    service = next(d for d in objects(source) if d["kind"] == "Service")
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     selector = deployment["spec"]["selector"]["matchLabels"]
@@ -237,9 +293,9 @@ def test_the_mtls_service_selects_the_leaders_pod_and_both_replicas_can_be_ready
     # The downward API names the pod to label, and the Lease's namespace.
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in schedext["env"]}
     assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
-    # rbac.yaml lets the pod's ServiceAccount read and patch pods in its own namespace (its
+    # Its RBAC lets the pod's ServiceAccount read and patch pods in its own namespace (its
     # own label).
-    rbac = documents(MANIFESTS / "rbac.yaml")
+    rbac = rbac_of(source)
     account = spec["serviceAccountName"]
     roles = {d["metadata"]["name"]: d for d in rbac if d["kind"] == "Role"}
     rules = [
@@ -265,10 +321,14 @@ def test_the_mtls_service_selects_the_leaders_pod_and_both_replicas_can_be_ready
     assert patching == ["schedext"]
 
 
-@pytest.mark.parametrize("manifest", [SIDECAR, MTLS], ids=lambda p: p.name)
-def test_prometheus_annotations_point_at_the_metrics_only_port(manifest: Path) -> None:
-    deployment = deployment_of(manifest, "schedext")
-    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+@pytest.mark.parametrize("source", SOURCES, ids=source_id)
+def test_prometheus_annotations_point_at_the_metrics_only_port(source: Source) -> None:
+    deployment = deployment_of(source, "schedext")
+    annotations = {
+        name: value
+        for name, value in deployment["spec"]["template"]["metadata"]["annotations"].items()
+        if name.startswith("prometheus.io/")  # the chart's also carry config checksums
+    }
     schedext = container_of(deployment["spec"]["template"]["spec"], "schedext")
     port = flags(schedext["args"])["--metrics-port"]
     assert annotations == {
@@ -334,7 +394,7 @@ def test_sidecar_mode_places_every_example_with_nothing_but_its_rbac(
     )
 
     def sidecar_config(schedext: Schedext) -> str:
-        config = embedded_scheduler_config(SIDECAR)
+        config = scheduler_config_of(SIDECAR)
         config["clientConnection"]["kubeconfig"] = str(identity)
         (extender,) = config["extenders"]
         assert extender["urlPrefix"] == "http://127.0.0.1:8888"

@@ -52,7 +52,7 @@ from tests.e2e.kubeapply import (
 )
 from tests.e2e.test_scheduling import H100
 
-MTLS_MANIFEST = ROOT / "manifests" / "deploy-mtls.yaml"
+MTLS_MANIFEST = ROOT / "manifests" / "mtls" / "deploy-mtls.yaml"
 SERVICE_NAME = "schedext.schedext-system.svc"  # the server name in deploy-mtls.yaml
 FIXTURES = ROOT / "tests" / "fixtures"
 BIND_COUNT = re.escape('schedext_request_duration_seconds_count{verb="bind"}')

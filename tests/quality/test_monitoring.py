@@ -299,7 +299,7 @@ def _documents(path: Path) -> list[dict[str, Any]]:
             "schedext",
             "schedext",
             "metrics",
-            ("deploy-sidecar.yaml", "deploy-mtls.yaml"),
+            ("sidecar/deploy-sidecar.yaml", "mtls/deploy-mtls.yaml"),
             id="extender",
         ),
         pytest.param("schedext-agent", "schedext-agent", "probes", ("agent.yaml",), id="agent"),

@@ -1,0 +1,221 @@
+{{/*
+Object names are those of manifests/ (schedext, schedext-scheduler, ...), so docs/deploy.md's
+commands work on either install, and the Service keeps the name schedext's certificate is
+issued for. One release per cluster: the ClusterRoles are cluster-wide.
+*/}}
+
+{{/* Labels of every object: the manifests' pair, plus Helm's own. */}}
+{{- define "schedext.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+{{ include "schedext.commonLabels" .root }}
+{{- end }}
+
+{{/* The labels of an object that names no component (the agent's Namespace). */}}
+{{- define "schedext.commonLabels" -}}
+app.kubernetes.io/part-of: schedext
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/* Pod template labels: the selector's, and the user's. */}}
+{{- define "schedext.podLabels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/part-of: schedext
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "schedext.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "schedext.schedulerImage" -}}
+{{ .Values.scheduler.image.repository }}:{{ .Values.scheduler.image.tag }}
+{{- end }}
+
+{{/* The Service's DNS name: schedext's certificate names it, kube-scheduler checks it. */}}
+{{- define "schedext.serviceHost" -}}
+schedext.{{ .Release.Namespace }}.svc
+{{- end }}
+
+{{/* The extender's httpTimeout in seconds: schedext's bind.extender_http_timeout_s. */}}
+{{- define "schedext.httpTimeout" -}}
+{{ dig "bind" "extender_http_timeout_s" 30 .Values.schedext.config }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds of the pods that run schedext or kube-scheduler: longer than
+the extender's httpTimeout, so in-flight binds finish before schedext exits (45 s for 30).
+*/}}
+{{- define "schedext.gracePeriod" -}}
+{{ max 45 (add (include "schedext.httpTimeout" . | float64 | ceil) 15) }}
+{{- end }}
+
+{{/* Where the settings file is mounted in the schedext container. */}}
+{{- define "schedext.configDir" -}}/etc/schedext/config{{- end }}
+
+{{/* The Lease of schedext's leader election (its setting leader.lease_name). */}}
+{{- define "schedext.leaseName" -}}
+{{ dig "leader" "lease_name" "schedext" .Values.schedext.config }}
+{{- end }}
+
+{{/*
+The Prometheus annotations of a pod that serves /metrics on `port`, plus the user's.
+*/}}
+{{- define "schedext.podAnnotations" -}}
+{{- $annotations := dict }}
+{{- if and .root.Values.metrics.prometheusAnnotations .port }}
+{{- $_ := set $annotations "prometheus.io/scrape" "true" }}
+{{- $_ := set $annotations "prometheus.io/port" (toString .port) }}
+{{- if .path }}
+{{- $_ := set $annotations "prometheus.io/path" .path }}
+{{- end }}
+{{- end }}
+{{- $annotations = merge (deepCopy (.extra | default dict)) $annotations }}
+{{- if $annotations }}
+annotations:
+  {{- toYaml $annotations | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checksums of what the pods read from ConfigMaps at start, so that `helm upgrade` rolls them
+when it changes.
+*/}}
+{{- define "schedext.checksums" -}}
+{{- $root := .root }}
+{{- $sums := dict "schedext.io/config-checksum" (toYaml $root.Values.schedext.config | sha256sum | trunc 16) }}
+{{- if .scheduler }}
+{{- $_ := set $sums "schedext.io/scheduler-config-checksum" (include (print $root.Template.BasePath "/scheduler-config.yaml") $root | sha256sum | trunc 16) }}
+{{- end }}
+{{- toYaml $sums }}
+{{- end }}
+
+{{/*
+The kube-scheduler container, the same in both modes (the mounts of mTLS mode's client
+certificate aside).
+*/}}
+{{- define "schedext.schedulerContainer" -}}
+- name: kube-scheduler
+  image: {{ include "schedext.schedulerImage" . }}
+  imagePullPolicy: {{ .Values.scheduler.image.pullPolicy }}
+  command:
+    - kube-scheduler
+    - --config=/etc/kubernetes/schedext-scheduler/scheduler-config.yaml
+    - --v={{ .Values.scheduler.verbosity }}
+  ports:
+    # Secure port (self-signed in memory, nothing written to disk): probes, /metrics.
+    - {name: probe-port, containerPort: 10259, protocol: TCP}
+  # The kubeadm probes of kube-scheduler.
+  startupProbe:
+    httpGet: {path: /livez, port: probe-port, scheme: HTTPS}
+    initialDelaySeconds: 10
+    periodSeconds: 10
+    timeoutSeconds: 15
+    failureThreshold: 24
+  livenessProbe:
+    httpGet: {path: /livez, port: probe-port, scheme: HTTPS}
+    initialDelaySeconds: 10
+    periodSeconds: 10
+    timeoutSeconds: 15
+    failureThreshold: 8
+  readinessProbe:
+    # Ready once its informers synced; a standby waiting for the lease is ready too.
+    httpGet: {path: /readyz, port: probe-port, scheme: HTTPS}
+    periodSeconds: 5
+    timeoutSeconds: 15
+    failureThreshold: 3
+  resources:
+    {{- toYaml .Values.scheduler.resources | nindent 4 }}
+  {{- include "schedext.containerSecurityContext" . | nindent 2 }}
+  volumeMounts:
+    - {name: config, mountPath: /etc/kubernetes/schedext-scheduler, readOnly: true}
+    {{- if eq .Values.mode "mtls" }}
+    - {name: client-tls, mountPath: /etc/schedext/client-tls, readOnly: true}
+    {{- end }}
+{{- end }}
+
+{{/*
+The schedext container's arguments beyond the transport: its settings file, leader
+election and the metrics listener.
+*/}}
+{{- define "schedext.commonArgs" -}}
+- --config={{ include "schedext.configDir" . }}/schedext.yaml
+{{- if .Values.metrics.port }}
+# /metrics and /healthz only, plain HTTP on every address, for Prometheus.
+- --metrics-port={{ .Values.metrics.port }}
+{{- end }}
+{{- end }}
+
+{{- define "schedext.metricsPort" -}}
+{{- if .Values.metrics.port }}
+- {name: metrics, containerPort: {{ .Values.metrics.port }}, protocol: TCP}
+{{- end }}
+{{- end }}
+
+{{- define "schedext.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* nodeSelector, tolerations and affinity of a pod spec, from one values group. */}}
+{{- define "schedext.placement" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pod securityContext of the schedext and scheduler pods: what the "restricted" Pod Security
+Standard asks. fsGroup: the group that may read the private keys (mode 0440), mTLS mode.
+*/}}
+{{- define "schedext.podSecurityContext" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  {{- if eq .Values.mode "mtls" }}
+  fsGroup: 65532
+  {{- end }}
+  seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
+{{- define "schedext.containerSecurityContext" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+{{- end }}
+
+{{/*
+Combinations the schema cannot express; each fails `helm template` and `helm install` with
+a sentence saying why.
+*/}}
+{{- define "schedext.validate" -}}
+{{- if and (eq .Values.mode "sidecar") (ne (int .Values.scheduler.replicas) 1) }}
+{{- fail "scheduler.replicas must be 1 in sidecar mode: schedext keeps its reservations in memory and takes no lease of its own, so a second pod would duplicate its status writes (use mode=mtls for replicas)" }}
+{{- end }}
+{{- if and (eq .Values.mode "mtls") (gt (int .Values.schedext.replicas) 1) (not .Values.schedext.leaderElect) }}
+{{- fail "schedext.replicas > 1 needs schedext.leaderElect: two inventories answering at once could hand out a GPU twice" }}
+{{- end }}
+{{- if and .Values.agent.enabled (eq .Values.agent.namespace .Release.Namespace) }}
+{{- fail (printf "agent.namespace must differ from the release namespace %s: the agent needs root and a hostPath, which the \"restricted\" Pod Security Standard of the release namespace forbids" .Release.Namespace) }}
+{{- end }}
+{{- end }}

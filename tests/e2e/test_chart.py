@@ -1,0 +1,479 @@
+"""The Helm chart charts/schedext, rendered by the pinned helm, against the real control plane:
+
+* `helm lint --strict` passes in every variant below;
+* in every variant (sidecar, sidecar with the node agent, mTLS with two replicas and the second
+  scheduler, mTLS with the agent and without the scheduler, mTLS with one replica, sidecar
+  with every pass-through value set), every object `helm template` renders, CRDs included,
+  is accepted by kube-apiserver: server-side apply as a dry run, strict field validation, no
+  warning (Pod Security "restricted" in schedext-system);
+* what it renders is what manifests/ holds, but for Helm's labels and schedext's settings
+  file: the RBAC rules word for word (derived, never wider; a mode gets only the identities it
+  uses), the Deployments, the Service, the KubeSchedulerConfigurations, the agent;
+* a typo or a wrong type in the values, schedext's settings included, fails `helm template`
+  through values.schema.json, and so do the combinations the chart refuses;
+* schedext's settings reach it as a file, and the scheduler configuration follows the two it
+  must agree with (the extender's httpTimeout, full mode's prioritizeVerb);
+* sidecar mode installed from the chart's rendering, for real: the objects applied to the API
+  server, kube-scheduler run with the installed ConfigMap, schedext with the installed
+  Deployment's args, env and settings file, both with nothing but the pod's ServiceAccount
+  token, place GPU pods as the settings say, and nothing is refused.
+
+test_manifests checks the chart's scheduler configurations, its mTLS Service and leader
+label, and its Prometheus annotations with the same tests as the plain manifests.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.settings import load_settings
+from tests.e2e.conftest import GPU, Schedext
+from tests.e2e.harness import ApiError as HarnessApiError
+from tests.e2e.harness import ControlPlane, free_port, pod_manifest
+from tests.e2e.kubeapply import SYSTEM_NAMESPACE, Kube, documents, service_account_kubeconfig
+from tests.e2e.rendering import CHART, ROOT, by_key, helm_template, key, run_tool
+from tests.e2e.test_manifests import container_of, flags, new_lines
+from tests.e2e.test_mtls import running_cluster
+from tests.e2e.test_scheduling import H100
+
+MANIFESTS = ROOT / "manifests"
+# The chart in each variant: `helm template` arguments, and the files of manifests/ it
+# renders (besides schedext's settings file); None where the values change what the files fix.
+VARIANTS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
+    "sidecar": ((), ["rbac.yaml", "sidecar/deploy-sidecar.yaml"]),
+    "sidecar-with-agent": (
+        ("--set", "agent.enabled=true"),
+        ["rbac.yaml", "sidecar/deploy-sidecar.yaml", "agent.yaml"],
+    ),
+    # Two replicas with leader election, and the second scheduler: deploy-mtls.yaml.
+    "mtls": (("--set", "mode=mtls"), ["rbac.yaml", "mtls/deploy-mtls.yaml"]),
+    "mtls-with-agent-without-scheduler": (
+        ("--set", "mode=mtls,scheduler.enabled=false,agent.enabled=true"),
+        ["rbac.yaml", "mtls/deploy-mtls.yaml", "agent.yaml"],
+    ),
+    "mtls-one-replica": (
+        ("--set", "mode=mtls,schedext.replicas=1,schedext.leaderElect=false"),
+        None,
+    ),
+    # Every pass-through value set, the metrics listener off.
+    "sidecar-customised": (
+        (
+            "--set", "metrics.port=null,scheduler.verbosity=4",
+            "--set-json", 'imagePullSecrets=[{"name": "regcred"}]',
+            "--set-json", 'scheduler.podLabels={"team": "ml"}',
+            "--set-json", 'scheduler.podAnnotations={"team.example.com/owner": "ml"}',
+            "--set-json", 'scheduler.tolerations=[{"key": "k", "operator": "Exists"}]',
+            "--set-json", 'scheduler.affinity={"nodeAffinity": {"requiredDuringScheduling'
+            'IgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": '
+            '"pool", "operator": "In", "values": ["system"]}]}]}}}',
+            "--set-json", 'schedext.env=[{"name": "SCHEDEXT_LOG_LEVEL", "value": "debug"}]',
+            "--set-json", 'schedext.config={"gang": {"default_timeout_s": 15}}',
+        ),
+        None,
+    ),
+}  # fmt: skip
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+# What Helm adds to every object's labels, beyond the manifests' two.
+HELM_LABELS = {
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+}
+SETTINGS = "schedext-config"  # the ConfigMap (and its volume) of schedext's settings file
+SCHEDULER_OBJECTS = {"schedext-kube-scheduler", "schedext-kube-scheduler-config"}
+
+
+def variant_args(variant: str) -> tuple[str, ...]:
+    return VARIANTS[variant][0]
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = (o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+    return found
+
+
+@pytest.fixture(scope="module")
+def kube_version(control_plane: ControlPlane) -> str:
+    """The API server's version, as `helm install` would see it (.Capabilities.KubeVersion)."""
+    version: str = control_plane.api.apply_raw("GET", "/version")["gitVersion"]
+    return version
+
+
+@pytest.fixture(scope="module")
+def kube(control_plane: ControlPlane) -> Iterator[Kube]:
+    client = Kube(control_plane)
+    # The release namespace, as the chart's README creates it: its Pod Security labels make
+    # the API server check the pod templates against "restricted".
+    for namespace in documents(MANIFESTS / "namespace.yaml"):
+        client.apply(namespace, dry_run=False)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+# --- helm lint, and the API server's word on every rendered object --------------------------
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_helm_lint_strict_passes(variant: str) -> None:
+    result = run_tool(
+        "helm", "lint", "--strict", str(CHART), "--namespace", SYSTEM_NAMESPACE,
+        *variant_args(variant),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout, result.stdout
+    assert "[ERROR]" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_rendered_object_is_accepted_by_the_api_server(
+    kube: Kube, kube_version: str, variant: str
+) -> None:
+    rendered = helm_template("--include-crds", *variant_args(variant), kube_version=kube_version)
+    # A Namespace the chart renders (the agent's) exists before what goes into it.
+    for namespace in (obj for obj in rendered if obj["kind"] == "Namespace"):
+        kube.apply(namespace, dry_run=False)
+    for obj in rendered:
+        result, warnings = kube.apply(obj, dry_run=True)
+        assert key(result) == key(obj)
+        assert not warnings, f"the API server warns about {key(obj)}: {warnings}"
+
+
+def test_the_chart_crds_are_those_of_the_manifests() -> None:
+    """Helm installs crds/ only where absent and never upgrades them: they are the files of
+    manifests/crds, byte for byte, so both ways install the same CRDs."""
+    chart = {path.name: path.read_bytes() for path in (CHART / "crds").glob("*.yaml")}
+    plain = {path.name: path.read_bytes() for path in (MANIFESTS / "crds").glob("*.yaml")}
+    assert chart == plain
+
+
+# --- what the chart renders is what manifests/ holds -----------------------------------------
+
+
+def comparable(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object without what may differ between the chart and manifests/: Helm's labels,
+    the checksums that roll pods on a config change, schedext's settings file (--config and its
+    mount), imagePullPolicy (set by the chart, IfNotPresent either way for a tagged image),
+    the form of args (``--port 8888`` or ``--port=8888``), comments and layout of an embedded
+    KubeSchedulerConfiguration."""
+    obj = copy.deepcopy(obj)
+    metadata = obj["metadata"]
+    for label in HELM_LABELS:
+        metadata.get("labels", {}).pop(label, None)
+    data = obj.get("data", {})
+    if obj["kind"] == "ConfigMap" and "scheduler-config.yaml" in data:
+        data["scheduler-config.yaml"] = yaml.safe_load(data["scheduler-config.yaml"])
+    if obj["kind"] in ("Deployment", "DaemonSet"):
+        template = obj["spec"]["template"]
+        annotations = template["metadata"].get("annotations", {})
+        for name in [n for n in annotations if n.endswith("-checksum")]:
+            del annotations[name]
+        if not annotations:
+            template["metadata"].pop("annotations", None)
+        spec = template["spec"]
+        spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] != SETTINGS]
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            container.pop("imagePullPolicy", None)
+            if "args" in container:
+                container["args"] = flags(container["args"])
+                container["args"].pop("--config", None)
+            mounts = [m for m in container.get("volumeMounts", []) if m["name"] != SETTINGS]
+            container.pop("volumeMounts", None)
+            if mounts:
+                container["volumeMounts"] = mounts
+    return obj
+
+
+@pytest.mark.parametrize("variant", sorted(v for v, (_, files) in VARIANTS.items() if files))
+def test_the_chart_renders_the_objects_of_the_manifests(variant: str) -> None:
+    args, files = VARIANTS[variant]
+    assert files is not None
+    rendered = by_key(helm_template(*args))
+    plain = by_key([doc for name in files for doc in documents(MANIFESTS / name)])
+    settings = next(k for k in rendered if k[1:] == ("ConfigMap", SYSTEM_NAMESPACE, SETTINGS))
+    # Everything rendered is in manifests/, equal but for what comparable() drops. RBAC
+    # included: the same rules, never wider.
+    for name, obj in rendered.items():
+        if name == settings:
+            continue
+        assert name in plain, f"the chart renders {name}, which manifests/ lacks"
+        assert comparable(obj) == comparable(plain[name]), name
+    # And every workload of the files, but the scheduler where it is turned off.
+    workloads = {k for k, obj in plain.items() if obj["kind"] not in RBAC_KINDS}
+    if "scheduler.enabled=false" in " ".join(args):
+        workloads = {k for k in workloads if k[3] not in SCHEDULER_OBJECTS}
+    assert workloads <= rendered.keys()
+    assert not {k for k in rendered if k[3] in SCHEDULER_OBJECTS} - workloads
+
+
+def rbac_names(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(obj["kind"], obj["metadata"]["name"]) for obj in objects if obj["kind"] in RBAC_KINDS}
+
+
+def test_each_mode_gets_only_the_identities_it_uses() -> None:
+    """Sidecar mode: one pod, one ServiceAccount (the scheduler's, bound to the extender's
+    ClusterRole too); no `schedext` account and no role to label pods in the namespace. mTLS
+    mode: all of rbac.yaml; without the scheduler, none of its grants."""
+    plain = rbac_names(documents(MANIFESTS / "rbac.yaml"))
+    extender_only = {
+        ("ServiceAccount", "schedext"),
+        ("ClusterRoleBinding", "schedext"),
+        ("Role", "schedext-leader-election"),
+        ("RoleBinding", "schedext-leader-election"),
+    }
+    sidecar_binding = {("ClusterRoleBinding", "schedext-scheduler:schedext")}
+    assert rbac_names(helm_template()) == plain - extender_only | sidecar_binding
+    assert rbac_names(helm_template("--set", "mode=mtls")) == plain
+    without_scheduler = rbac_names(helm_template("--set", "mode=mtls,scheduler.enabled=false"))
+    assert {name for _, name in without_scheduler} == {
+        "schedext",
+        "schedext-leader-election",
+    }
+
+
+def test_one_mtls_replica_without_leader_election_is_served_without_the_leader_label() -> None:
+    """Without --leader-elect nobody labels a pod schedext.io/role=leader: the Service selects
+    the pods alone, readiness is /readyz, and no Role to label pods is granted."""
+    rendered = helm_template(*variant_args("mtls-one-replica"))
+    service = find(rendered, "Service", "schedext")
+    deployment = find(rendered, "Deployment", "schedext")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert deployment["spec"]["replicas"] == 1
+    schedext = container_of(deployment["spec"]["template"]["spec"], "schedext")
+    assert "--leader-elect" not in flags(schedext["args"])
+    assert schedext["readinessProbe"]["exec"]["command"][2].endswith(
+        "'https://127.0.0.1:8443/readyz', context=c, timeout=3)"
+    )
+    assert ("Role", "schedext-leader-election") not in rbac_names(rendered)
+
+
+# --- values: the schema, and what the chart refuses --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--set", "schedext.replica=3"), "additional properties 'replica' not allowed"),
+        (("--set", "mode=tls"), "value must be one of 'sidecar', 'mtls'"),
+        (("--set", "agent.enable=true"), "additional properties 'enable' not allowed"),
+        (("--set", "metrics.port=http"), "at '/metrics/port'"),
+        (("--set", "scheduler.schedulerName=Schedext"), "at '/scheduler/schedulerName'"),
+        # schedext's own settings, checked against app.settings' schema.
+        (
+            ("--set-json", 'schedext.config={"policy": {"gpu_scorng": "spread"}}'),
+            "additional properties 'gpu_scorng' not allowed",
+        ),
+        (
+            ("--set-json", 'schedext.config={"bind": {"extender_http_timeout_s": "soon"}}'),
+            "at '/schedext/config/bind/extender_http_timeout_s'",
+        ),
+        # What the schema cannot say, the templates refuse with a reason.
+        (("--set", "scheduler.replicas=2"), "scheduler.replicas must be 1 in sidecar mode"),
+        (
+            ("--set", "mode=mtls,schedext.leaderElect=false"),
+            "schedext.replicas > 1 needs schedext.leaderElect",
+        ),
+        (
+            ("--set", f"agent.enabled=true,agent.namespace={SYSTEM_NAMESPACE}"),
+            "agent.namespace must differ from the release namespace",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) else value[1],
+)
+def test_bad_values_fail_helm_template_with_the_reason(args: tuple[str, ...], message: str) -> None:
+    result = run_tool(
+        "helm", "template", "schedext", str(CHART), "--namespace", SYSTEM_NAMESPACE, *args
+    )
+    assert result.returncode != 0, result.stdout
+    assert message in result.stderr, result.stderr
+
+
+def test_settings_reach_schedext_as_a_file_and_the_scheduler_config_follows_them(
+    tmp_path: Path,
+) -> None:
+    settings = {
+        "policy": {"gpu_scoring": "spread", "shortlist": 0},
+        "bind": {"extender_http_timeout_s": 40},
+    }
+    rendered = helm_template("--set-json", f"schedext.config={json.dumps(settings)}")
+    # The file schedext reads is the value, and schedext's own loader takes it.
+    data = find(rendered, "ConfigMap", SETTINGS)["data"]["schedext.yaml"]
+    assert yaml.safe_load(data) == settings
+    (tmp_path / "schedext.yaml").write_text(data)
+    loaded = load_settings(tmp_path / "schedext.yaml")
+    assert (loaded.policy.gpu_scoring, loaded.bind.extender_http_timeout_s) == ("spread", 40)
+    deployment = find(rendered, "Deployment", "schedext-scheduler")
+    spec = deployment["spec"]["template"]["spec"]
+    schedext = container_of(spec, "schedext")
+    mount = next(m for m in schedext["volumeMounts"] if m["name"] == SETTINGS)
+    assert flags(schedext["args"])["--config"] == f"{mount['mountPath']}/schedext.yaml"
+    volume = next(v for v in spec["volumes"] if v["name"] == SETTINGS)
+    assert volume["configMap"]["name"] == SETTINGS
+    # kube-scheduler waits as long as schedext's binds may take, and full mode (shortlist 0)
+    # registers prioritize; the pod outlives the longest bind at shutdown.
+    configmap = find(rendered, "ConfigMap", "schedext-scheduler-config")
+    config = yaml.safe_load(configmap["data"]["scheduler-config.yaml"])
+    (extender,) = config["extenders"]
+    assert (extender["httpTimeout"], extender["prioritizeVerb"]) == ("40s", "prioritize")
+    assert spec["terminationGracePeriodSeconds"] > 40
+    # A change of settings changes the pod template, so that `helm upgrade` rolls the pod.
+    before = find(helm_template(), "Deployment", "schedext-scheduler")["spec"]["template"]
+    after = deployment["spec"]["template"]
+    checksum = "schedext.io/config-checksum"
+    assert before["metadata"]["annotations"][checksum] != after["metadata"]["annotations"][checksum]
+
+
+# --- sidecar mode, installed from the chart's rendering, for real -----------------------------
+
+
+def test_sidecar_mode_installed_from_the_chart_places_gpu_pods_as_its_settings_say(
+    control_plane: ControlPlane,
+    kube: Kube,
+    kube_version: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    # A setting with a visible effect: spread sends the second pod to the other node, where
+    # the default (binpack) would stack it beside the first.
+    settings = {"policy": {"gpu_scoring": "spread"}}
+    rendered = helm_template(
+        "--set-json", f"schedext.config={json.dumps(settings)}", kube_version=kube_version
+    )
+    # The install: every object as the API server stores it (the CRDs are the session's,
+    # which are the chart's; see test_the_chart_crds_are_those_of_the_manifests).
+    installed = {key(obj)[1:]: kube.apply(obj, dry_run=False)[0] for obj in rendered}
+    ns = SYSTEM_NAMESPACE
+    deployment = installed["Deployment", ns, "schedext-scheduler"]
+    spec = deployment["spec"]["template"]["spec"]
+    scheduler_configmap = installed["ConfigMap", ns, "schedext-scheduler-config"]
+    settings_file = installed["ConfigMap", ns, SETTINGS]["data"]["schedext.yaml"]
+    identity = service_account_kubeconfig(
+        control_plane, spec["serviceAccountName"], tmp_path / "sa.kubeconfig"
+    )
+
+    # schedext as its container runs it: the args and env of the installed Deployment, only
+    # the ports and the mounted file's path replaced.
+    container = container_of(spec, "schedext")
+    assert all("value" in env for env in container.get("env", [])), "downward API unexpected"
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    schedext = Schedext(identity, tmp_path / "schedext.log", env=env)
+    (tmp_path / "schedext.yaml").write_text(settings_file)
+    replaced = {
+        "--port": str(schedext.port),
+        "--metrics-port": str(free_port()),
+        "--config": str(tmp_path / "schedext.yaml"),
+    }
+    args = flags(container["args"])
+    assert args["--host"] == "127.0.0.1"
+    assert replaced.keys() <= args.keys()
+    schedext.extra_args = tuple(f"{flag}={replaced.get(flag, v)}" for flag, v in args.items())
+
+    # kube-scheduler with the installed ConfigMap's configuration and the container's flags.
+    scheduler = container_of(spec, "kube-scheduler")
+    command = flags(scheduler["command"][1:])
+    config_path = command.pop("--config")
+    assert config_path.endswith("/scheduler-config.yaml")
+
+    def sidecar_config(schedext: Schedext) -> str:
+        config = yaml.safe_load(scheduler_configmap["data"]["scheduler-config.yaml"])
+        config["clientConnection"]["kubeconfig"] = str(identity)
+        (extender,) = config["extenders"]
+        assert extender["urlPrefix"] == f"http://127.0.0.1:{args['--port']}"
+        extender["urlPrefix"] = schedext.url  # the same, on a free port
+        return yaml.safe_dump(config)
+
+    scheduler_name = yaml.safe_load(scheduler_configmap["data"]["scheduler-config.yaml"])[
+        "profiles"
+    ][0]["schedulerName"]
+    scheduler_args = (
+        *(f"{flag}={value}" for flag, value in command.items()),
+        # Delegated authentication and authorization of its secure port, as the pod's identity.
+        f"--authentication-kubeconfig={identity}",
+        f"--authorization-kubeconfig={identity}",
+    )
+    scheduler_log = control_plane.logs_tail("kube-scheduler", 1_000_000)
+    try:
+        with running_cluster(
+            control_plane, request, schedext, sidecar_config, scheduler_args=scheduler_args
+        ) as cluster:
+            for name in ("gpu-a", "gpu-b"):
+                cluster.node(name, gpus=8, model=H100, memory_mib=81559,
+                             groups=[[0, 1, 2, 3], [4, 5, 6, 7]])  # fmt: skip
+            nodes = []
+            for name in ("train-1", "train-2"):
+                pod = pod_manifest(name, requests={"cpu": "100m", GPU: "2"}, limits={GPU: "2"},
+                                   scheduler_name=scheduler_name)  # fmt: skip
+                cluster.api.create_pod(cluster.namespace, pod)
+                nodes.append(cluster.wait_bound(name, timeout=60))
+                ids = cluster.gpu_ids(name)
+                assert len(ids) == 2
+                assert set(ids) <= {0, 1, 2, 3} or set(ids) <= {4, 5, 6, 7}
+            assert sorted(nodes) == ["gpu-a", "gpu-b"], "spread from the settings file not applied"
+
+            assert "forbidden" not in schedext.tail(100_000).lower()
+            log = new_lines(scheduler_log, control_plane.logs_tail("kube-scheduler", 1_000_000))
+            assert f'"Successfully acquired lease" lock="{ns}/{scheduler_name}"' in log
+            assert "forbidden" not in log.lower(), log
+    finally:
+        delete(control_plane, kube, list(installed.values()))
+
+
+def delete(control_plane: ControlPlane, kube: Kube, objects: list[dict[str, Any]]) -> None:
+    """Delete what is there of ``objects`` (nothing runs them here: no controller, no kubelet)."""
+    for obj in objects:
+        try:
+            control_plane.api.apply_raw("DELETE", kube.path(obj, SYSTEM_NAMESPACE))
+        except HarnessApiError as error:
+            if error.status != 404:
+                raise
+
+
+# --- helm itself against the API server --------------------------------------------------
+
+
+def test_helm_installs_upgrades_and_uninstalls_against_the_api_server(
+    control_plane: ControlPlane, kube: Kube
+) -> None:
+    """`helm install` with the API server's own version and discovery (the chart's
+    kubeVersion, the schema), an upgrade that changes a setting rolls the pod template, and
+    `helm uninstall` removes what it installed but leaves the CRDs (Helm never deletes crds/)."""
+    ns = SYSTEM_NAMESPACE
+    common = ("--namespace", ns, "--kubeconfig", str(control_plane.kubeconfig))
+    release = "schedext-e2e"
+    deployment = f"/apis/apps/v1/namespaces/{ns}/deployments/schedext-scheduler"
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ipclaims.schedext.io"
+
+    def checksum() -> str:
+        template = control_plane.api.apply_raw("GET", deployment)["spec"]["template"]
+        value: str = template["metadata"]["annotations"]["schedext.io/config-checksum"]
+        return value
+
+    # Helm adopts no object it did not create: what other tests applied with the same names
+    # (the RBAC of manifests/) goes first.
+    delete(control_plane, kube, helm_template())
+    installed = run_tool("helm", "install", release, str(CHART), *common)
+    try:
+        assert installed.returncode == 0, installed.stderr
+        assert "Pods opt in with `spec.schedulerName: schedext-scheduler`" in installed.stdout
+        before = checksum()
+        upgraded = run_tool(
+            "helm", "upgrade", release, str(CHART), *common,
+            "--set-json", 'schedext.config={"policy": {"gpu_scoring": "spread"}}',
+        )  # fmt: skip
+        assert upgraded.returncode == 0, upgraded.stderr
+        assert checksum() != before
+    finally:
+        removed = run_tool("helm", "uninstall", release, *common)
+    assert removed.returncode == 0, removed.stderr
+    with pytest.raises(HarnessApiError, match="404"):
+        control_plane.api.apply_raw("GET", deployment)
+    assert control_plane.api.apply_raw("GET", crd)["metadata"]["name"] == "ipclaims.schedext.io"
