@@ -9,7 +9,14 @@ still has (``memoryFreeMiB``), and each of them (``pods``).
 ``min``, ``used`` and ``max`` (null: no ceiling) in the core's unit (``unit``), the same as
 Kubernetes quantities (``quantities``), and whether the min is stated (``guarantees``: only
 then does the namespace lend and borrow it). ``shadowedQuotas``: second quotas of a
-namespace, which do not apply, each with the one that does (``by``)."""
+namespace, which do not apply, each with the one that does (``by``).
+
+Per gang, beside the PodGroup status fields: the seconds its members still wait at the bind
+barrier (``waitLeftSeconds``, null when none waits), and how its last wait ended without the
+group completing (``lastFailure``: ``outcome`` ``timed_out`` or ``released``, and the
+``reason``; null once it completes).
+
+:func:`document` is also what the read-only views port serves (app.views_listener)."""
 
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ from extender.quotas import Kind, QuotaSpec
 from extender.quotas.spec import show_amount
 from extender.scheduler import Scheduler
 
-__all__ = ["router"]
+__all__ = ["document", "router"]
 
 router = APIRouter()
 
@@ -34,6 +41,11 @@ router = APIRouter()
 @router.get("/inventory")
 async def inventory(request: Request) -> Response:
     service: Service = request.app.state.service
+    return Response(orjson.dumps(document(service)), media_type="application/json")
+
+
+def document(service: Service) -> dict[str, Any]:
+    """The inventory as ``GET /inventory`` answers it."""
     inv = service.scheduler.inventory
     nodes: list[dict[str, Any]] = []
     for name in sorted(inv.node_names()):
@@ -94,10 +106,13 @@ async def inventory(request: Request) -> Response:
         for pool in sorted(book.pools(), key=lambda p: p.name)
     ]  # fmt: skip
     gangs = []
+    now = service.clock()
     for spec in sorted(service.scheduler.pod_groups(), key=lambda g: g.key):
         status = service.scheduler.group_status(spec.key)
         if status is None:
             continue
+        deadline = service.scheduler.gang_deadline(spec.key)
+        failure = service.scheduler.gang_failure(spec.key)
         gangs.append(
             {
                 "group": spec.key,
@@ -107,9 +122,13 @@ async def inventory(request: Request) -> Response:
                 "running": status.running,
                 "waiting": status.waiting,
                 "phase": status.phase,
+                "waitLeftSeconds": None if deadline is None else round(max(0.0, deadline - now), 1),
+                "lastFailure": None
+                if failure is None
+                else {"outcome": failure.kind.value, "reason": failure.reason},
             }
         )
-    body = {
+    return {
         "nodes": nodes,
         "pools": pools,
         "gangs": gangs,
@@ -121,7 +140,6 @@ async def inventory(request: Request) -> Response:
         "pendingPods": service.scheduler.pending_count,
         "reservations": service.scheduler.reservation_count,
     }
-    return Response(orjson.dumps(body), media_type="application/json")
 
 
 def _share(view: NodeView, index: int, holders: dict[str, Holding]) -> dict[str, Any] | None:
