@@ -13,7 +13,7 @@ import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -21,6 +21,10 @@ from app import __version__, logs
 from app.agent.command import add_command as add_agent_command
 from app.settings import Settings, load_settings
 from app.snapshot import SnapshotError
+
+if TYPE_CHECKING:
+    from app.plain_listener import PlainListener
+    from app.service import Service
 
 __all__ = ["main"]
 
@@ -83,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
         "on this port, for Prometheus (off by default)",
     )
     serve.add_argument(
+        "--views-port",
+        type=int,
+        help="also serve the read-only views /inventory, /explain/NAMESPACE/NAME and /healthz "
+        "(nothing else) over plain HTTP on every address, on this port, for `kubectl schedext` "
+        "through the API server's service proxy (off by default)",
+    )
+    serve.add_argument(
         "--insecure-allow-remote",
         action="store_true",
         help="allow a non-loopback --host without client certificates (anyone who can reach "
@@ -135,6 +146,7 @@ def _serve(args: argparse.Namespace) -> int:
             ("tls_client_ca_file", args.tls_client_ca_file),
             ("insecure_allow_remote", args.insecure_allow_remote or None),
             ("metrics_port", args.metrics_port),
+            ("views_port", args.views_port),
         )
         if value is not None
     }
@@ -202,29 +214,45 @@ def _run(settings: Settings) -> int:
             **settings.server.uvicorn_tls(),
         )
     )
-    if settings.server.metrics_port is None:
+    listeners = _plain_listeners(settings, service)
+    if not listeners:
         server.run()
         return 0
     import uvloop  # noqa: PLC0415
 
-    from app.metrics_listener import MetricsListener  # noqa: PLC0415
-
-    listener = MetricsListener(service.metrics.render, port=settings.server.metrics_port)
-
     async def serve() -> int:
+        started: list[PlainListener] = []
         try:
-            await listener.start()
-        except OSError as error:
-            print(f"schedext: cannot serve --metrics-port: {error}", file=sys.stderr)
-            return 2
-        try:
+            for flag, listener in listeners:
+                try:
+                    await listener.start()
+                except OSError as error:
+                    print(f"schedext: cannot serve {flag}: {error}", file=sys.stderr)
+                    return 2
+                started.append(listener)
             await server.serve()
         finally:
-            await listener.stop()
+            for listener in started:
+                await listener.stop()
         return 0
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(serve())
+
+
+def _plain_listeners(settings: Settings, service: Service) -> list[tuple[str, PlainListener]]:
+    """The plain-HTTP listeners beside the verbs' (metrics, read-only views), by their flag."""
+    from app.metrics_listener import MetricsListener  # noqa: PLC0415
+    from app.views_listener import ViewsListener  # noqa: PLC0415
+
+    server = settings.server
+    listeners: list[tuple[str, PlainListener]] = []
+    if server.metrics_port is not None:
+        listener = MetricsListener(service.metrics.render, port=server.metrics_port)
+        listeners.append(("--metrics-port", listener))
+    if server.views_port is not None:
+        listeners.append(("--views-port", ViewsListener(service, port=server.views_port)))
+    return listeners
 
 
 def _explain(args: argparse.Namespace) -> int:
