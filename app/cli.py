@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from app import __version__, logs
 from app.agent.command import add_command as add_agent_command
+from app.plugin.tables import explanation_text
 from app.settings import Settings, load_settings
 from app.snapshot import SnapshotError
 
@@ -284,7 +285,7 @@ def _explain(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer, indent=2))
         return 0
-    print(_explanation_text(answer))
+    print(explanation_text(answer))
     return 0
 
 
@@ -312,56 +313,6 @@ def _explain_tls(args: argparse.Namespace) -> ssl.SSLContext | bool:
     except (OSError, ssl.SSLError) as error:
         raise ValueError(f"cannot use the TLS files: {error}") from None
     return context
-
-
-_SHARE_KEYS = frozenset({"shares", "shareMemoryMiB", "shareCores"})
-
-
-def _share_line(request: dict[str, Any]) -> str:
-    """The share a pod asks for: ``share: 20000 MiB and 30% of the cores on each of 2 GPUs``
-    while pending, ``... on GPUs 0, 3`` once placed."""
-    share = f"share: {request['shareMemoryMiB']} MiB"
-    if request.get("shareCores"):
-        share += f" and {request['shareCores']}% of the cores"
-    ids = request.get("gpuIds")
-    if ids:
-        return share + f" on GPU{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
-    shares = request["shares"]
-    return share + (f" on each of {shares} GPUs" if shares > 1 else " on one GPU")
-
-
-def _explanation_text(answer: dict[str, Any]) -> str:
-    lines = [
-        f"pod {answer['pod']} ({answer['state']}"
-        + (f" on {answer['node']})" if answer["node"] else ")")
-    ]
-    request = answer["request"]
-    lines.append(
-        "needs " + ", ".join(f"{k}={v}" for k, v in request.items() if k not in _SHARE_KEYS)
-    )
-    if request.get("shares"):
-        lines.append(_share_line(request))
-    if answer["group"]:
-        group = answer["group"]
-        lines.append(
-            f"group: {group['phase']}, {group['scheduled']} bound + {group['waiting']} waiting "
-            f"of {group['members']} members"
-        )
-    if answer["groupReason"]:
-        lines.append(f"held back: {answer['groupReason']}")
-    quota = answer.get("quota")
-    if quota:
-        lines.append(
-            f"held back by quota {quota['quota']} ({quota['rule']}): "
-            f"over by {quota['overBy']} {quota['resource']}"
-        )
-    width = max((len(n["node"]) for n in answer["nodes"]), default=4)
-    for node in answer["nodes"]:
-        verdict = "fits" if node["fits"] else ("busy" if node["resolvable"] else "no")
-        lines.append(f"  {node['node']:<{width}}  {verdict:<4}  {node['reason'] or ''}")
-    if answer["state"] != "bound":
-        lines.append(f"{len(answer['fits'])} of {len(answer['nodes'])} nodes fit")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
