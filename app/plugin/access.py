@@ -10,12 +10,14 @@ sentence that says what to do, and no traceback reaches the person."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from app.kube.api import KubeApi
 from app.kube.errors import ApiTransientError
+
+if TYPE_CHECKING:  # aiohttp is loaded only when a request is made
+    from app.kube.api import KubeApi
 
 __all__ = [
     "DEFAULT_NAMESPACE",
