@@ -13,14 +13,19 @@ import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from app import __version__, logs
 from app.agent.command import add_command as add_agent_command
+from app.plugin.tables import explanation_text
 from app.settings import Settings, load_settings
 from app.snapshot import SnapshotError
+
+if TYPE_CHECKING:
+    from app.plain_listener import PlainListener
+    from app.service import Service
 
 __all__ = ["main"]
 
@@ -83,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
         "on this port, for Prometheus (off by default)",
     )
     serve.add_argument(
+        "--views-port",
+        type=int,
+        help="also serve the read-only views /inventory, /explain/NAMESPACE/NAME and /healthz "
+        "(nothing else) over plain HTTP on every address, on this port, for `kubectl schedext` "
+        "through the API server's service proxy (off by default)",
+    )
+    serve.add_argument(
         "--insecure-allow-remote",
         action="store_true",
         help="allow a non-loopback --host without client certificates (anyone who can reach "
@@ -135,6 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
             ("tls_client_ca_file", args.tls_client_ca_file),
             ("insecure_allow_remote", args.insecure_allow_remote or None),
             ("metrics_port", args.metrics_port),
+            ("views_port", args.views_port),
         )
         if value is not None
     }
@@ -202,29 +215,45 @@ def _run(settings: Settings) -> int:
             **settings.server.uvicorn_tls(),
         )
     )
-    if settings.server.metrics_port is None:
+    listeners = _plain_listeners(settings, service)
+    if not listeners:
         server.run()
         return 0
     import uvloop  # noqa: PLC0415
 
-    from app.metrics_listener import MetricsListener  # noqa: PLC0415
-
-    listener = MetricsListener(service.metrics.render, port=settings.server.metrics_port)
-
     async def serve() -> int:
+        started: list[PlainListener] = []
         try:
-            await listener.start()
-        except OSError as error:
-            print(f"schedext: cannot serve --metrics-port: {error}", file=sys.stderr)
-            return 2
-        try:
+            for flag, listener in listeners:
+                try:
+                    await listener.start()
+                except OSError as error:
+                    print(f"schedext: cannot serve {flag}: {error}", file=sys.stderr)
+                    return 2
+                started.append(listener)
             await server.serve()
         finally:
-            await listener.stop()
+            for listener in started:
+                await listener.stop()
         return 0
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(serve())
+
+
+def _plain_listeners(settings: Settings, service: Service) -> list[tuple[str, PlainListener]]:
+    """The plain-HTTP listeners beside the verbs' (metrics, read-only views), by their flag."""
+    from app.metrics_listener import MetricsListener  # noqa: PLC0415
+    from app.views_listener import ViewsListener  # noqa: PLC0415
+
+    server = settings.server
+    listeners: list[tuple[str, PlainListener]] = []
+    if server.metrics_port is not None:
+        listener = MetricsListener(service.metrics.render, port=server.metrics_port)
+        listeners.append(("--metrics-port", listener))
+    if server.views_port is not None:
+        listeners.append(("--views-port", ViewsListener(service, port=server.views_port)))
+    return listeners
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -256,7 +285,7 @@ def _explain(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer, indent=2))
         return 0
-    print(_explanation_text(answer))
+    print(explanation_text(answer))
     return 0
 
 
@@ -284,56 +313,6 @@ def _explain_tls(args: argparse.Namespace) -> ssl.SSLContext | bool:
     except (OSError, ssl.SSLError) as error:
         raise ValueError(f"cannot use the TLS files: {error}") from None
     return context
-
-
-_SHARE_KEYS = frozenset({"shares", "shareMemoryMiB", "shareCores"})
-
-
-def _share_line(request: dict[str, Any]) -> str:
-    """The share a pod asks for: ``share: 20000 MiB and 30% of the cores on each of 2 GPUs``
-    while pending, ``... on GPUs 0, 3`` once placed."""
-    share = f"share: {request['shareMemoryMiB']} MiB"
-    if request.get("shareCores"):
-        share += f" and {request['shareCores']}% of the cores"
-    ids = request.get("gpuIds")
-    if ids:
-        return share + f" on GPU{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
-    shares = request["shares"]
-    return share + (f" on each of {shares} GPUs" if shares > 1 else " on one GPU")
-
-
-def _explanation_text(answer: dict[str, Any]) -> str:
-    lines = [
-        f"pod {answer['pod']} ({answer['state']}"
-        + (f" on {answer['node']})" if answer["node"] else ")")
-    ]
-    request = answer["request"]
-    lines.append(
-        "needs " + ", ".join(f"{k}={v}" for k, v in request.items() if k not in _SHARE_KEYS)
-    )
-    if request.get("shares"):
-        lines.append(_share_line(request))
-    if answer["group"]:
-        group = answer["group"]
-        lines.append(
-            f"group: {group['phase']}, {group['scheduled']} bound + {group['waiting']} waiting "
-            f"of {group['members']} members"
-        )
-    if answer["groupReason"]:
-        lines.append(f"held back: {answer['groupReason']}")
-    quota = answer.get("quota")
-    if quota:
-        lines.append(
-            f"held back by quota {quota['quota']} ({quota['rule']}): "
-            f"over by {quota['overBy']} {quota['resource']}"
-        )
-    width = max((len(n["node"]) for n in answer["nodes"]), default=4)
-    for node in answer["nodes"]:
-        verdict = "fits" if node["fits"] else ("busy" if node["resolvable"] else "no")
-        lines.append(f"  {node['node']:<{width}}  {verdict:<4}  {node['reason'] or ''}")
-    if answer["state"] != "bound":
-        lines.append(f"{len(answer['fits'])} of {len(answer['nodes'])} nodes fit")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,12 @@ class ServerSettings(_Group):
     # A second listener, plain HTTP on every address, serving only /metrics and /healthz (for
     # Prometheus; see app.metrics_listener). Off by default.
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # A third listener, plain HTTP on every address, serving only the read-only views
+    # (/inventory, /explain/NAMESPACE/NAME, /healthz): what `kubectl schedext` reads through the
+    # API server's service proxy (see app.views_listener). Off by default. A port apart from
+    # the metrics one, so that a NetworkPolicy can let Prometheus scrape metrics without also
+    # letting it read pod names, and the API server read the views without the metrics.
+    views_port: int | None = Field(default=None, ge=0, le=65535)
 
     @field_validator("path_prefix")
     @classmethod
@@ -110,6 +116,11 @@ class ServerSettings(_Group):
             raise ValueError(
                 f"server.metrics_port ({self.metrics_port}) must differ from server.port: it is "
                 "a second listener"
+            )
+        if self.views_port and self.views_port in (self.port, self.metrics_port):
+            raise ValueError(
+                f"server.views_port ({self.views_port}) must differ from server.port and "
+                "server.metrics_port: it is a listener of its own"
             )
         return self
 

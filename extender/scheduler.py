@@ -285,6 +285,11 @@ class Scheduler(Intake):
         """When the group's wait at the bind barrier ends; None when it is not waiting."""
         return self._gangs.book.deadline(group)
 
+    def gang_failure(self, group: str) -> GangEvent | None:
+        """How the group's last wait at the bind barrier ended without completing (timed out
+        or released, with the reason); None when it has not since it last completed."""
+        return self._gangs.book.failure(group)
+
     def take_gang_events(self) -> list[GangEvent]:
         """Effects for the shell: wake (COMPLETE) or fail (RELEASED, TIMED_OUT) waiting binds,
         have kube-scheduler retry the members turned away for missing ones (QUORUM)."""

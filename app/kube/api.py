@@ -77,6 +77,24 @@ class KubeApi:
         """The answer's body undecoded, for callers that decode only what they use."""
         return await self._send("GET", path, params=params)
 
+    async def get_answer(
+        self, path: str, params: Mapping[str, str] | None = None, *, timeout: float | None = None
+    ) -> tuple[int, bytes]:
+        """The status and body as answered, whatever the status: for what answers behind the
+        API server (its service proxy), whose error bodies are not the API server's. Only an
+        exchange that fails raises (ApiTransientError)."""
+        try:
+            return await self._transport.request(
+                "GET",
+                self._config.server + path,
+                params=params,
+                headers=self._headers(),
+                body=None,
+                timeout=self._timeout if timeout is None else timeout,
+            )
+        except TransportError as error:
+            raise ApiTransientError(f"GET {path}: {error}") from None
+
     async def post(
         self, path: str, body: Mapping[str, Any], *, timeout: float | None = None
     ) -> JSON:

@@ -1,13 +1,19 @@
 """Where the API server is and how to authenticate: a kubeconfig file, read with the official
 client's loader (exec plugins, client certificates, embedded data all work), or in-cluster
 credentials, read here from the pod's service-account directory; either way turned into what
-the API client needs (a server URL, an SSL context, a token)."""
+the API client needs (a server URL, an SSL context, a token).
+
+:func:`load_user_config` finds them as kubectl does, for a command a person runs
+(``kubectl schedext``): ``--kubeconfig``, else ``$KUBECONFIG`` (a list of files, merged),
+else ``~/.kube/config``, else in-cluster; a context by name or the current one, and the
+namespace it names."""
 
 from __future__ import annotations
 
 import os
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +21,10 @@ __all__ = [
     "SERVICE_ACCOUNT_DIR",
     "TOKEN_REREAD_S",
     "ClusterConfig",
+    "UserConfig",
     "in_cluster_available",
     "load_cluster_config",
+    "load_user_config",
 ]
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -53,19 +61,96 @@ class ClusterConfig:
         return f"ClusterConfig(server={self.server!r})"
 
 
+@dataclass(frozen=True)
+class UserConfig:
+    """A person's credentials, and the namespace their context names (as kubectl's -n)."""
+
+    cluster: ClusterConfig
+    namespace: str
+    source: str  # where they came from, for messages: the kubeconfig file(s) or "in-cluster"
+
+
 def load_cluster_config(
     kubeconfig: Path | None, *, service_account_dir: Path = SERVICE_ACCOUNT_DIR
 ) -> ClusterConfig:
     """From ``kubeconfig`` when given, else in-cluster credentials. Raises ValueError."""
     if kubeconfig is None:
         return _in_cluster(service_account_dir)
+    return _from_kubeconfig(str(kubeconfig), context=None, persist=True)
+
+
+def load_user_config(
+    kubeconfig: Path | None,
+    *,
+    context: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+    home: Path | None = None,
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+) -> UserConfig:
+    """The credentials kubectl would use (see the module docstring). Raises ValueError with
+    what to do when there are none, or when they cannot be read."""
+    if kubeconfig is not None:
+        if not kubeconfig.is_file():
+            raise ValueError(f"the kubeconfig {kubeconfig} does not exist")
+        files = [str(kubeconfig)]
+    else:
+        listed = environ.get("KUBECONFIG", "")
+        candidates = listed.split(os.pathsep) if listed else [str(_home(home) / ".kube/config")]
+        files = [str(Path(f).expanduser()) for f in candidates if f]
+        files = [f for f in files if Path(f).is_file()]
+    if files:
+        joined = os.pathsep.join(files)
+        namespace = _context_namespace(joined, context)  # first: it names a missing context
+        # Never write refreshed tokens back into a person's kubeconfig.
+        cluster = _from_kubeconfig(joined, context=context, persist=False)
+        return UserConfig(cluster, namespace, joined)
+    if context is None and in_cluster_available(service_account_dir):
+        namespace_file = service_account_dir / "namespace"
+        try:
+            namespace = namespace_file.read_text().strip() or "default"
+        except OSError:
+            namespace = "default"
+        return UserConfig(_in_cluster(service_account_dir), namespace, "in-cluster")
+    where = environ.get("KUBECONFIG") or str(_home(home) / ".kube/config")
+    raise ValueError(f"no kubeconfig: {where} does not exist (set KUBECONFIG or pass --kubeconfig)")
+
+
+def _home(home: Path | None) -> Path:
+    return home if home is not None else Path.home()
+
+
+def _context_namespace(files: str, context: str | None) -> str:
+    """The namespace the context names; "default" when it names none."""
+    from kubernetes import config  # noqa: PLC0415
+
+    try:
+        contexts, current = config.list_kube_config_contexts(files)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError) as error:
+        raise ValueError(f"cannot read the kubeconfig {files}: {error}") from None
+    chosen = (
+        current
+        if context is None
+        else next((c for c in contexts if c.get("name") == context), None)
+    )
+    if chosen is None:
+        names = ", ".join(sorted(str(c.get("name")) for c in contexts)) or "none"
+        raise ValueError(f"no context {context!r} in the kubeconfig {files} (it has: {names})")
+    namespace = (chosen.get("context") or {}).get("namespace")
+    return str(namespace) if namespace else "default"
+
+
+def _from_kubeconfig(files: str, *, context: str | None, persist: bool) -> ClusterConfig:
+    """``files``: one kubeconfig, or several joined by os.pathsep (merged as kubectl does)."""
     from kubernetes import client, config  # noqa: PLC0415 (slow import, only for live mode)
 
     configuration = client.Configuration()
     try:
         # the official client's loaders are untyped
         config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig), client_configuration=configuration
+            config_file=files,
+            context=context,
+            client_configuration=configuration,
+            persist_config=persist,
         )
     except (config.ConfigException, OSError) as error:
         raise ValueError(f"cannot load cluster credentials: {error}") from None
@@ -73,20 +158,20 @@ def load_cluster_config(
     # with its scheme in front ("Bearer x"; its in-cluster loader writes "bearer x").
     keys = configuration.api_key or {}
     token = _without_scheme(str(keys.get("BearerToken") or keys.get("authorization") or ""))
-    context: ssl.SSLContext | bool
+    tls: ssl.SSLContext | bool
     if configuration.verify_ssl:
-        context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+        tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
     else:
-        context = False
+        tls = False
     if configuration.cert_file and configuration.key_file:
-        if context is False:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        assert isinstance(context, ssl.SSLContext)
-        context.load_cert_chain(configuration.cert_file, configuration.key_file)
+        if tls is False:
+            tls = ssl.create_default_context()
+            tls.check_hostname = False
+            tls.verify_mode = ssl.CERT_NONE
+        assert isinstance(tls, ssl.SSLContext)
+        tls.load_cert_chain(configuration.cert_file, configuration.key_file)
     return ClusterConfig(
-        server=configuration.host.rstrip("/"), ssl_context=context, token=token or None
+        server=configuration.host.rstrip("/"), ssl_context=tls, token=token or None
     )
 
 

@@ -1,4 +1,6 @@
-"""``GET /explain/{namespace}/{pod}``: per node, whether the pod fits and why not."""
+"""``GET /explain/{namespace}/{pod}``: per node, whether the pod fits and why not.
+
+:func:`answer` is also what the read-only views port serves (app.views_listener)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from fastapi import APIRouter, Request, Response
 from app.service import Service
 from extender.model import QuotaHold, Reason
 
-__all__ = ["router"]
+__all__ = ["answer", "router"]
 
 router = APIRouter()
 
@@ -19,12 +21,17 @@ router = APIRouter()
 @router.get("/explain/{namespace}/{name}")
 async def explain(request: Request, namespace: str, name: str) -> Response:
     service: Service = request.app.state.service
+    status, body = answer(service, namespace, name)
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def answer(service: Service, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
+    """The status and body of ``GET /explain/{namespace}/{name}``: 404 for a pod schedext
+    does not know."""
     explanation = service.scheduler.explain(namespace, name)
     if explanation is None:
         error = f"pod {namespace}/{name} is unknown to schedext: not pending here, not bound"
-        return Response(
-            orjson.dumps({"Error": error}), status_code=404, media_type="application/json"
-        )
+        return 404, {"Error": error}
     body: dict[str, Any] = {
         "pod": explanation.pod,
         "uid": explanation.uid,
@@ -41,7 +48,7 @@ async def explain(request: Request, namespace: str, name: str) -> Response:
             for n in explanation.nodes
         ],
     }
-    return Response(orjson.dumps(body), media_type="application/json")
+    return 200, body
 
 
 def _quota(hold: QuotaHold | None) -> dict[str, str] | None:

@@ -14,7 +14,14 @@ namespace, which do not apply, each with the one that does (``by``).
 Per node, ``pools`` names the IP pools whose node selector picks it, and ``mig`` its MIG
 devices per profile (``devices`` on healthy GPUs, ``free``). ``pending`` lists the pending
 pods schedext knows (the first :data:`PENDING_LISTED` by namespace and name; ``pendingPods``
-counts them all), each with what it asks for."""
+counts them all), each with what it asks for.
+
+Per gang, beside the PodGroup status fields: the seconds its members still wait at the bind
+barrier (``waitLeftSeconds``, null when none waits), and how its last wait ended without the
+group completing (``lastFailure``: ``outcome`` ``timed_out`` or ``released``, and the
+``reason``; null once it completes).
+
+:func:`document` is also what the read-only views port serves (app.views_listener)."""
 
 from __future__ import annotations
 
@@ -31,7 +38,7 @@ from extender.quotas import Kind, QuotaSpec
 from extender.quotas.spec import show_amount
 from extender.scheduler import Scheduler
 
-__all__ = ["router"]
+__all__ = ["document", "router"]
 
 router = APIRouter()
 
@@ -42,6 +49,11 @@ PENDING_LISTED = 500
 @router.get("/inventory")
 async def inventory(request: Request) -> Response:
     service: Service = request.app.state.service
+    return Response(orjson.dumps(document(service)), media_type="application/json")
+
+
+def document(service: Service) -> dict[str, Any]:
+    """The inventory as ``GET /inventory`` answers it."""
     inv = service.scheduler.inventory
     nodes: list[dict[str, Any]] = []
     for name in sorted(inv.node_names()):
@@ -107,10 +119,13 @@ async def inventory(request: Request) -> Response:
         for pool in sorted(book.pools(), key=lambda p: p.name)
     ]  # fmt: skip
     gangs = []
+    now = service.clock()
     for spec in sorted(service.scheduler.pod_groups(), key=lambda g: g.key):
         status = service.scheduler.group_status(spec.key)
         if status is None:
             continue
+        deadline = service.scheduler.gang_deadline(spec.key)
+        failure = service.scheduler.gang_failure(spec.key)
         gangs.append(
             {
                 "group": spec.key,
@@ -120,9 +135,13 @@ async def inventory(request: Request) -> Response:
                 "running": status.running,
                 "waiting": status.waiting,
                 "phase": status.phase,
+                "waitLeftSeconds": None if deadline is None else round(max(0.0, deadline - now), 1),
+                "lastFailure": None
+                if failure is None
+                else {"outcome": failure.kind.value, "reason": failure.reason},
             }
         )
-    body = {
+    return {
         "nodes": nodes,
         "pools": pools,
         "gangs": gangs,
@@ -135,7 +154,6 @@ async def inventory(request: Request) -> Response:
         "pending": [_pending(r) for r in service.scheduler.pending_pods(PENDING_LISTED)],
         "reservations": service.scheduler.reservation_count,
     }
-    return Response(orjson.dumps(body), media_type="application/json")
 
 
 def _share(view: NodeView, index: int, holders: dict[str, Holding]) -> dict[str, Any] | None:

@@ -58,6 +58,9 @@ class GangBook:
         # that did pass to time out, or for kube-scheduler's five-minute flush.
         self._held_back: dict[str, dict[str, str]] = {}
         self._events: list[GangEvent] = []
+        # group -> how its last wait at the barrier ended without completing (timed out,
+        # released), until the group completes: what an operator asks when a gang is stuck.
+        self._failures: dict[str, GangEvent] = {}
 
     # ------------------------------------------------------------------ reads
 
@@ -84,6 +87,11 @@ class GangBook:
         waiting = self._waiting.get(group)
         return waiting.deadline if waiting else None
 
+    def failure(self, group: str) -> GangEvent | None:
+        """How the group's last wait at the barrier ended without completing (a TIMED_OUT or
+        RELEASED event); None when it has not failed since it last completed."""
+        return self._failures.get(group)
+
     def take_events(self) -> list[GangEvent]:
         """The effects recorded since the last call (the shell performs them)."""
         events, self._events = self._events, []
@@ -102,9 +110,11 @@ class GangBook:
 
     def delete_group(self, key: str) -> None:
         self._specs.pop(key, None)
+        self._failures.pop(key, None)
 
     def replace_groups(self, specs: Iterable[PodGroupSpec]) -> None:
         self._specs = {spec.key: spec for spec in specs}
+        self._failures = {g: e for g, e in self._failures.items() if g in self._specs}
 
     # ---------------------------------------------------------------- members
 
@@ -176,6 +186,7 @@ class GangBook:
         spec = self._specs[group]
         if placed >= spec.min_member:
             waiting = self._waiting.pop(group, None)
+            self._failures.pop(group, None)
             self._events.append(
                 GangEvent(
                     GangEventKind.COMPLETE, group, uids=tuple(waiting.uids) if waiting else ()
@@ -194,7 +205,9 @@ class GangBook:
         uids = tuple(sorted(waiting.uids)) if waiting else ()
         members = self._members.get(group, {})
         pods = tuple((r.key, uid) for uid in uids if (r := members.get(uid)) is not None)
-        self._events.append(GangEvent(kind, group, reason=reason, uids=uids, pods=pods))
+        event = GangEvent(kind, group, reason=reason, uids=uids, pods=pods)
+        self._events.append(event)
+        self._failures[group] = event
         return uids
 
     def overdue(self, now: float) -> list[str]:

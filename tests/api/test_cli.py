@@ -162,6 +162,58 @@ def test_the_metrics_port_refuses_a_post_and_cuts_off_a_silent_client() -> None:
     assert (posted.status_code, posted.headers["allow"]) == (405, "GET, HEAD")
 
 
+def test_the_views_port_answers_the_read_only_views_as_the_main_port_and_nothing_else() -> None:
+    views_port, metrics_port = free_port(), free_port()
+    args = ("--views-port", str(views_port), "--metrics-port", str(metrics_port))
+    with schedext_serve(*args) as served:
+        base = f"http://127.0.0.1:{views_port}"
+        pairs = {
+            path: (httpx.get(f"{served.url}{path}"), httpx.get(f"{base}{path}"))
+            for path in ("/inventory", "/explain/ml/llm-train-0", "/explain/ml/nobody")
+        }
+        health = httpx.get(f"{base}/healthz")
+        odd = [httpx.get(f"{base}{path}") for path in ("/explain/ML/x", "/explain/a/b/c")]
+        # Nothing that changes anything, and none of the main port's other pages.
+        missing = [httpx.get(f"{base}/{path}").status_code for path in ("readyz", "metrics", "ui")]
+        bind = httpx.post(f"{base}/bind", json=fixture("bind_request.json"))
+        filtered = httpx.post(f"{base}/filter", json=fixture("filter_request_nodecache_true.json"))
+        posted = httpx.post(f"{base}/inventory", content=b"{}")
+        metrics_views = httpx.get(f"http://127.0.0.1:{metrics_port}/inventory")
+        logs = json_lines(served.stop())
+    for path, (main, views) in pairs.items():
+        assert (views.status_code, views.json()) == (main.status_code, main.json()), path
+        assert views.headers["content-type"] == "application/json"
+    assert pairs["/explain/ml/llm-train-0"][1].json()["node"] == "h100-node-1"
+    assert pairs["/explain/ml/nobody"][1].status_code == 404
+    assert (health.status_code, health.text) == (200, "ok")
+    assert [(r.status_code, r.json()["Error"]) for r in odd] == [
+        (400, "not a pod: give /explain/NAMESPACE/NAME, Kubernetes names")
+    ] * 2
+    assert missing == [404, 404, 404]
+    assert (bind.status_code, filtered.status_code) == (404, 404)
+    assert bind.text == "this port serves only /inventory, /explain/NAMESPACE/NAME and /healthz\n"
+    assert (posted.status_code, posted.headers["allow"]) == (405, "GET, HEAD")
+    assert metrics_views.status_code == 404  # the views are not on the metrics port
+    (listener,) = [line for line in logs if line["message"] == "views listener"]
+    assert listener["port"] == views_port
+    assert set(listener["addresses"]) <= {"0.0.0.0", "::"}
+    assert listener["addresses"]
+
+
+def test_the_views_port_must_be_a_port_of_its_own() -> None:
+    taken = subprocess.run(
+        [*SCHEDEXT, "serve", "--metrics-port", "9090", "--views-port", "9090"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert taken.returncode == 2
+    assert "server.views_port (9090) must differ from server.port and server.metrics_port" in (
+        taken.stderr
+    )
+
+
 def test_explain_tls_options_need_an_https_url_and_a_certificate_for_a_key(
     tmp_path: Path,
 ) -> None:

@@ -73,6 +73,10 @@ def test_member_binds_wait_for_the_last_member_then_all_succeed(serve: Serve) ->
         time.sleep(0.5)  # the first two are parked at the barrier (bounded pause)
         assert not any(f.done() for f in early)
         assert metric(server, "schedext_gangs_waiting ") == "schedext_gangs_waiting 1.0"
+        with server.client() as client:
+            (gang,) = client.get("/inventory").json()["gangs"]
+        assert (gang["phase"], gang["waiting"], gang["lastFailure"]) == ("Scheduling", 2, None)
+        assert 0 < gang["waitLeftSeconds"] <= 10
         last = pool.submit(bind, server, members[2], "g")
         results = [f.result(timeout=10) for f in [*early, last]]
     assert [error for error, _ in results] == ["", "", ""]
@@ -122,6 +126,12 @@ def test_member_binds_fail_together_when_the_group_times_out(serve: Serve) -> No
         metrics = client.get("/metrics").text
     assert inventory["reservations"] == 0
     assert all(g["holder"] is None for g in inventory["nodes"][0]["gpus"])
+    (gang,) = inventory["gangs"]
+    assert (gang["waiting"], gang["waitLeftSeconds"]) == (0, None)
+    assert gang["lastFailure"] == {
+        "outcome": "timed_out",
+        "reason": "schedext: group default/train did not reach minMember 3 within 1s",
+    }
     assert 'schedext_gang_events_total{outcome="timed_out"} 1.0' in metrics
     # kube-scheduler does not report this decision: schedext puts an event on each member
     assert sorted((e.pod, e.reason, e.warning) for e in recorded.events) == [

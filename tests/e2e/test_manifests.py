@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from app.kube.role import LEADER, ROLE_LABEL
+from app.plugin.access import VIEWER_ROLE, Target
 from tests.e2e.conftest import GROUP_LABEL, ROOT, SCHEDULER_CONFIG, Cluster, Schedext, eventually
 from tests.e2e.harness import ControlPlane
 from tests.e2e.kubeapply import SYSTEM_NAMESPACE, Kube, documents, service_account_kubeconfig
@@ -242,7 +243,7 @@ def test_the_mtls_extender_url_is_the_service_and_its_certificates_are_mounted(
 ) -> None:
     (extender,) = scheduler_config_of(source)["extenders"]
     service = next(d for d in objects(source) if d["kind"] == "Service")
-    (port,) = service["spec"]["ports"]
+    port = next(p for p in service["spec"]["ports"] if p["name"] == "https")
     host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
     assert extender["urlPrefix"] == f"https://{host}:{port['port']}"
     assert extender["enableHTTPS"] is True
@@ -337,6 +338,36 @@ def test_prometheus_annotations_point_at_the_metrics_only_port(source: Source) -
         "prometheus.io/path": "/metrics",
     }
     assert {"name": "metrics", "containerPort": int(port), "protocol": "TCP"} in schedext["ports"]
+
+
+@pytest.mark.parametrize("manifest", [SIDECAR, MTLS], ids=lambda p: p.name)
+def test_the_views_port_is_where_kubectl_schedext_looks_and_the_viewer_role_opens_only_it(
+    manifest: Path,
+) -> None:
+    """The plugin's defaults (Service, namespace, port name) are what both modes install; the
+    Service's views port leads to schedext's --views-port, and only there; schedext-viewer
+    grants get on exactly that proxy name."""
+    target = Target()  # kubectl schedext's defaults
+    service = next(d for d in documents(manifest) if d["kind"] == "Service")
+    assert (service["metadata"]["namespace"], service["metadata"]["name"]) == (
+        target.namespace,
+        target.service,
+    )
+    views = next(p for p in service["spec"]["ports"] if p["name"] == target.port)
+    deployment = deployment_of(manifest, "schedext")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() - {ROLE_LABEL: LEADER}.items() <= labels.items()
+    schedext = container_of(deployment["spec"]["template"]["spec"], "schedext")
+    named_ports = {p["name"]: p["containerPort"] for p in schedext["ports"]}
+    args = flags(schedext["args"])
+    assert named_ports[views["targetPort"]] == int(args["--views-port"])
+    assert args["--views-port"] not in (args["--port"], args["--metrics-port"])
+    (role,) = documents(MANIFESTS / "viewer-rbac.yaml")
+    assert role["metadata"]["name"] == VIEWER_ROLE
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["services/proxy"],
+         "resourceNames": [target.proxy_name], "verbs": ["get"]}
+    ]  # fmt: skip
 
 
 # --- sidecar mode, with its RBAC only, places the examples ---------------------------------

@@ -102,8 +102,10 @@ class TlsSchedext(Schedext):
         self, kubeconfig: Path, log_path: Path, pki: Pki, *, env: dict[str, str] | None = None
     ) -> None:
         super().__init__(kubeconfig, log_path, env=env)
-        self.metrics_port = free_port()
-        self.extra_args = tuple(mtls_container_args(pki, self.port, self.metrics_port))
+        self.metrics_port, self.views_port = free_port(), free_port()
+        self.extra_args = tuple(
+            mtls_container_args(pki, self.port, self.metrics_port, self.views_port)
+        )
         self.url = f"https://127.0.0.1:{self.port}"
         self.context = pki.context(pki.client)
 
@@ -165,7 +167,7 @@ def mtls_schedext_container() -> dict[str, Any]:
     return container
 
 
-def mtls_container_args(pki: Pki, port: int, metrics_port: int) -> list[str]:
+def mtls_container_args(pki: Pki, port: int, metrics_port: int, views_port: int) -> list[str]:
     """The schedext container's args in deploy-mtls.yaml, with these ports and files."""
     container = mtls_schedext_container()
     mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["tls"]
@@ -180,7 +182,7 @@ def mtls_container_args(pki: Pki, port: int, metrics_port: int) -> list[str]:
         if not equals:
             args.append(flag)  # a switch such as --leader-elect
             continue
-        ports = {"--port": port, "--metrics-port": metrics_port}
+        ports = {"--port": port, "--metrics-port": metrics_port, "--views-port": views_port}
         value = str(ports[flag]) if flag in ports else str(files.pop(value, value))
         args.append(f"{flag}={value}")
     assert not files, f"deploy-mtls.yaml's schedext does not use {sorted(files)}"
@@ -393,6 +395,14 @@ def test_schedext_needs_nothing_but_its_service_account_in_mtls_mode(
             assert float(binds.group(1)) == schedext.bind_count() >= 3
             inventory = httpx.get(f"http://127.0.0.1:{schedext.metrics_port}/inventory")
             assert inventory.status_code == 404
+            # The views port: plain HTTP, no certificate, the read-only views only.
+            views = f"http://127.0.0.1:{schedext.views_port}"
+            explained = httpx.get(f"{views}/explain/{cluster.namespace}/trainer", timeout=10)
+            assert explained.json() == schedext.get(f"/explain/{cluster.namespace}/trainer")
+            uid = cluster.get_pod("trainer")["metadata"]["uid"]
+            body = {"PodName": "trainer", "PodNamespace": cluster.namespace, "PodUID": uid,
+                    "Node": "h100-1"}  # fmt: skip
+            assert httpx.post(f"{views}/bind", json=body, timeout=10).status_code == 404
 
             log = schedext.tail(100_000)
             assert "forbidden" not in log.lower(), log

@@ -206,3 +206,95 @@ def test_the_scheme_the_client_library_stores_is_removed_in_any_case(
     stored: str, token: str
 ) -> None:
     assert kube_config._without_scheme(stored) == token
+
+
+# --- a person's credentials, found as kubectl finds them (kubectl schedext) ----------------
+
+
+def write_kubeconfig(path: Path, ca: Path, *contexts: tuple[str, str | None], current: str) -> Path:
+    """A kubeconfig with one cluster and user, and ``contexts`` as (name, namespace)."""
+    context_list = []
+    for name, namespace in contexts:
+        context = {"cluster": "c", "user": "u", **({"namespace": namespace} if namespace else {})}
+        context_list.append({"name": name, "context": context})
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": "https://127.0.0.1:6443",
+                                              "certificate-authority": str(ca)}}
+                ],
+                "users": [{"name": "u", "user": {"token": "person-token"}}],
+                "contexts": context_list,
+                "current-context": current,
+            }
+        )
+    )  # fmt: skip
+    return path
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> Path:
+    return CertAuthority.create(tmp_path / "pki", "person-ca").cert_path
+
+
+def test_the_current_context_gives_the_namespace_and_kubeconfig_is_a_list(
+    tmp_path: Path, ca: Path
+) -> None:
+    config = write_kubeconfig(tmp_path / "b", ca, ("dev", "team-a"), ("ops", None), current="dev")
+    environ = {"KUBECONFIG": f"{tmp_path / 'missing'}:{config}"}
+    user = kube_config.load_user_config(None, environ=environ, home=tmp_path)
+    assert (user.namespace, user.source) == ("team-a", str(config))
+    assert user.cluster.server == "https://127.0.0.1:6443"
+    assert user.cluster.authorization() == "Bearer person-token"
+    chosen = kube_config.load_user_config(None, context="ops", environ=environ, home=tmp_path)
+    assert chosen.namespace == "default"  # a context without one
+
+
+def test_without_kubeconfig_in_the_environment_home_is_read(tmp_path: Path, ca: Path) -> None:
+    (tmp_path / ".kube").mkdir()
+    write_kubeconfig(tmp_path / ".kube" / "config", ca, ("dev", "team-b"), current="dev")
+    user = kube_config.load_user_config(None, environ={}, home=tmp_path)
+    assert user.namespace == "team-b"
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("no kubeconfig anywhere", "no kubeconfig: {home}/.kube/config does not exist (set "
+         "KUBECONFIG or pass --kubeconfig)"),
+        ("--kubeconfig names a missing file", "the kubeconfig {home}/nope does not exist"),
+        ("--context names a missing context", "no context 'prod' in the kubeconfig "
+         "{home}/config (it has: dev)"),
+    ],
+)  # fmt: skip
+def test_a_person_is_told_what_is_missing(
+    tmp_path: Path, ca: Path, case: str, message: str
+) -> None:
+    given, context = None, None
+    if case == "--kubeconfig names a missing file":
+        given = tmp_path / "nope"
+    if case == "--context names a missing context":
+        given = write_kubeconfig(tmp_path / "config", ca, ("dev", None), current="dev")
+        context = "prod"
+    with pytest.raises(ValueError, match="kubeconfig") as raised:
+        kube_config.load_user_config(
+            given,
+            context=context,
+            environ={},
+            home=tmp_path,
+            service_account_dir=tmp_path / "no-service-account",
+        )
+    assert str(raised.value) == message.format(home=tmp_path)
+
+
+def test_in_a_pod_without_kubeconfig_the_service_account_and_its_namespace_apply(
+    service_account: Path, tmp_path: Path
+) -> None:
+    user = kube_config.load_user_config(
+        None, environ={}, home=tmp_path, service_account_dir=service_account
+    )
+    assert (user.namespace, user.source) == ("kube-system", "in-cluster")
+    assert user.cluster.server == "https://10.0.0.1:6443"

@@ -486,6 +486,40 @@ def test_a_group_that_does_not_reach_quorum_in_time_releases_every_reservation()
     ]  # a non-gang pod can use them
 
 
+def test_a_group_that_timed_out_says_how_until_it_completes() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(3)]
+    scheduler = cluster(
+        make_node("a", gpus=6),
+        groups=[make_pod_group("train", min_member=3, timeout_s=5)],
+        pods=members,
+    )
+    assert scheduler.gang_failure("default/train") is None  # never waited
+    bind(scheduler, members[0], "a", now=0.0)
+    scheduler.expire(5.0)
+    failure = scheduler.gang_failure("default/train")
+    assert failure is not None
+    assert failure.kind is GangEventKind.TIMED_OUT
+    assert failure.reason == "schedext: group default/train did not reach minMember 3 within 5s"
+    bind(scheduler, members[0], "a", now=10.0)  # kube-scheduler retries: waiting again
+    assert scheduler.gang_failure("default/train") is failure  # the last end still stands
+    bind(scheduler, members[1], "a", now=11.0)
+    bind(scheduler, members[2], "a", now=12.0)
+    assert scheduler.gang_failure("default/train") is None  # completed
+
+
+def test_a_deleted_group_forgets_how_it_failed() -> None:
+    members = [gang_pod(f"m{i}", "train", gpus=2) for i in range(2)]
+    scheduler = cluster(
+        make_node("a", gpus=6),
+        groups=[make_pod_group("train", min_member=2, timeout_s=5)],
+        pods=members,
+    )
+    bind(scheduler, members[0], "a", now=0.0)
+    scheduler.expire(5.0)
+    scheduler.delete_pod_group(make_pod_group("train", min_member=2))
+    assert scheduler.gang_failure("default/train") is None
+
+
 def test_the_wait_is_capped_below_the_extender_timeout() -> None:
     members = [gang_pod(f"m{i}", "train", gpus=1) for i in range(2)]
     scheduler = cluster(

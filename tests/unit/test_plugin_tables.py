@@ -1,0 +1,119 @@
+"""``kubectl schedext``'s tables from schedext's view values: the column layout, each GPU's
+mark, and what the gang and quota rows say. (tests/api/test_plugin_views.py renders them from
+real /inventory answers.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from app.plugin import tables
+
+pytestmark = pytest.mark.unit
+
+
+def test_columns_are_as_wide_as_their_widest_cell_three_spaces_apart() -> None:
+    text = tables.table(("NAME", "GPUS", "NOTE"), [("a", 8, "x"), ("long-name", 10, "")])
+    assert text.splitlines() == [
+        "NAME        GPUS   NOTE",
+        "a           8      x",
+        "long-name   10",  # an empty last cell leaves no trailing space
+    ]
+
+
+def gpu(group: int | None = None, **state: Any) -> dict[str, Any]:
+    return {"group": group, "holder": None, "reserved": False, "unhealthy": None,
+            "share": None, **state}  # fmt: skip
+
+
+@dataclass
+class MapCase:
+    name: str
+    gpus: list[dict[str, Any]]
+    marks: str
+
+
+MAP_CASES = [
+    MapCase("no GPUs", [], "-"),
+    MapCase("free, no groups", [gpu(), gpu()], ".."),
+    MapCase(
+        "held whole, reserved, shared, unhealthy",
+        [gpu(holder="a/p"), gpu(holder="a/q", reserved=True),
+         gpu(share={"memoryMiB": 1024}), gpu(unhealthy="XID 79")],
+        "URSX",
+    ),
+    MapCase("an unhealthy GPU still held shows unhealthy", [gpu(holder="a/p", unhealthy="x")], "X"),
+    MapCase(
+        "NVLink groups apart",
+        [gpu(0, holder="a/p"), gpu(0), gpu(1), gpu(1, share={"memoryMiB": 1})],
+        "U.|.S",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", MAP_CASES, ids=lambda c: c.name)
+def test_each_gpu_has_one_mark_by_index(case: MapCase) -> None:
+    assert tables.device_map(case.gpus) == case.marks
+
+
+def gang(group: str, **fields: Any) -> dict[str, Any]:
+    return {"group": group, "minMember": 3, "members": 3, "scheduled": 0, "running": 0,
+            "waiting": 0, "phase": "Pending", "waitLeftSeconds": None, "lastFailure": None,
+            **fields}  # fmt: skip
+
+
+def test_a_gang_row_counts_placed_members_of_min_and_says_how_its_wait_ended() -> None:
+    waiting = gang("ml/train", scheduled=1, waiting=1, phase="Scheduling", waitLeftSeconds=12.5)
+    failed = gang(
+        "ml/sweep",
+        lastFailure={
+            "outcome": "timed_out",
+            "reason": "schedext: group ml/sweep did not reach minMember 3 within 20s",
+        },
+    )
+    lines = tables.gangs_table([waiting, failed]).splitlines()
+    assert lines[0].split() == ["NAMESPACE", "GROUP", "PHASE", "PLACED/MIN", "MEMBERS",
+                                "BOUND", "WAITING", "WAIT", "LEFT", "LAST", "FAILURE"]  # fmt: skip
+    assert lines[1].split() == ["ml", "train", "Scheduling", "2/3", "3", "1", "1", "12.5s", "-"]
+    assert lines[2].split()[:8] == ["ml", "sweep", "Pending", "0/3", "3", "0", "0", "-"]
+    assert lines[2].endswith(
+        "timed out: schedext: group ml/sweep did not reach minMember 3 within 20s"
+    )
+    assert tables.gangs_table([]) == "no gangs"
+
+
+def test_gangs_and_quotas_of_one_namespace_or_all() -> None:
+    inventory = {
+        "gangs": [gang("a/g1"), gang("b/g2")],
+        "quotas": [{"quota": "a/q"}, {"quota": "b/q"}],
+        "shadowedQuotas": [{"quota": "a/q2", "by": "a/q"}],
+    }
+    assert [g["group"] for g in tables.gangs_of(inventory, "b")] == ["b/g2"]
+    assert [g["group"] for g in tables.gangs_of(inventory, None)] == ["a/g1", "b/g2"]
+    assert tables.quotas_of(inventory, "b") == {"quotas": [{"quota": "b/q"}], "shadowedQuotas": []}
+    assert len(tables.quotas_of(inventory, None)["quotas"]) == 2
+
+
+def resource(name: str, used: int, minimum: int, *, guarantees: bool = True) -> dict[str, Any]:
+    return {"resource": name, "min": minimum, "used": used, "max": None, "guarantees": guarantees,
+            "quantities": {"min": str(minimum), "used": str(used), "max": None}}  # fmt: skip
+
+
+def test_a_quota_row_per_resource_says_whether_the_team_borrows() -> None:
+    quotas = {
+        "quotas": [
+            {"quota": "team-a/q", "namespace": "team-a", "name": "q",
+             "resources": [resource("nvidia.com/gpu", 6, 4),
+                           resource("cpu", 2, 0, guarantees=False)]},
+        ],
+        "shadowedQuotas": [{"quota": "team-a/late", "by": "team-a/q"}],
+    }  # fmt: skip
+    lines = tables.quotas_table(quotas).splitlines()
+    assert lines[0].split() == ["NAMESPACE", "QUOTA", "RESOURCE", "MIN", "USED", "MAX", "BORROWING"]
+    assert lines[1].split() == ["team-a", "q", "nvidia.com/gpu", "4", "6", "none", "yes"]
+    # No stated min: nothing guaranteed, so nothing borrowed either.
+    assert lines[2].split() == ["team-a", "q", "cpu", "0", "2", "none", "no"]
+    assert lines[3] == "not applied: team-a/late (team-a/q applies instead)"
+    assert tables.quotas_table({"quotas": [], "shadowedQuotas": []}) == "no team quotas"
