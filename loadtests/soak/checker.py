@@ -355,8 +355,8 @@ def _where(resource: tuple[str, str]) -> str:
 
 class Checker:
     """The invariants over a stream of snapshots: :meth:`check` answers the violations found
-    in one (instant ones at once, lingering ones once they last too long); each lingering
-    violation is reported once per stretch."""
+    in one (instant ones at once, lingering ones once they last too long); each violation is
+    reported once, at its first reading, however long it lasts."""
 
     def __init__(self, limits: Limits | None = None, *, reservation_grace_s: float = 60.0) -> None:
         self.limits = limits or Limits()
@@ -382,7 +382,13 @@ class Checker:
         the last judgement, once the run has settled: a difference with the inventory, or a
         pod pending without a reason, counts at once."""
         now = snapshot.at
-        found = [violation for check in INSTANT for violation in check(snapshot)]
+        # An instant violation is reported once, however many readings still show it.
+        found = [
+            violation
+            for check in INSTANT
+            for violation in check(snapshot)
+            if self._first(violation.check, (violation.subject, violation.resource))
+        ]
         limits = self.limits
         partial = _partial_gangs(snapshot)
         for key, age in self._gangs.ages(now, partial).items():

@@ -394,7 +394,14 @@ class Rig:
             with self._lock:
                 if replica.held or replica.alive:
                     continue
-            print(f"  rig: schedext {replica.name} found dead, started again", flush=True)
+            process = replica.process.process
+            code = process.returncode if process is not None else None
+            last = replica.process.tail(3).replace("\n", " | ")[-600:]
+            print(
+                f"  rig: schedext {replica.name} found dead (exit code {code}), started "
+                f"again; its log ended: {last}",
+                flush=True,
+            )
             self._start_replica(replica)
             restarted += 1
         cp = self._control_plane

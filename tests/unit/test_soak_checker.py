@@ -15,8 +15,6 @@ from loadtests.soak.faults import FaultKind, parse_kinds, schedule
 from loadtests.soak.reading import pod_of
 from loadtests.soak.workload import UnitKind, Workload, parse_mix
 
-pytestmark = pytest.mark.unit
-
 NODES = {"n1": Node("n1", 8, 81_920), "n2": Node("n2", 8, 81_920)}
 
 
@@ -76,6 +74,14 @@ def test_a_double_allocation_names_both_pods_and_the_gpu() -> None:
     assert violation.resource == "n1/gpu4"
     assert "ns/a" in violation.subject
     assert "ns/b" in violation.subject
+
+
+def test_a_violation_is_reported_once_however_many_readings_show_it() -> None:
+    checker = Checker()
+    twice = (whole("a", gpus=(4,)), whole("b", gpus=(4,)))
+    assert len(checker.check(at(0, *twice))) == 1
+    assert checker.check(at(1, *twice)) == []
+    assert len(checker.check(at(2, *twice, whole("c", gpus=(4,)), whole("d", gpus=(5,))))) == 1
 
 
 def gang(count: int, *, bound: int, min_member: int = 4) -> tuple[Pod, ...]:
