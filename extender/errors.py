@@ -3,6 +3,7 @@
     Exception
      +-- ValueError
      |    +-- QuantityError        (quantity.py) not a Kubernetes quantity
+     |    |    +-- QuantityRangeError   (quantity.py) over 2^63-1 in magnitude
      |    +-- PodRequestError      (requests.py) a pod's resources/annotations are unreadable
      +-- InventoryConflictError         (inventory.py) GPU indices already held
      +-- BindRefusedError               (here) bind cannot go ahead; the message says why

@@ -25,7 +25,7 @@ from extender.model import (
     PodRequest,
     WorkloadClass,
 )
-from extender.quantity import NANO, QuantityError, to_nano
+from extender.quantity import MAX_MAGNITUDE, NANO, QuantityError, QuantityRangeError, to_nano
 
 __all__ = [
     "PodRequestError",
@@ -38,6 +38,8 @@ __all__ = [
 
 _CPU = "cpu"
 _MEMORY = "memory"
+_MAX_NANO = MAX_MAGNITUDE * NANO  # the most of any resource, in nano-units
+_MAX_MILLI_NANO = MAX_MAGNITUDE * (NANO // 1000)  # the most CPU, 2^63-1 milli-units
 _DEFAULT_SHARES = ShareResources()
 _MAX_SHARE_MIB = 1 << 24  # 16 TiB: a larger share is a unit mistake (10Gi read as MiB)
 _MAX_SHARES = 64  # more GPUs than any node has: a larger count is a typo
@@ -47,6 +49,11 @@ _WORKLOADS = {w.value.casefold(): w for w in WorkloadClass if w.value}
 
 class PodRequestError(ValueError):
     """A pod whose resources or schedext annotations cannot be understood."""
+
+    @property
+    def reason(self) -> str:
+        """What kube-scheduler is told, by every verb that refuses the pod for it."""
+        return f"schedext: invalid pod: {self}"
 
 
 def pod_request(
@@ -214,11 +221,11 @@ def _held_share(
         asked = _gpus_or_share(totals, gpu_resource, lenient)[1]
     except PodRequestError:
         asked = _NO_SHARE
-    memory = annotations.get(names.GPU_SHARE_MEMORY, "").strip()
-    if not (memory.isdigit() and int(memory) > 0):
+    memory = fields.whole_number(annotations.get(names.GPU_SHARE_MEMORY, "").strip())
+    if not memory:
         return asked
-    cores = annotations.get(names.GPU_SHARE_CORES, "").strip()
-    return asked[0] or 1, int(memory), min(100, int(cores)) if cores.isdigit() else 0
+    cores = fields.whole_number(annotations.get(names.GPU_SHARE_CORES, "").strip())
+    return asked[0] or 1, memory, min(100, cores or 0)
 
 
 def _demand(
@@ -260,11 +267,12 @@ def statefulset_identity(meta: JSONObject) -> str | None:
         None,
     )
     name = fields.text(meta, "name")
-    prefix, _, ordinal = name.rpartition("-")
-    if owner is None or not ordinal.isdigit() or prefix != fields.text(owner, "name"):
+    prefix, _, text = name.rpartition("-")
+    ordinal = fields.whole_number(text)
+    if owner is None or ordinal is None or prefix != fields.text(owner, "name"):
         return None
     namespace = fields.text(meta, "namespace") or "default"
-    return f"sts/{namespace}/{prefix}/{int(ordinal)}"
+    return f"sts/{namespace}/{prefix}/{ordinal}"
 
 
 def _ip_request(meta: JSONObject, annotations: Mapping[str, str]) -> IPRequest | None:
@@ -326,10 +334,10 @@ def gpu_ids_annotation(value: str | None) -> tuple[int, ...] | None:
     """Parse ``schedext.io/gpu-ids`` ("0,1,3"); None when absent or unreadable."""
     if value is None:
         return None
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    parts = [fields.whole_number(p.strip()) for p in value.split(",") if p.strip()]
+    if not parts or None in parts:
         return None
-    ids = tuple(sorted({int(p) for p in parts}))
+    ids = tuple(sorted({p for p in parts if p is not None}))
     return ids if len(ids) == len(parts) else None
 
 
@@ -372,6 +380,11 @@ def _effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[st
     for resource in resources:
         if resource in overhead:
             total[resource] += _quantity(overhead[resource], resource, "spec.overhead")
+    for resource, value in total.items():
+        # The sum of quantities, each within Kubernetes's range, may not be; nor may CPU once
+        # counted in milli-units. Either would overflow the inventory's int64 columns.
+        if value > (_MAX_MILLI_NANO if resource == _CPU else _MAX_NANO):
+            raise PodRequestError(f"{resource} out of range: the pod asks for more than 2^63-1")
     return total
 
 
@@ -390,16 +403,19 @@ def _quantity(raw: object, resource: str, where: str | JSONObject) -> int:
     """``raw`` in nano-units. ``where`` names the place for errors (a container is named only
     when an error needs it: formatting a name per quantity is measurable at 100k pods)."""
     value = None
+    problem = "is not a quantity"
     if isinstance(raw, str | int | float) and not isinstance(raw, bool):
         try:
             value = to_nano(raw)
+        except QuantityRangeError:
+            problem = "is out of range (over 2^63-1)"
         except QuantityError:
-            value = None
+            pass
     if value is None or value < 0:
         if not isinstance(where, str):
             where = f"container {fields.text(where, 'name') or '?'!r}"
-        problem = "is not a quantity" if value is None else "must not be negative"
-        raise PodRequestError(f"{where}: {resource} {problem}: {raw!r}")
+        problem = problem if value is None else "must not be negative"
+        raise PodRequestError(f"{where}: {resource} {problem}: {fields.quoted(raw)}")
     return value
 
 
@@ -434,8 +450,10 @@ def _gpu_memory(annotations: Mapping[str, str], labels: Mapping[str, str]) -> in
     raw = _hint(annotations, labels, names.GPU_MEMORY_MIB)
     if raw is None:
         return None
-    if not raw.isdigit() or int(raw) <= 0:
+    mib = fields.whole_number(raw)
+    if not mib:
         raise PodRequestError(
-            f"annotation {names.GPU_MEMORY_MIB}={raw!r} must be a positive whole number of MiB"
+            f"annotation {names.GPU_MEMORY_MIB}={fields.quoted(raw)} must be a positive whole "
+            "number of MiB"
         )
-    return int(raw)
+    return mib

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-import numpy as np
-
 from extender import binding, fields, policy, scoring, shortlist
 from extender.addressing import ip_context, waits_for_address
 from extender.choices import ChoiceBook
@@ -128,8 +126,7 @@ class Scheduler(Intake):
         try:
             request = self._request(pod)
         except PodRequestError as error:
-            message = f"schedext: invalid pod: {error}"
-            return policy.reject_all(node_names, message, Reason.INVALID_POD)
+            return policy.reject_all(node_names, error.reason, Reason.INVALID_POD)
         self._pending.remember(request)
         gate = self._gangs.filter(request, node_names) if request.group is not None else OPEN
         if gate.verdict is not None:
@@ -152,11 +149,9 @@ class Scheduler(Intake):
         return verdict
 
     def prioritize(self, pod: JSONObject, node_names: Sequence[str]) -> ScoreArray:
-        """Scores aligned with ``node_names``."""
-        try:
-            request = self._request(pod)
-        except PodRequestError:
-            return np.zeros(len(node_names), dtype=np.int64)
+        """Scores aligned with ``node_names``; raises :class:`PodRequestError` for a pod
+        whose request cannot be read (filter rejected it everywhere, with the same words)."""
+        request = self._request(pod)
         ids = self._ids(node_names)
         scores = self._score(request, ids)
         self._choices.offer(request.uid, ids, scores, self._inventory.layout)

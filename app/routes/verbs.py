@@ -28,9 +28,10 @@ from typing import Any
 import orjson
 
 from app import bind_workflow, wire
-from app.errors import RequestRejectedError
+from app.errors import InvalidPodError, RequestRejectedError
 from app.service import Service
 from extender.model import FilterVerdict
+from extender.requests import PodRequestError
 
 __all__ = [
     "BODY_READ",
@@ -232,7 +233,10 @@ async def _prioritize(service: Service, body: bytes) -> tuple[bytes, str]:
 def _prioritize_now(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.extender_args(body)
     service.metrics.mode("prioritize", names_only=args.nodes is None)
-    scores = service.scheduler.prioritize(args.pod, args.node_names)
+    try:
+        scores = service.scheduler.prioritize(args.pod, args.node_names)
+    except PodRequestError as error:
+        raise InvalidPodError(error.reason) from None
     return wire.host_priorities(args.node_names, scores), "scored"
 
 

@@ -1,3 +1,4 @@
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +212,46 @@ BAD_PODS = [
         "schedext.io/gpu-memory-mib='lots'",
     ),
     ("gpu memory is zero", make_pod(gpu_memory_mib=0), "positive whole number"),
+    (
+        "gpus of more digits than Python converts to an int",
+        {"spec": {"containers": [container("c", limits={"nvidia.com/gpu": "1" * 5000})]}},
+        "'c': nvidia.com/gpu is not a quantity: '1111111111111111111111111111111111111111...' "
+        "(5000 characters)",
+    ),
+    (
+        "gpus over Kubernetes's range",
+        {"spec": {"containers": [container("c", limits={"nvidia.com/gpu": "1e30"})]}},
+        "'c': nvidia.com/gpu is out of range (over 2^63-1): '1e30'",
+    ),
+    (
+        "gpus in digits that are not ASCII",
+        {"spec": {"containers": [container("c", limits={"nvidia.com/gpu": "\u0663"})]}},
+        "nvidia.com/gpu is not a quantity",
+    ),
+    (
+        "cpu in range per container, out of range in milli-CPU",
+        {"spec": {"containers": [container("c", requests={"cpu": "9223372036854775807"})]}},
+        "cpu out of range",
+    ),
+    (
+        "memory in range per container, out of range summed",
+        {
+            "spec": {
+                "containers": [
+                    container("a", requests={"memory": "8E"}),
+                    container("b", requests={"memory": "8E"}),
+                ]
+            }
+        },
+        "memory out of range",
+    ),
+    (
+        "gpu memory of more digits than Python converts to an int",
+        make_pod(gpu_memory_mib="4" * 5000),
+        "schedext.io/gpu-memory-mib='4444444444444444444444444444444444444444...' "
+        "(5000 characters) must be a positive whole number",
+    ),
+    ("gpu memory in a superscript digit", make_pod(gpu_memory_mib="\u00b2"), "positive whole"),
 ]
 
 
@@ -220,7 +261,7 @@ BAD_PODS = [
 def test_unreadable_pod_is_rejected_with_a_specific_reason(
     pod: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(PodRequestError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(PodRequestError, match=re.escape(message)):
         pod_request(pod)
 
 
@@ -272,7 +313,10 @@ def test_bound_pod_with_unreadable_resources_still_counts_its_annotated_gpus() -
         ("1,1", None),
         (None, None),
         ("-1", None),
+        ("\u00b2", None),  # a digit to str.isdigit, not to int
+        ("1" * 5000, None),
     ],
+    ids=lambda value: repr(value)[:20],
 )
 def test_gpu_ids_annotation(value: str | None, ids: tuple[int, ...] | None) -> None:
     assert gpu_ids_annotation(value) == ids
@@ -414,6 +458,11 @@ HELD_SHARES = [
      (1, 500, 100, (0,))),
     ("a share without gpu-ids: indices unknown",
      share_pod("p", memory_mib=4000, node="n1"), (1, 4000, 0, None)),
+    # digits to str.isdigit() that int() refuses: unreadable, so the resources count
+    ("annotations in digits int() cannot read: the resources count",
+     bound_share({GPU_IDS: "0", GPU_SHARE_MEMORY: "\u00b2", GPU_SHARE_CORES: "1" * 5000},
+                 memory="1000", cores="10", count="1"),
+     (1, 1000, 10, (0,))),
 ]  # fmt: skip
 
 
