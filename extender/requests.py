@@ -76,7 +76,7 @@ def pod_request(
     labels = fields.string_map(meta, "labels")
     annotations = fields.string_map(meta, "annotations")
     return PodRequest(
-        **_demand(meta, spec, totals, gpus=gpus, share=share, migs=asked),
+        **_demand(meta, spec, totals, gpus=gpus, share=share, migs=asked, strict=True),
         workload=_workload(labels, annotations),
         gpu_model=_hint(annotations, labels, names.GPU_MODEL),
         gpu_memory_mib=_gpu_memory(annotations, labels),
@@ -236,10 +236,12 @@ def _demand(
     gpus: int,
     share: _Share = _NO_SHARE,
     migs: tuple[tuple[str, int], ...] = (),
+    strict: bool = False,
 ) -> dict[str, Any]:
     """The fields of :class:`~extender.model.Demand`, read the same way for a pending pod and
-    a bound one (``gpus``: the caller's reading of the GPU total, which differs)."""
-    priority = fields.get(spec, "priority")
+    a bound one (``gpus``: the caller's reading of the GPU total, which differs). ``strict``
+    (a pending pod): a field that is not what Kubernetes says it is raises
+    :class:`PodRequestError`; a bound pod is a fact, and counted as well as it can be."""
     return {
         "uid": fields.text(meta, "uid"),
         "namespace": fields.text(meta, "namespace") or "default",
@@ -251,9 +253,29 @@ def _demand(
         "mig": migs,
         "cpu_milli": _ceil_div(totals[_CPU], NANO // 1000),
         "memory_bytes": _ceil_div(totals[_MEMORY], NANO),
-        "priority": priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        "priority": _priority(spec, strict=strict),
         "group": group_key(meta),
     }
+
+
+_INT32 = range(-(2**31), 2**31)
+
+
+def _priority(spec: JSONObject, *, strict: bool) -> int:
+    """``spec.priority``, an int32 that the API server sets from the priority class; absent:
+    0, as kube-scheduler reads it. Anything else is refused, never read as 0: it decides who
+    may evict whom."""
+    value = fields.get(spec, "priority")
+    if value is None:
+        return 0
+    if type(value) is int and value in _INT32:
+        return value
+    if strict:
+        raise PodRequestError(
+            f"spec.priority must be a whole number (an int32, as the priority class sets it), "
+            f"got {fields.quoted(value)}"
+        )
+    return 0
 
 
 def statefulset_identity(meta: JSONObject) -> str | None:

@@ -333,6 +333,10 @@ BAD_PODS = [
     ("a quantity over 2^63-1", _pod_asking("1e30"),
      "schedext: invalid pod: container 'main': nvidia.com/gpu is out of range (over 2^63-1): "
      "'1e30'"),
+    # once read as priority 0, silently
+    ("a priority in words", _pod_asking("1", priority="high"),
+     "schedext: invalid pod: spec.priority must be a whole number (an int32, as the priority "
+     "class sets it), got 'high'"),
 ]  # fmt: skip
 
 

@@ -252,6 +252,22 @@ BAD_PODS = [
         "(5000 characters) must be a positive whole number",
     ),
     ("gpu memory in a superscript digit", make_pod(gpu_memory_mib="\u00b2"), "positive whole"),
+    *(
+        (
+            f"priority {name}",
+            {"spec": {"priority": value}},
+            f"spec.priority must be a whole number (an int32, as the priority class sets it), "
+            f"got {shown}",
+        )
+        for name, value, shown in [
+            ("in words", "high", "'high'"),
+            ("as a string of digits", "1000", "'1000'"),
+            ("with a fraction", 1000.0, "1000.0"),
+            ("a boolean", True, "True"),
+            ("over int32", 2**31, "2147483648"),
+            ("an object", {"value": 1}, "{'value': 1}"),
+        ]
+    ),
 ]
 
 
@@ -288,6 +304,19 @@ def test_bound_pod_holds_its_annotated_gpus() -> None:
 )
 def test_pods_that_hold_nothing(pod: dict[str, Any], expected: None) -> None:
     assert holding_from_pod(pod) is expected
+
+
+@pytest.mark.parametrize(("priority", "expected"), [(None, 0), (-5, -5), (2**31 - 1, 2**31 - 1)])
+def test_a_pending_pods_priority_is_its_int32(priority: int | None, expected: int) -> None:
+    assert pod_request(make_pod(priority=priority)).priority == expected
+
+
+def test_a_bound_pod_with_an_unreadable_priority_still_holds_its_gpus() -> None:
+    pod = make_pod("p", gpus=1, node="n1", gpu_ids=[0])
+    pod["spec"]["priority"] = "high"
+    holding = holding_from_pod(pod)
+    assert holding is not None
+    assert (holding.gpu_ids, holding.priority) == ((0,), 0)
 
 
 def test_bound_pod_without_annotation_holds_gpus_by_count() -> None:
