@@ -126,6 +126,7 @@ class Scheduler(Intake):
         try:
             request = self._request(pod)
         except PodRequestError as error:
+            self._pending.refuse(fields.text(fields.obj(pod, "metadata"), "uid"), error.reason)
             return policy.reject_all(node_names, error.reason, Reason.INVALID_POD)
         self._pending.remember(request)
         gate = self._gangs.filter(request, node_names) if request.group is not None else OPEN

@@ -324,7 +324,7 @@ def _pod_asking(gpus: object, **spec: object) -> dict[str, object]:
     }
 
 
-# (id, pod, the reason filter gives every node and prioritize answers)
+# (id, pod, the reason filter gives every node, prioritize answers and bind repeats)
 BAD_PODS = [
     # Python's int() refuses more than 4300 digits with a ValueError: once a 500
     ("a quantity of 5000 digits", _pod_asking("1" * 5000),
@@ -342,15 +342,19 @@ BAD_PODS = [
 
 @pytest.mark.parametrize(("pod", "reason"), [c[1:] for c in BAD_PODS], ids=[c[0] for c in BAD_PODS])
 @pytest.mark.parametrize("path", ["in place", "asgi"])
-def test_an_unreadable_pod_gets_its_reason_from_filter_and_prioritize(
+def test_an_unreadable_pod_gets_its_reason_from_filter_prioritize_and_bind(
     demo: RunningServer, pod: dict[str, object], reason: str, path: str
 ) -> None:
     query = "?via=asgi" if path == "asgi" else ""
     body = orjson.dumps({"Pod": pod, "NodeNames": ["gpu-node-a", "cpu-node-1"]})
+    binding = {"PodName": "asks", "PodNamespace": "default", "PodUID": "uid-asks"}
     with demo.client() as client:
         filtered = client.post(f"/filter{query}", content=body)
         prioritized = client.post(f"/prioritize{query}", content=body)
+        bound = client.post("/bind", json={**binding, "Node": "gpu-node-a"})
         assert client.get("/healthz").status_code == 200
+    # not "never went through filter here": filter saw it, and refused it
+    assert bound.json() == {"Error": f"pod default/asks: {reason}"}
     assert filtered.status_code == 200
     assert filtered.json()["FailedAndUnresolvableNodes"] == {
         "gpu-node-a": reason,
