@@ -57,7 +57,10 @@ def explain_pod(
         return None
     group = request.group if request else held.group if held else None
     status = gangs.status(group) if group else None
-    if held is not None and request is None:
+    # The state is the holding's kind, as /inventory counts it ("reserved": a reservation,
+    # one of its ``reservations``). A bound pod filtered again (by hand: kube-scheduler never
+    # does) is still bound, not reserved.
+    if held is not None and (request is None or held.kind is HoldingKind.BOUND):
         state = "bound" if held.kind is HoldingKind.BOUND else "reserved"
         return Explanation(
             pod=key,

@@ -51,6 +51,28 @@ def test_explain_of_a_bound_pod_says_where_it_is(demo: RunningServer) -> None:
     assert answer["group"]["phase"] == "Running"
 
 
+def test_explain_and_inventory_agree_on_a_pod_bound_in_the_demo(demo: RunningServer) -> None:
+    """Filtered again after its bind (as one tries the verbs by hand), the pod is bound in
+    both: once, explain said "reserved" while /inventory counted no reservation."""
+    request = orjson.dumps(fixture("filter_request_nodecache_true.json"))
+    with demo.client() as client:
+        client.post("/filter", content=request)
+        bind = client.post("/bind", content=orjson.dumps(fixture("bind_request.json")))
+        assert bind.json() == {"Error": ""}
+        client.post("/filter", content=request)
+        explained = client.get("/explain/ml/trainer-0").json()
+        inventory = client.get("/inventory").json()
+    held = [
+        gpu
+        for node in inventory["nodes"]
+        for gpu in node["gpus"]
+        if gpu["holder"] == "ml/trainer-0"
+    ]
+    assert (explained["state"], explained["node"]) == ("bound", "gpu-node-a")
+    assert inventory["reservations"] == 0
+    assert [gpu["reserved"] for gpu in held] == [False, False]
+
+
 def test_explain_says_why_a_gang_member_is_held_back(serve: Serve) -> None:
     member = gang_pod("m0", "train", gpus=1)
     server = serve(
