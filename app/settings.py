@@ -58,6 +58,10 @@ class ServerSettings(_Group):
     # sends them in one write.
     header_timeout_s: float = Field(default=10.0, gt=0)
     access_log: bool = False
+    # prioritize's answer to a request without ?full: the compact one kube-scheduler gets (the
+    # hosts above the lowest score, lowered by it), or with true every host and its absolute
+    # score, for callers that read the scores themselves.
+    prioritize_full: bool = False
     # A constant-answer endpoint the latency benchmark compares against.
     bench_endpoints: bool = False
     # HTTPS: the server certificate chain and its key (PEM). With tls_client_ca_file every

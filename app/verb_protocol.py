@@ -19,7 +19,9 @@ metrics and logs are the ASGI path's (:func:`~app.routes.verbs.answer_now` share
 
 A request is handed to uvicorn's own path, and so to the ASGI app, as if this protocol had not
 looked at it, whenever it is not the plain case: another method or path (a query string
-included), ``Expect: 100-continue``, an upgrade, a declared length over the limit, a request
+included, but prioritize's ``full`` in its usual spellings, ``?full=1``, answered here with
+the answer the ASGI path chooses: :func:`~app.routes.verbs.queried_routes`), ``Expect:
+100-continue``, an upgrade, a declared length over the limit, a request
 pipelined behind one still being answered (answers keep their order) or after one that closed
 the connection, a client not reading its answers, a replica not ready (whose answers close the
 connection), a body that grows past the limit, a filter that must wait for victims
@@ -64,6 +66,7 @@ from app.routes.verbs import (
     READ,
     Verb,
     answer_now,
+    queried_routes,
     refuse,
     routes,
     timing_headers,
@@ -79,7 +82,12 @@ def protocol_for(service: Service) -> type[VerbProtocol]:
     """The protocol class for uvicorn's ``Config(http=...)``, answering ``service``'s verbs
     at the paths the ASGI layer serves them at."""
     server = service.settings.server
-    verbs = routes(server.path_prefix, bench=server.bench_endpoints)
+    verbs = routes(
+        server.path_prefix, bench=server.bench_endpoints, prioritize_full=server.prioritize_full
+    )
+    # With the query strings a verb takes, in their usual spellings: answered here as the
+    # ASGI path answers them (any other query string goes there).
+    verbs |= queried_routes(verbs)
     served = _Served(
         service,
         answered={p.encode(): v for p, v in verbs.items() if v.handle_now is not None},

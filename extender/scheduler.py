@@ -252,11 +252,13 @@ class Scheduler(Intake):
         self._gangs.time_out(group)
 
     def explain(self, namespace: str, name: str) -> Explanation | None:
-        """Per node, whether the pod fits and why not; None for a pod schedext does not know."""
+        """Per node, whether the pod fits and why not, and the score of each node it fits;
+        None for a pod schedext does not know."""
         return explain_pod(
             namespace, name, inventory=self._inventory, pending=self._pending,
             gangs=self._gangs, judge=lambda r, names, gate: self._judge(r, names, gate)[0],
             quota=self._quota_hold,
+            score=lambda r, names: self._score(r, self._inventory.ids(names)),
         )  # fmt: skip
 
     def quotas(self) -> list[QuotaSpec]:

@@ -38,7 +38,12 @@ def test_explain_gives_every_nodes_verdict_for_a_pending_pod(demo: RunningServer
         "fits": False,
         "reason": "schedext: fewer than 2 free GPUs",
         "resolvable": True,
+        "score": None,
     }
+    # the node it fits has the score prioritize gives it, absolute (0-10)
+    assert by_node["gpu-node-a"]["reason"] is None
+    assert type(by_node["gpu-node-a"]["score"]) is int
+    assert 1 <= by_node["gpu-node-a"]["score"] <= 10
     assert by_node["cpu-node-1"]["reason"] == "schedext: node has no GPUs"
     assert by_node["cpu-node-1"]["resolvable"] is False
 
@@ -163,7 +168,9 @@ def test_the_cli_prints_the_explanation(serve: Serve) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "pod team/job (pending)"
-    assert any(line.split()[:2] == ["big", "fits"] for line in lines)
+    big = next(line.split() for line in lines if line.split()[:2] == ["big", "fits"])
+    assert big[2] == "score"
+    assert 0 <= int(big[3]) <= 10
     assert any(
         line.split()[:2] == ["small", "no"] and "fewer than 2 GPUs" in line for line in lines
     )

@@ -138,17 +138,35 @@ BODIES = {
 }
 
 
-@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+# (verb, the query string answered in place, server.prioritize_full)
+ANSWERED_IN_PLACE = [
+    ("filter", "", False),
+    ("prioritize", "", False),
+    ("prioritize", "full=1", False),
+    ("prioritize", "full=true", False),
+    ("prioritize", "full", False),
+    ("prioritize", "full=0", False),
+    ("prioritize", "", True),
+    ("prioritize", "full=false", True),
+]
+
+
+@pytest.mark.parametrize(
+    "case", ANSWERED_IN_PLACE, ids=[f"{v}?{q} full={f}" for v, q, f in ANSWERED_IN_PLACE]
+)
 @pytest.mark.parametrize("body", BODIES.values(), ids=BODIES.keys())
 def test_answers_in_place_are_the_asgi_paths_byte_for_byte(
-    serve: Serve, connect: Any, verb: str, body: bytes
+    serve: Serve, connect: Any, case: tuple[str, str, bool], body: bytes
 ) -> None:
-    """A query string sends the same request down the ASGI path: same status, headers (the
-    same, in the same order) and body, errors included."""
-    server = serve()
+    """A query string the protocol does not answer sends the same request down the ASGI
+    path: same status, headers (the same, in the same order) and body, errors included;
+    prioritize's ``full`` read the same on both."""
+    verb, query, full = case
+    server = serve(settings={"server": {"prioritize_full": full}})
     sock, reader = connect(server)
     answers = []
-    for path in (f"/{verb}", f"/{verb}?via=asgi"):
+    in_place = f"/{verb}?{query}" if query else f"/{verb}"
+    for path in (in_place, f"/{verb}?{query + '&' if query else ''}via=asgi"):
         sock.sendall(request(path, body))
         answers.append(reader.next())
     in_place, asgi = answers

@@ -166,3 +166,18 @@ def test_explain_and_the_reservation_count_tell_the_same_state_at_every_step() -
         ("seen bound by the watch", "bound", 0),
         ("filtered again once bound", "bound", 0),
     ]
+
+
+def test_explain_scores_each_node_the_pod_fits_as_prioritize_does_and_no_other() -> None:
+    scheduler = scheduler_with(
+        [make_node("busy", gpus=8), make_node("idle", gpus=8), make_node("cpu")],
+        [make_pod("b", gpus=6, node="busy", gpu_ids=[0, 1, 2, 3, 4, 5])],
+    )
+    pod = make_pod("p", gpus=2)
+    scheduler.filter(pod, ["busy", "idle", "cpu"])
+    explanation = scheduler.explain("default", "p")
+    assert explanation is not None
+    scores = dict(zip(["busy", "idle"], scheduler.prioritize(pod, ["busy", "idle"]).tolist(),
+                      strict=True))  # fmt: skip
+    assert {n.node: n.score for n in explanation.nodes} == {**scores, "cpu": None}
+    assert scores["busy"] > scores["idle"] > 0  # absolute: the lowest is not taken off
