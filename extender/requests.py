@@ -1,11 +1,5 @@
-"""Decoding what a pod asks for (``PodRequest``) and what a bound pod holds (``Holding``).
-
-The effective request follows kube-scheduler's ``PodRequests``: the sum over containers and
-restartable (sidecar) init containers, the element-wise max with each regular init container
-plus the sidecars declared before it, pod-level ``spec.resources`` for cpu/memory when set,
-plus ``spec.overhead``. A resource given only in ``limits`` is requested at its limit, as the
-API server's defaulting does.
-"""
+"""Decoding what a pod asks for (``PodRequest``) and what a bound pod holds (``Holding``),
+from its effective request per resource (:mod:`extender.resource_totals`)."""
 
 from __future__ import annotations
 
@@ -16,6 +10,7 @@ from typing import Any
 
 from extender import fields, mig, names
 from extender.config import ShareResources
+from extender.errors import PodRequestError
 from extender.fields import JSONObject
 from extender.model import (
     ClaimPolicy,
@@ -25,7 +20,8 @@ from extender.model import (
     PodRequest,
     WorkloadClass,
 )
-from extender.quantity import MAX_MAGNITUDE, NANO, QuantityError, QuantityRangeError, to_nano
+from extender.quantity import NANO
+from extender.resource_totals import CPU, MEMORY, effective_requests
 
 __all__ = [
     "PodRequestError",
@@ -36,24 +32,11 @@ __all__ = [
     "statefulset_identity",
 ]
 
-_CPU = "cpu"
-_MEMORY = "memory"
-_MAX_NANO = MAX_MAGNITUDE * NANO  # the most of any resource, in nano-units
-_MAX_MILLI_NANO = MAX_MAGNITUDE * (NANO // 1000)  # the most CPU, 2^63-1 milli-units
 _DEFAULT_SHARES = ShareResources()
 _MAX_SHARE_MIB = 1 << 24  # 16 TiB: a larger share is a unit mistake (10Gi read as MiB)
 _MAX_SHARES = 64  # more GPUs than any node has: a larger count is a typo
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _WORKLOADS = {w.value.casefold(): w for w in WorkloadClass if w.value}
-
-
-class PodRequestError(ValueError):
-    """A pod whose resources or schedext annotations cannot be understood."""
-
-    @property
-    def reason(self) -> str:
-        """What kube-scheduler is told, by every verb that refuses the pod for it."""
-        return f"schedext: invalid pod: {self}"
 
 
 def pod_request(
@@ -66,7 +49,7 @@ def pod_request(
     meta = fields.obj(pod, "metadata")
     spec = fields.obj(pod, "spec")
     mig_names = mig.resource_names(spec)
-    totals = _effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
+    totals = effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
     gpus, share = _gpus_or_share(totals, gpu_resource, shares)
     beside = f"whole GPUs ({gpu_resource})" if gpus else "GPU shares" if share[0] else None
     try:
@@ -107,7 +90,7 @@ _NO_SHARE: _Share = (0, 0, 0)
 
 
 def _resources(gpu_resource: str, shares: ShareResources) -> tuple[str, ...]:
-    return tuple(dict.fromkeys((_CPU, _MEMORY, gpu_resource, *shares.names())))
+    return tuple(dict.fromkeys((CPU, MEMORY, gpu_resource, *shares.names())))
 
 
 def _whole(totals: Mapping[str, int], resource: str, unit: str) -> int:
@@ -179,7 +162,7 @@ def holding_from_pod(
     mig_names = mig.resource_names(spec)
     resources = _resources(gpu_resource, shares) + mig_names
     try:
-        totals = _effective_requests(spec, resources)
+        totals = effective_requests(spec, resources)
     except PodRequestError:
         # A bound pod is a fact, not a request: count what we cannot read as nothing rather
         # than losing the whole pod (its GPU ids, if annotated, still count below).
@@ -251,8 +234,8 @@ def _demand(
         "share_memory_mib": share[1],
         "share_cores": share[2],
         "mig": migs,
-        "cpu_milli": _ceil_div(totals[_CPU], NANO // 1000),
-        "memory_bytes": _ceil_div(totals[_MEMORY], NANO),
+        "cpu_milli": _ceil_div(totals[CPU], NANO // 1000),
+        "memory_bytes": _ceil_div(totals[MEMORY], NANO),
         "priority": _priority(spec, strict=strict),
         "group": group_key(meta),
     }
@@ -375,75 +358,6 @@ def gpu_uuids_annotation(value: str | None) -> tuple[str, ...] | None:
     if not parts or len(parts) > _MAX_UUIDS or not all(parts) or len(set(parts)) != len(parts):
         return None
     return tuple(parts)
-
-
-def _effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
-    """Per resource, the pod's effective request in nano-units (see :func:`to_nano`)."""
-    containers = fields.objects(spec, "containers")
-    init_containers = fields.objects(spec, "initContainers")
-    total = dict.fromkeys(resources, 0)
-    for container in containers:
-        _add(total, _container_requests(container, resources))
-    sidecars_so_far = dict.fromkeys(resources, 0)
-    for container in init_containers:
-        requests = _container_requests(container, resources)
-        if fields.text(container, "restartPolicy") == "Always":
-            # A sidecar runs beside the main containers for the pod's whole life.
-            _add(total, requests)
-            _add(sidecars_so_far, requests)
-            continue
-        for resource in resources:
-            total[resource] = max(total[resource], requests[resource] + sidecars_so_far[resource])
-    pod_level = fields.obj(fields.obj(spec, "resources"), "requests")
-    for resource in (_CPU, _MEMORY):
-        if resource in resources and resource in pod_level:
-            total[resource] = _quantity(pod_level[resource], resource, "spec.resources")
-    overhead = fields.obj(spec, "overhead")
-    for resource in resources:
-        if resource in overhead:
-            total[resource] += _quantity(overhead[resource], resource, "spec.overhead")
-    for resource, value in total.items():
-        # The sum of quantities, each within Kubernetes's range, may not be; nor may CPU once
-        # counted in milli-units. Either would overflow the inventory's int64 columns.
-        if value > (_MAX_MILLI_NANO if resource == _CPU else _MAX_NANO):
-            raise PodRequestError(f"{resource} out of range: the pod asks for more than 2^63-1")
-    return total
-
-
-def _container_requests(container: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
-    block = fields.obj(container, "resources")
-    requests = fields.obj(block, "requests")
-    limits = fields.obj(block, "limits")
-    out: dict[str, int] = {}
-    for resource in resources:
-        raw = requests.get(resource, limits.get(resource))
-        out[resource] = 0 if raw is None else _quantity(raw, resource, container)
-    return out
-
-
-def _quantity(raw: object, resource: str, where: str | JSONObject) -> int:
-    """``raw`` in nano-units. ``where`` names the place for errors (a container is named only
-    when an error needs it: formatting a name per quantity is measurable at 100k pods)."""
-    value = None
-    problem = "is not a quantity"
-    if isinstance(raw, str | int | float) and not isinstance(raw, bool):
-        try:
-            value = to_nano(raw)
-        except QuantityRangeError:
-            problem = "is out of range (over 2^63-1)"
-        except QuantityError:
-            pass
-    if value is None or value < 0:
-        if not isinstance(where, str):
-            where = f"container {fields.text(where, 'name') or '?'!r}"
-        problem = problem if value is None else "must not be negative"
-        raise PodRequestError(f"{where}: {resource} {problem}: {fields.quoted(raw)}")
-    return value
-
-
-def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
-    for resource, value in more.items():
-        total[resource] += value
 
 
 def _ceil_div(value: int, unit: int) -> int:
