@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import ssl
 import sys
 from collections.abc import Sequence
@@ -32,7 +33,31 @@ __all__ = ["main"]
 log = logging.getLogger("schedext")
 
 
+# What a shell reports for a command killed by SIGPIPE (128 + 13), as for `kubectl get pods |
+# head` or `cat big | head`: the output was cut short, which `set -o pipefail` should see.
+_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command; its exit status. Output into a pipe its reader closed early (``schedext
+    explain ns/pod | head``) ends the command quietly, with status 141."""
+    try:
+        try:
+            return _command(argv)
+        finally:
+            # A closed pipe shows when buffered output is written: here, where it is caught,
+            # rather than at the interpreter's exit, which prints a traceback.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Nothing more can reach the reader, and the interpreter's own flush at exit must
+        # not try again: stdout goes to /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _BROKEN_PIPE
+
+
+def _command(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

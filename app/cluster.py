@@ -159,6 +159,7 @@ class ClusterSource:
         self._claim_release_interval_s = claim_release_interval_s
         self._tasks: list[asyncio.Task[None]] = []
         self.description = f"cluster at {server}"
+        self.watches_pods = True
 
     async def start(self, service: Service) -> None:
         pending = {resource.name for resource in self._resources}

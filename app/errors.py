@@ -3,6 +3,7 @@
     Exception
      +-- RequestRejectedError       a request we refuse to answer as asked; has an HTTP status
      |    +-- WireError             body is not the protocol's shape (400)     [app.wire]
+     |    +-- InvalidPodError       the pod's request cannot be read (400): prioritize
      |    +-- BodyTooLargeError     body over server.max_body_bytes (413)
      |    +-- BodyTimeoutError      body not received within server.body_timeout_s (408)
      |    +-- ClientGoneError       client disconnected before its whole body (400)
@@ -18,6 +19,13 @@ from __future__ import annotations
 
 
 class RequestRejectedError(Exception):
+    status = 400
+
+
+class InvalidPodError(RequestRejectedError):
+    """A pod whose resources or schedext annotations cannot be read; the message is the
+    reason filter gives for it on every node."""
+
     status = 400
 
 

@@ -101,8 +101,12 @@ def create_app(
         binder=binder or InMemoryBinder(),
         metrics=metrics,
         gangs=GangWaiters(metrics, events),
+        # Waiting for victims to go needs a pod watch to show them going: without one (the
+        # demo, a snapshot) every wait would run to its bound for nothing.
         victims=VictimWaits(
-            metrics, bound_s=settings.preemption.victim_wait_s, clock=time.monotonic
+            metrics,
+            bound_s=settings.preemption.victim_wait_s if source.watches_pods else 0.0,
+            clock=time.monotonic,
         ),
         events=events,
         description=source.description,

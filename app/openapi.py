@@ -104,11 +104,24 @@ _VERBS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
         {"200": {"description": "ExtenderFilterResult; failures in its Error field"}},
     ),
     "prioritize": (
-        EXTENDER_ARGS,
-        "A score of 0-10 for each node (HostPriorityList).",
+        {
+            **EXTENDER_ARGS,
+            "parameters": [
+                {
+                    "name": "full",
+                    "in": "query",
+                    "required": False,
+                    "description": "1 (or true): every host with its absolute score; 0 (or "
+                    "false): the hosts above the lowest score, lowered by it, as kube-scheduler "
+                    "reads it. Absent: server.prioritize_full (default: 0).",
+                    "schema": {"type": "string", "enum": ["1", "0", "true", "false"]},
+                }
+            ],
+        },
+        "A score of 0-10 for the nodes (HostPriorityList).",
         {
             "200": {"description": "HostPriorityList"},
-            "400": {"description": "a body that is not ExtenderArgs: {Error}"},
+            "400": {"description": "a body that is not ExtenderArgs, or an invalid pod: {Error}"},
             "503": {"description": "inventory not synced or not the leader: {Error}"},
         },
     ),

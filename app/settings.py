@@ -52,7 +52,16 @@ class ServerSettings(_Group):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # A client that has not sent its whole body by then is cut off (slow-body defence).
     body_timeout_s: float = Field(default=10.0, gt=0)
+    # A request's line and headers not all in by then (counted from its first byte, or for a
+    # new connection from its opening) get a 408 and the connection closed: a client sending
+    # them a byte at a time would otherwise hold its connection for ever. kube-scheduler
+    # sends them in one write.
+    header_timeout_s: float = Field(default=10.0, gt=0)
     access_log: bool = False
+    # prioritize's answer to a request without ?full: the compact one kube-scheduler gets (the
+    # hosts above the lowest score, lowered by it), or with true every host and its absolute
+    # score, for callers that read the scores themselves.
+    prioritize_full: bool = False
     # A constant-answer endpoint the latency benchmark compares against.
     bench_endpoints: bool = False
     # HTTPS: the server certificate chain and its key (PEM). With tls_client_ca_file every

@@ -16,6 +16,9 @@ log = logging.getLogger("schedext.snapshot")
 
 class InventorySource(Protocol):
     description: str
+    # Whether pod events keep coming once started (a live cluster's watch). Without them
+    # nothing ends filter's wait for preempted victims early (app.victims): it is off.
+    watches_pods: bool
 
     async def start(self, service: Service) -> None:
         """Fill the inventory (or start filling it); mark the service ready once synced."""
@@ -25,6 +28,8 @@ class InventorySource(Protocol):
 
 class SnapshotSource:
     """A fixed set of nodes and pods, loaded once. Binds are kept in memory."""
+
+    watches_pods = False  # a victim leaves only if something deletes it here: nothing does
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot

@@ -19,7 +19,9 @@ metrics and logs are the ASGI path's (:func:`~app.routes.verbs.answer_now` share
 
 A request is handed to uvicorn's own path, and so to the ASGI app, as if this protocol had not
 looked at it, whenever it is not the plain case: another method or path (a query string
-included), ``Expect: 100-continue``, an upgrade, a declared length over the limit, a request
+included, but prioritize's ``full`` in its usual spellings, ``?full=1``, answered here with
+the answer the ASGI path chooses: :func:`~app.routes.verbs.queried_routes`), ``Expect:
+100-continue``, an upgrade, a declared length over the limit, a request
 pipelined behind one still being answered (answers keep their order) or after one that closed
 the connection, a client not reading its answers, a replica not ready (whose answers close the
 connection), a body that grows past the limit, a filter that must wait for victims
@@ -28,6 +30,12 @@ yet planned (see :class:`_BindsInFlight`). A body too slow to
 arrive is answered here as the ASGI path would (408, or filter's 200 with the error), and so
 is a client that leaves mid-body (counted as rejected). TLS sits under the protocol, so mTLS
 is unchanged.
+
+Every request's line and headers must be in within ``server.header_timeout_s`` of its first
+byte (a new connection's first request: of the connection's opening), else it is answered 408
+and the connection closed (:meth:`VerbProtocol._head_too_slow`): uvicorn's httptools protocol
+has no such bound, and a client sending its headers a byte at a time would hold a connection
+for ever. Headers that come in one read, as kube-scheduler sends them, arm no timer.
 
 This subclasses uvicorn's internals (its parser callbacks, ``cycle``, ``pipeline``, ``flow``,
 keep-alive timer): the api tier drives it over real HTTP, so an uvicorn that changes them
@@ -43,6 +51,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, ClassVar, cast
 
+import orjson
 from uvicorn.protocols.http.httptools_impl import (
     STATUS_LINE,
     HttpToolsProtocol,
@@ -57,6 +66,7 @@ from app.routes.verbs import (
     READ,
     Verb,
     answer_now,
+    queried_routes,
     refuse,
     routes,
     timing_headers,
@@ -72,13 +82,19 @@ def protocol_for(service: Service) -> type[VerbProtocol]:
     """The protocol class for uvicorn's ``Config(http=...)``, answering ``service``'s verbs
     at the paths the ASGI layer serves them at."""
     server = service.settings.server
-    verbs = routes(server.path_prefix, bench=server.bench_endpoints)
+    verbs = routes(
+        server.path_prefix, bench=server.bench_endpoints, prioritize_full=server.prioritize_full
+    )
+    # With the query strings a verb takes, in their usual spellings: answered here as the
+    # ASGI path answers them (any other query string goes there).
+    verbs |= queried_routes(verbs)
     served = _Served(
         service,
         answered={p.encode(): v for p, v in verbs.items() if v.handle_now is not None},
         reserving=frozenset(p.encode() for p, v in verbs.items() if v.reserves),
         limit=server.max_body_bytes,
         timeout_s=server.body_timeout_s,
+        header_timeout_s=server.header_timeout_s,
         timing=server.bench_endpoints,
     )
 
@@ -120,6 +136,7 @@ class _Served:
     reserving: frozenset[bytes]  # paths of the verbs filters must not pass (bind)
     limit: int  # server.max_body_bytes
     timeout_s: float  # server.body_timeout_s
+    header_timeout_s: float  # server.header_timeout_s
     timing: bool  # the benchmark's timing headers (see app.routes.verbs.timing_headers)
     binds: _BindsInFlight = field(default_factory=_BindsInFlight)
 
@@ -141,12 +158,27 @@ class VerbProtocol(HttpToolsProtocol):
     _keep_alive = True
     _http_version = "1.1"
     _body_timer: asyncio.TimerHandle | None = None
+    _in_head = False  # a request's first bytes are in, and not yet all its headers
+    _head_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if self._served is not None:
+            # A new connection has until then to send its first request's headers.
+            self._head_timer = self.loop.call_later(
+                self._served.header_timeout_s, self._head_too_slow
+            )
 
     def data_received(self, data: bytes) -> None:
         self._read_at = perf_counter()
         super().data_received(data)
+        if self._in_head and self._head_timer is None and self._served is not None:
+            # Only headers that did not come whole in one read pay for a timer.
+            self._head_timer = self.loop.call_later(
+                self._served.header_timeout_s, self._head_too_slow
+            )
         if self._verb is not None and self._body_timer is None and self._served is not None:
             # Only a body that did not come with its head pays for a timer.
             self._body_timer = self.loop.call_later(self._served.timeout_s, self._body_too_slow)
@@ -155,6 +187,7 @@ class VerbProtocol(HttpToolsProtocol):
             self._wait_for_next()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._end_head()
         verb, served = self._verb, self._served
         if verb is not None and served is not None:
             self._end_body()
@@ -166,9 +199,13 @@ class VerbProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._in_head = True
         cast(dict[str, Any], self.scope)[READ] = self._read_at
 
     def on_headers_complete(self) -> None:
+        if self._head_timer is not None:
+            self._end_head()
+        self._in_head = False
         verb = self._answerable()
         if verb is None:
             super().on_headers_complete()
@@ -302,6 +339,33 @@ class VerbProtocol(HttpToolsProtocol):
             self._wait_for_next()
         else:
             self.transport.close()
+
+    def _head_too_slow(self) -> None:
+        """The head timer fired: the request's line and headers are not all in (or a new
+        connection sent none). Answered 408 and closed; with an answer still being made for
+        the request before it, closed after that answer instead (nothing may cut into it)."""
+        self._head_timer = None
+        served = self._served
+        if served is None or self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.keep_alive = False
+            self.flow.pause_reading()  # the rest of these headers is not wanted
+            return
+        message = f"request headers not received within {served.header_timeout_s}s"
+        payload = orjson.dumps({"Error": message})
+        parts = [STATUS_LINE[408]]
+        for name, value in self.server_state.default_headers:
+            parts += [name, b": ", value, b"\r\n"]
+        parts += [_CONTENT_TYPE, str(len(payload)).encode(), b"\r\nconnection: close\r\n\r\n"]
+        self.transport.write(b"".join([*parts, payload]))
+        self.transport.close()
+
+    def _end_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
 
     def _hand_over(self, *, complete: bool) -> None:
         """Give the request to uvicorn's own path as if it had had it from its headers: the

@@ -34,6 +34,7 @@ __all__ = [
     "filter_error",
     "filter_result",
     "host_priorities",
+    "host_scores",
     "preemption_args",
     "preemption_result",
 ]
@@ -386,6 +387,16 @@ def host_priorities(node_names: Sequence[str], scores: npt.NDArray[np.int64]) ->
             + f'","Score":{score}}}'
         )
     return ("[" + ",".join(parts) + "]").encode()
+
+
+def host_scores(node_names: Sequence[str], scores: npt.NDArray[np.int64]) -> bytes:
+    """``[{"Host": name, "Score": n}, ...]`` for every host, in the request's order, with the
+    score schedext gives it (0-10): prioritize's full answer (``?full=1``), for callers who
+    read the scores themselves. kube-scheduler chooses the same with :func:`host_priorities`,
+    which it decodes faster."""
+    return orjson.dumps(
+        [{"Host": n, "Score": s} for n, s in zip(node_names, scores.tolist(), strict=True)]
+    )
 
 
 def _safe_names(names: Sequence[str]) -> bool:

@@ -44,6 +44,9 @@ def bindable(
         state = "being bound" if held.kind is HoldingKind.RESERVED else "bound"
         raise BindRefusedError(f"pod {pod} is already {state} to node {held.node}")
     request = pending.get(uid)
+    refusal = pending.refusal(uid) if request is None else None
+    if refusal is not None:
+        raise BindRefusedError(f"pod {pod}: {refusal}")  # what filter said of it
     if request is None:
         raise BindRefusedError(
             f"pod {pod} (uid {uid}) is unknown to schedext: it never went through filter "

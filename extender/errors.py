@@ -3,7 +3,8 @@
     Exception
      +-- ValueError
      |    +-- QuantityError        (quantity.py) not a Kubernetes quantity
-     |    +-- PodRequestError      (requests.py) a pod's resources/annotations are unreadable
+     |    |    +-- QuantityRangeError   (quantity.py) over 2^63-1 in magnitude
+     |    +-- PodRequestError      (here) a pod's resources/annotations are unreadable
      +-- InventoryConflictError         (inventory.py) GPU indices already held
      +-- BindRefusedError               (here) bind cannot go ahead; the message says why
 
@@ -16,3 +17,13 @@ from __future__ import annotations
 
 class BindRefusedError(Exception):
     """Bind cannot go ahead. ``str(error)`` is the message for kube-scheduler."""
+
+
+class PodRequestError(ValueError):
+    """A pod whose resources or schedext annotations cannot be understood (raised where they
+    are decoded: extender.requests, extender.resource_totals)."""
+
+    @property
+    def reason(self) -> str:
+        """What kube-scheduler is told, by every verb that refuses the pod for it."""
+        return f"schedext: invalid pod: {self}"

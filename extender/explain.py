@@ -1,5 +1,7 @@
 """Why a pod fits, or does not fit, each node: what ``schedext explain`` shows. Read-only: the
-pod is judged as filter would judge it over every node, without being recorded anywhere.
+pod is judged as filter would judge it over every node, without being recorded anywhere, and
+each node it fits is scored as prioritize scores it (the absolute 0-10, not lowered by the
+lowest score as prioritize's compact answer is).
 
 Filter answers with one message per reason, naming the pod's need only, so that
 kube-scheduler can aggregate thousands of rejected nodes; explain is asked about one pod, so a
@@ -24,6 +26,7 @@ from extender.model import (
     Reason,
 )
 from extender.pending import PendingPods
+from extender.scoring import ScoreArray
 from extender.shares import share_detail
 
 __all__ = ["explain_pod"]
@@ -32,6 +35,8 @@ __all__ = ["explain_pod"]
 Judge = Callable[[PodRequest, Sequence[str], GangGate], FilterVerdict]
 # Which team quota holds a pending pod back, if one does.
 QuotaCheck = Callable[[PodRequest], QuotaHold | None]
+# Prioritize's scores of a request over named nodes, aligned with them.
+Score = Callable[[PodRequest, Sequence[str]], ScoreArray]
 
 # The reasons whose grouped message explain replaces with the node's own share detail.
 _SHARE_ROOM = frozenset({Reason.GPU_SHARE_MEMORY, Reason.GPU_SHARE_CORES})
@@ -46,6 +51,7 @@ def explain_pod(
     gangs: GangCoordinator,
     judge: Judge,
     quota: QuotaCheck | None = None,
+    score: Score | None = None,
 ) -> Explanation | None:
     """Per node, whether the pod fits and why not, and the team quota that holds it back;
     None for a pod schedext does not know. The nodes are judged even when a quota holds the
@@ -57,7 +63,10 @@ def explain_pod(
         return None
     group = request.group if request else held.group if held else None
     status = gangs.status(group) if group else None
-    if held is not None and request is None:
+    # The state is the holding's kind, as /inventory counts it ("reserved": a reservation,
+    # one of its ``reservations``). A bound pod filtered again (by hand: kube-scheduler never
+    # does) is still bound, not reserved.
+    if held is not None and (request is None or held.kind is HoldingKind.BOUND):
         state = "bound" if held.kind is HoldingKind.BOUND else "reserved"
         return Explanation(
             pod=key,
@@ -80,12 +89,15 @@ def explain_pod(
     verdict = gate.verdict or judge(request, names, gate)
     failed, unresolvable = verdict.failed, verdict.unresolvable
     failed.update(_share_details(inventory, request, verdict))
+    fitting = [node for node in names if node not in failed]
+    scores = dict(zip(fitting, score(request, fitting).tolist(), strict=True)) if score else {}
     nodes = tuple(
         NodeExplanation(
             node=node,
             fits=node not in failed,
             reason=failed.get(node, ""),
             resolvable=node in failed and node not in unresolvable,
+            score=scores.get(node),
         )
         for node in names
     )

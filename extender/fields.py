@@ -58,3 +58,28 @@ def string_map(parent: object, name: str) -> dict[str, str]:
 def text(parent: object, name: str) -> str:
     value = get(parent, name)
     return value if isinstance(value, str) else ""
+
+
+_MAX_DIGITS = 18  # below 2^63: every whole number read here fits an int64 column
+
+
+def whole_number(value: str, *, max_digits: int = _MAX_DIGITS) -> int | None:
+    """A plain decimal whole number ("40960") as an int; None for anything else. ASCII
+    digits only and at most ``max_digits`` of them: ``str.isdigit`` also takes "²" and "٣",
+    which ``int`` refuses or reads otherwise, and ``int`` refuses more than 4300 digits
+    with a ValueError of its own."""
+    if not (0 < len(value) <= max_digits and value.isascii() and value.isdigit()):
+        return None
+    return int(value)
+
+
+_SHOWN = 40  # characters of a raw value quoted in a message
+
+
+def quoted(value: object) -> str:
+    """``repr(value)`` for a message, cut short when long: a 5,000-character quantity would
+    otherwise be copied into the reason of every node."""
+    if isinstance(value, str) and len(value) > _SHOWN:
+        return f"{value[:_SHOWN] + '...'!r} ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text)} characters)"

@@ -390,6 +390,7 @@ class NodeExplanation:
     fits: bool
     reason: str = ""
     resolvable: bool = False  # preemption could help on this node
+    score: int | None = None  # a node it fits: prioritize's 0-10 for it, as schedext gives it
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from extender.devices.document import (
 )
 from extender.fields import JSONObject
 from extender.model import NodeSpec
-from extender.quantity import QuantityError, parse_quantity
+from extender.quantity import MAX_MAGNITUDE, QuantityError, parse_quantity
 
 __all__ = ["node_spec", "parse_topology", "read_topology", "read_use"]
 
@@ -45,7 +45,9 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
     labels = fields.string_map(meta, "labels")
     annotations = fields.string_map(meta, "annotations")
     # A fractional GPU count is not a thing; round down to whole devices.
-    allocatable_gpus = max(0, math.floor(_quantity(allocatable.get(gpu_resource))))
+    allocatable_gpus = math.floor(_quantity(allocatable.get(gpu_resource)))
+    if not 0 <= allocatable_gpus <= _MAX_GPUS:
+        allocatable_gpus = 0
     topology, problem = read_topology(annotations.get(names.GPU_TOPOLOGY), allocatable_gpus)
     shape = mig.node_gpus(allocatable_gpus, topology)
     indices = shape.gpu_count + len(shape.gpu_mig)
@@ -54,11 +56,11 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
     return NodeSpec(
         name=name if _NODE_NAME.fullmatch(name) else "",
         uid=fields.text(meta, "uid"),
-        cpu_milli=max(0, _ceil(_quantity(allocatable.get("cpu")) * 1000)),
+        cpu_milli=_bounded(_ceil(_quantity(allocatable.get("cpu")) * 1000)),
         memory_bytes=max(0, _ceil(_quantity(allocatable.get("memory")))),
         gpu_count=shape.gpu_count,
         gpu_model=labels.get(names.GPU_PRODUCT_LABEL) or None,
-        gpu_memory_mib=int(memory_label) if memory_label.isdigit() else None,
+        gpu_memory_mib=fields.whole_number(memory_label),
         gpu_groups=topology.groups,
         labels=labels,
         topology_problem=problem,
@@ -107,6 +109,15 @@ def read_use(raw: str | None, gpu_count: int) -> tuple[UseSample | None, str | N
 
 
 _NO_TOPOLOGY = Topology(groups=(), version=0)
+
+# More GPUs than any node has: a larger count is a broken value, and every GPU of a node
+# takes room in the inventory's per-device rows.
+_MAX_GPUS = 1024
+
+
+def _bounded(value: int) -> int:
+    """A count for an int64 column: what does not fit is unreadable, and counts as absent."""
+    return value if 0 <= value <= MAX_MAGNITUDE else 0
 
 
 def _quantity(raw: object) -> Fraction:

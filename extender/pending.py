@@ -1,6 +1,7 @@
 """What filter saw of each pending pod, so that bind (which gets only name, namespace, UID
 and node) knows what the pod needs, and what waits per namespace (team quotas: who wants to
-borrow). Bounded: the oldest entries go first."""
+borrow). Also the pods filter refused as invalid, with why, so that a bind of one says so
+rather than that the pod never went through filter. Bounded: the oldest entries go first."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class PendingPods:
         self._capacity = capacity
         self._pods: OrderedDict[str, PodRequest] = OrderedDict()
         self._wanted = NamespaceTally()
+        self._refused: OrderedDict[str, str] = OrderedDict()  # uid -> filter's reason
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -27,6 +29,7 @@ class PendingPods:
     def remember(self, request: PodRequest) -> None:
         if not request.uid:
             return
+        self._refused.pop(request.uid, None)
         old = self._pods.get(request.uid)
         if old is not None:
             self._wanted.remove(old)
@@ -60,6 +63,21 @@ class PendingPods:
         return self._wanted.of(namespace)
 
     def forget(self, uid: str) -> None:
+        self._refused.pop(uid, None)
         request = self._pods.pop(uid, None)
         if request is not None:
             self._wanted.remove(request)
+
+    def refuse(self, uid: str, reason: str) -> None:
+        """Filter found the pod's request invalid (``reason``, its words): it is no longer
+        pending as an earlier filter saw it."""
+        if not uid:
+            return
+        self.forget(uid)
+        self._refused[uid] = reason
+        while len(self._refused) > self._capacity:
+            self._refused.popitem(last=False)
+
+    def refusal(self, uid: str) -> str | None:
+        """Why filter last refused the pod as invalid; None when it did not."""
+        return self._refused.get(uid)

@@ -17,7 +17,16 @@ from fractions import Fraction
 from functools import lru_cache
 from math import ceil
 
-__all__ = ["NANO", "QuantityError", "parse_quantity", "to_milli", "to_nano", "to_units"]
+__all__ = [
+    "MAX_MAGNITUDE",
+    "NANO",
+    "QuantityError",
+    "QuantityRangeError",
+    "parse_quantity",
+    "to_milli",
+    "to_nano",
+    "to_units",
+]
 
 NANO = 10**9  # nano-units per unit
 
@@ -35,17 +44,29 @@ _DECIMAL = {
     "E": Fraction(10**18),
 }
 # The exponent form is tried before the bare "E" (exa) suffix: "1E3" is 1000, "1E" is 10**18.
+# ASCII digits only, as Kubernetes reads them ("\\d" would also take "٣" or "²").
 _QUANTITY = re.compile(
     r"^(?P<sign>[+-]?)(?P<number>\d+(?:\.\d*)?|\.\d+)"
-    r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
+    r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$",
+    re.ASCII,
 )
-# Kubernetes caps quantities at 2^63-1 milli-units in practice; a bound keeps hostile
-# exponents ("1e999999999") from building gigantic integers.
+# Bounds that keep hostile input cheap and every error a QuantityError. A quantity the API
+# server writes is a few dozen characters; a longer one would also meet Python's limit on
+# converting long digit strings to int (4300 digits), a ValueError of its own.
+_MAX_LENGTH = 100
+# A bound on exponents keeps "1e999999999" from building a gigantic integer.
 _MAX_EXPONENT = 30
+# Kubernetes: "no quantity may represent a number greater than 2^63-1 in magnitude". Within
+# it, every whole count (GPUs, bytes) fits the inventory's int64 columns.
+MAX_MAGNITUDE = 2**63 - 1
 
 
 class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
+
+
+class QuantityRangeError(QuantityError):
+    """A quantity beyond what Kubernetes counts: over 2^63-1 in magnitude."""
 
 
 def parse_quantity(value: str | int | float) -> Fraction:
@@ -53,12 +74,16 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if isinstance(value, bool):
         raise QuantityError(f"not a quantity: {value!r}")
     if isinstance(value, int):
+        if abs(value) > MAX_MAGNITUDE:
+            raise QuantityRangeError(f"quantity out of range (over 2^63-1): {value}")
         return Fraction(value)
     if isinstance(value, float):
         # YAML/JSON numbers such as 0.5 arrive as floats; their shortest repr is what was written.
         return parse_quantity(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"not a quantity: {value!r}")
+    if len(value) > _MAX_LENGTH:
+        raise QuantityError(f"not a quantity: {len(value)} characters, at most {_MAX_LENGTH}")
     match = _QUANTITY.match(value.strip())
     if match is None:
         raise QuantityError(f"not a quantity: {value!r}")
@@ -66,11 +91,13 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if match["exp"] is not None:
         exponent = int(match["exp"][1:])
         if abs(exponent) > _MAX_EXPONENT:
-            raise QuantityError(f"quantity exponent out of range: {value!r}")
+            raise QuantityRangeError(f"quantity exponent out of range: {value!r}")
         number *= Fraction(10) ** exponent
     else:
         suffix = match["suffix"] or ""
         number *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
+    if number > MAX_MAGNITUDE:
+        raise QuantityRangeError(f"quantity out of range (over 2^63-1): {value!r}")
     return -number if match["sign"] == "-" else number
 
 
@@ -90,7 +117,7 @@ def to_nano(value: str | int | float) -> int:
     if isinstance(value, str):
         return _nano_of_text(value)
     if isinstance(value, int) and not isinstance(value, bool):
-        return value * NANO
+        return int(parse_quantity(value)) * NANO
     return _nano(parse_quantity(value))
 
 

@@ -1,11 +1,5 @@
-"""Decoding what a pod asks for (``PodRequest``) and what a bound pod holds (``Holding``).
-
-The effective request follows kube-scheduler's ``PodRequests``: the sum over containers and
-restartable (sidecar) init containers, the element-wise max with each regular init container
-plus the sidecars declared before it, pod-level ``spec.resources`` for cpu/memory when set,
-plus ``spec.overhead``. A resource given only in ``limits`` is requested at its limit, as the
-API server's defaulting does.
-"""
+"""Decoding what a pod asks for (``PodRequest``) and what a bound pod holds (``Holding``),
+from its effective request per resource (:mod:`extender.resource_totals`)."""
 
 from __future__ import annotations
 
@@ -16,6 +10,7 @@ from typing import Any
 
 from extender import fields, mig, names
 from extender.config import ShareResources
+from extender.errors import PodRequestError
 from extender.fields import JSONObject
 from extender.model import (
     ClaimPolicy,
@@ -25,7 +20,8 @@ from extender.model import (
     PodRequest,
     WorkloadClass,
 )
-from extender.quantity import NANO, QuantityError, to_nano
+from extender.quantity import NANO
+from extender.resource_totals import CPU, MEMORY, effective_requests
 
 __all__ = [
     "PodRequestError",
@@ -36,17 +32,11 @@ __all__ = [
     "statefulset_identity",
 ]
 
-_CPU = "cpu"
-_MEMORY = "memory"
 _DEFAULT_SHARES = ShareResources()
 _MAX_SHARE_MIB = 1 << 24  # 16 TiB: a larger share is a unit mistake (10Gi read as MiB)
 _MAX_SHARES = 64  # more GPUs than any node has: a larger count is a typo
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _WORKLOADS = {w.value.casefold(): w for w in WorkloadClass if w.value}
-
-
-class PodRequestError(ValueError):
-    """A pod whose resources or schedext annotations cannot be understood."""
 
 
 def pod_request(
@@ -59,7 +49,7 @@ def pod_request(
     meta = fields.obj(pod, "metadata")
     spec = fields.obj(pod, "spec")
     mig_names = mig.resource_names(spec)
-    totals = _effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
+    totals = effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
     gpus, share = _gpus_or_share(totals, gpu_resource, shares)
     beside = f"whole GPUs ({gpu_resource})" if gpus else "GPU shares" if share[0] else None
     try:
@@ -69,7 +59,7 @@ def pod_request(
     labels = fields.string_map(meta, "labels")
     annotations = fields.string_map(meta, "annotations")
     return PodRequest(
-        **_demand(meta, spec, totals, gpus=gpus, share=share, migs=asked),
+        **_demand(meta, spec, totals, gpus=gpus, share=share, migs=asked, strict=True),
         workload=_workload(labels, annotations),
         gpu_model=_hint(annotations, labels, names.GPU_MODEL),
         gpu_memory_mib=_gpu_memory(annotations, labels),
@@ -100,7 +90,7 @@ _NO_SHARE: _Share = (0, 0, 0)
 
 
 def _resources(gpu_resource: str, shares: ShareResources) -> tuple[str, ...]:
-    return tuple(dict.fromkeys((_CPU, _MEMORY, gpu_resource, *shares.names())))
+    return tuple(dict.fromkeys((CPU, MEMORY, gpu_resource, *shares.names())))
 
 
 def _whole(totals: Mapping[str, int], resource: str, unit: str) -> int:
@@ -172,7 +162,7 @@ def holding_from_pod(
     mig_names = mig.resource_names(spec)
     resources = _resources(gpu_resource, shares) + mig_names
     try:
-        totals = _effective_requests(spec, resources)
+        totals = effective_requests(spec, resources)
     except PodRequestError:
         # A bound pod is a fact, not a request: count what we cannot read as nothing rather
         # than losing the whole pod (its GPU ids, if annotated, still count below).
@@ -214,11 +204,11 @@ def _held_share(
         asked = _gpus_or_share(totals, gpu_resource, lenient)[1]
     except PodRequestError:
         asked = _NO_SHARE
-    memory = annotations.get(names.GPU_SHARE_MEMORY, "").strip()
-    if not (memory.isdigit() and int(memory) > 0):
+    memory = fields.whole_number(annotations.get(names.GPU_SHARE_MEMORY, "").strip())
+    if not memory:
         return asked
-    cores = annotations.get(names.GPU_SHARE_CORES, "").strip()
-    return asked[0] or 1, int(memory), min(100, int(cores)) if cores.isdigit() else 0
+    cores = fields.whole_number(annotations.get(names.GPU_SHARE_CORES, "").strip())
+    return asked[0] or 1, memory, min(100, cores or 0)
 
 
 def _demand(
@@ -229,10 +219,12 @@ def _demand(
     gpus: int,
     share: _Share = _NO_SHARE,
     migs: tuple[tuple[str, int], ...] = (),
+    strict: bool = False,
 ) -> dict[str, Any]:
     """The fields of :class:`~extender.model.Demand`, read the same way for a pending pod and
-    a bound one (``gpus``: the caller's reading of the GPU total, which differs)."""
-    priority = fields.get(spec, "priority")
+    a bound one (``gpus``: the caller's reading of the GPU total, which differs). ``strict``
+    (a pending pod): a field that is not what Kubernetes says it is raises
+    :class:`PodRequestError`; a bound pod is a fact, and counted as well as it can be."""
     return {
         "uid": fields.text(meta, "uid"),
         "namespace": fields.text(meta, "namespace") or "default",
@@ -242,11 +234,31 @@ def _demand(
         "share_memory_mib": share[1],
         "share_cores": share[2],
         "mig": migs,
-        "cpu_milli": _ceil_div(totals[_CPU], NANO // 1000),
-        "memory_bytes": _ceil_div(totals[_MEMORY], NANO),
-        "priority": priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        "cpu_milli": _ceil_div(totals[CPU], NANO // 1000),
+        "memory_bytes": _ceil_div(totals[MEMORY], NANO),
+        "priority": _priority(spec, strict=strict),
         "group": group_key(meta),
     }
+
+
+_INT32 = range(-(2**31), 2**31)
+
+
+def _priority(spec: JSONObject, *, strict: bool) -> int:
+    """``spec.priority``, an int32 that the API server sets from the priority class; absent:
+    0, as kube-scheduler reads it. Anything else is refused, never read as 0: it decides who
+    may evict whom."""
+    value = fields.get(spec, "priority")
+    if value is None:
+        return 0
+    if type(value) is int and value in _INT32:
+        return value
+    if strict:
+        raise PodRequestError(
+            f"spec.priority must be a whole number (an int32, as the priority class sets it), "
+            f"got {fields.quoted(value)}"
+        )
+    return 0
 
 
 def statefulset_identity(meta: JSONObject) -> str | None:
@@ -260,11 +272,12 @@ def statefulset_identity(meta: JSONObject) -> str | None:
         None,
     )
     name = fields.text(meta, "name")
-    prefix, _, ordinal = name.rpartition("-")
-    if owner is None or not ordinal.isdigit() or prefix != fields.text(owner, "name"):
+    prefix, _, text = name.rpartition("-")
+    ordinal = fields.whole_number(text)
+    if owner is None or ordinal is None or prefix != fields.text(owner, "name"):
         return None
     namespace = fields.text(meta, "namespace") or "default"
-    return f"sts/{namespace}/{prefix}/{int(ordinal)}"
+    return f"sts/{namespace}/{prefix}/{ordinal}"
 
 
 def _ip_request(meta: JSONObject, annotations: Mapping[str, str]) -> IPRequest | None:
@@ -326,10 +339,10 @@ def gpu_ids_annotation(value: str | None) -> tuple[int, ...] | None:
     """Parse ``schedext.io/gpu-ids`` ("0,1,3"); None when absent or unreadable."""
     if value is None:
         return None
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    parts = [fields.whole_number(p.strip()) for p in value.split(",") if p.strip()]
+    if not parts or None in parts:
         return None
-    ids = tuple(sorted({int(p) for p in parts}))
+    ids = tuple(sorted({p for p in parts if p is not None}))
     return ids if len(ids) == len(parts) else None
 
 
@@ -345,67 +358,6 @@ def gpu_uuids_annotation(value: str | None) -> tuple[str, ...] | None:
     if not parts or len(parts) > _MAX_UUIDS or not all(parts) or len(set(parts)) != len(parts):
         return None
     return tuple(parts)
-
-
-def _effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
-    """Per resource, the pod's effective request in nano-units (see :func:`to_nano`)."""
-    containers = fields.objects(spec, "containers")
-    init_containers = fields.objects(spec, "initContainers")
-    total = dict.fromkeys(resources, 0)
-    for container in containers:
-        _add(total, _container_requests(container, resources))
-    sidecars_so_far = dict.fromkeys(resources, 0)
-    for container in init_containers:
-        requests = _container_requests(container, resources)
-        if fields.text(container, "restartPolicy") == "Always":
-            # A sidecar runs beside the main containers for the pod's whole life.
-            _add(total, requests)
-            _add(sidecars_so_far, requests)
-            continue
-        for resource in resources:
-            total[resource] = max(total[resource], requests[resource] + sidecars_so_far[resource])
-    pod_level = fields.obj(fields.obj(spec, "resources"), "requests")
-    for resource in (_CPU, _MEMORY):
-        if resource in resources and resource in pod_level:
-            total[resource] = _quantity(pod_level[resource], resource, "spec.resources")
-    overhead = fields.obj(spec, "overhead")
-    for resource in resources:
-        if resource in overhead:
-            total[resource] += _quantity(overhead[resource], resource, "spec.overhead")
-    return total
-
-
-def _container_requests(container: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
-    block = fields.obj(container, "resources")
-    requests = fields.obj(block, "requests")
-    limits = fields.obj(block, "limits")
-    out: dict[str, int] = {}
-    for resource in resources:
-        raw = requests.get(resource, limits.get(resource))
-        out[resource] = 0 if raw is None else _quantity(raw, resource, container)
-    return out
-
-
-def _quantity(raw: object, resource: str, where: str | JSONObject) -> int:
-    """``raw`` in nano-units. ``where`` names the place for errors (a container is named only
-    when an error needs it: formatting a name per quantity is measurable at 100k pods)."""
-    value = None
-    if isinstance(raw, str | int | float) and not isinstance(raw, bool):
-        try:
-            value = to_nano(raw)
-        except QuantityError:
-            value = None
-    if value is None or value < 0:
-        if not isinstance(where, str):
-            where = f"container {fields.text(where, 'name') or '?'!r}"
-        problem = "is not a quantity" if value is None else "must not be negative"
-        raise PodRequestError(f"{where}: {resource} {problem}: {raw!r}")
-    return value
-
-
-def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
-    for resource, value in more.items():
-        total[resource] += value
 
 
 def _ceil_div(value: int, unit: int) -> int:
@@ -434,8 +386,10 @@ def _gpu_memory(annotations: Mapping[str, str], labels: Mapping[str, str]) -> in
     raw = _hint(annotations, labels, names.GPU_MEMORY_MIB)
     if raw is None:
         return None
-    if not raw.isdigit() or int(raw) <= 0:
+    mib = fields.whole_number(raw)
+    if not mib:
         raise PodRequestError(
-            f"annotation {names.GPU_MEMORY_MIB}={raw!r} must be a positive whole number of MiB"
+            f"annotation {names.GPU_MEMORY_MIB}={fields.quoted(raw)} must be a positive whole "
+            "number of MiB"
         )
-    return int(raw)
+    return mib

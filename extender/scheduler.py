@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-import numpy as np
-
 from extender import binding, fields, policy, scoring, shortlist
 from extender.addressing import ip_context, waits_for_address
 from extender.choices import ChoiceBook
@@ -132,8 +130,8 @@ class Scheduler(Intake):
         try:
             request = self._request(pod)
         except PodRequestError as error:
-            message = f"schedext: invalid pod: {error}"
-            return policy.reject_all(node_names, message, Reason.INVALID_POD)
+            self._pending.refuse(fields.text(fields.obj(pod, "metadata"), "uid"), error.reason)
+            return policy.reject_all(node_names, error.reason, Reason.INVALID_POD)
         self._pending.remember(request)
         gate = self._gangs.filter(request, node_names) if request.group is not None else OPEN
         if gate.verdict is not None:
@@ -156,11 +154,9 @@ class Scheduler(Intake):
         return verdict
 
     def prioritize(self, pod: JSONObject, node_names: Sequence[str]) -> ScoreArray:
-        """Scores aligned with ``node_names``."""
-        try:
-            request = self._request(pod)
-        except PodRequestError:
-            return np.zeros(len(node_names), dtype=np.int64)
+        """Scores aligned with ``node_names``; raises :class:`PodRequestError` for a pod
+        whose request cannot be read (filter rejected it everywhere, with the same words)."""
+        request = self._request(pod)
         ids = self._ids(node_names)
         scores = self._score(request, ids)
         self._choices.offer(request.uid, ids, scores, self._inventory.layout)
@@ -260,11 +256,13 @@ class Scheduler(Intake):
         self._gangs.time_out(group)
 
     def explain(self, namespace: str, name: str) -> Explanation | None:
-        """Per node, whether the pod fits and why not; None for a pod schedext does not know."""
+        """Per node, whether the pod fits and why not, and the score of each node it fits;
+        None for a pod schedext does not know."""
         return explain_pod(
             namespace, name, inventory=self._inventory, pending=self._pending,
             gangs=self._gangs, judge=lambda r, names, gate: self._judge(r, names, gate)[0],
             quota=self._quota_hold,
+            score=lambda r, names: self._score(r, self._inventory.ids(names)),
         )  # fmt: skip
 
     def quotas(self) -> list[QuotaSpec]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from extender import fields
 from extender.ipam import IPClaimSpec
 from extender.model import ClaimPolicy
 
@@ -45,9 +46,10 @@ class StatefulSetBook:
             if claim.policy is not ClaimPolicy.STICKY or claim.owner in live:
                 continue
             parts = claim.owner.split("/")
-            if len(parts) != 4 or parts[0] != "sts" or not parts[3].isdigit():
+            ordinal = fields.whole_number(parts[3]) if len(parts) == 4 else None
+            if parts[0] != "sts" or ordinal is None:
                 continue
             replicas = self._replicas.get(f"{parts[1]}/{parts[2]}")
-            if replicas is None or int(parts[3]) >= replicas:
+            if replicas is None or ordinal >= replicas:
                 released.append(claim)
         return released

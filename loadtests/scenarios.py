@@ -148,7 +148,10 @@ def _filter(step: _Step) -> list[Any]:
 
 
 def _prioritize(step: _Step) -> list[Any]:
-    return ["prioritize", step.scheduler.prioritize(step.pod, step.names).tolist()]
+    try:
+        return ["prioritize", step.scheduler.prioritize(step.pod, step.names).tolist()]
+    except ValueError as error:  # a pod that cannot be read (PodRequestError)
+        return ["refused", str(error)]
 
 
 def _preempt(step: _Step) -> list[Any]:

@@ -85,7 +85,10 @@ def explanation_text(answer: JSON) -> str:
     width = max((len(n["node"]) for n in answer["nodes"]), default=4)
     for node in answer["nodes"]:
         verdict = "fits" if node["fits"] else ("busy" if node["resolvable"] else "no")
-        lines.append(f"  {node['node']:<{width}}  {verdict:<4}  {node['reason'] or ''}")
+        # A node it fits: the score schedext gives it (0-10), as prioritize scores it.
+        score = node.get("score")
+        detail = f"score {score}" if score is not None else node["reason"] or ""
+        lines.append(f"  {node['node']:<{width}}  {verdict:<4}  {detail}".rstrip())
     if answer["state"] != "bound":
         lines.append(f"{len(answer['fits'])} of {len(answer['nodes'])} nodes fit")
     return "\n".join(lines)

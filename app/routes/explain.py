@@ -1,4 +1,5 @@
-"""``GET /explain/{namespace}/{pod}``: per node, whether the pod fits and why not.
+"""``GET /explain/{namespace}/{pod}``: per node, whether the pod fits and why not, and the
+score schedext gives each node it fits.
 
 :func:`answer` is also what the read-only views port serves (app.views_listener)."""
 
@@ -43,8 +44,16 @@ def answer(service: Service, namespace: str, name: str) -> tuple[int, dict[str, 
         # The team quota that holds the pod back (the nodes still say where it would go).
         "quota": _quota(explanation.quota),
         "fits": [n.node for n in explanation.nodes if n.fits],
+        # score: prioritize's 0-10 for a node the pod fits, absolute (prioritize's compact
+        # answer lowers every score by the lowest; POST /prioritize?full=1 gives these).
         "nodes": [
-            {"node": n.node, "fits": n.fits, "reason": n.reason or None, "resolvable": n.resolvable}
+            {
+                "node": n.node,
+                "fits": n.fits,
+                "reason": n.reason or None,
+                "resolvable": n.resolvable,
+                "score": n.score,
+            }
             for n in explanation.nodes
         ],
     }

@@ -11,6 +11,12 @@ answers them with it inside its parser's callback once the body is in, without a
 and hands them here only when that handler cannot answer at once (filter waiting for
 victims) or the request is unusual (see there).
 
+prioritize has two answers (:data:`_FORMS`): the compact one kube-scheduler gets by default
+(the hosts above the lowest score, lowered by it: :func:`app.wire.host_priorities`) and the
+full one (every host, its absolute score: :func:`app.wire.host_scores`), chosen by the query
+parameter ``full`` (:func:`with_query`) or, for a request without it, by
+``server.prioritize_full``. Other query parameters are ignored.
+
 Errors never surface as FastAPI's 422/500 pages: filter and bind answer HTTP 200 with the
 protocol's ``Error`` field (what kube-scheduler reads), prioritize and preempt a 4xx/5xx
 status with ``{"Error": ...}``. Unexpected failures are logged in one line, without a
@@ -20,17 +26,20 @@ traceback, and answered the same way; the service keeps serving.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 
 from app import bind_workflow, wire
-from app.errors import RequestRejectedError
+from app.errors import InvalidPodError, RequestRejectedError
 from app.service import Service
 from extender.model import FilterVerdict
+from extender.requests import PodRequestError
+from extender.scoring import ScoreArray
 
 __all__ = [
     "BODY_READ",
@@ -40,9 +49,11 @@ __all__ = [
     "Verb",
     "VerbEndpoints",
     "answer_now",
+    "queried_routes",
     "refuse",
     "routes",
     "timing_headers",
+    "with_query",
 ]
 
 log = logging.getLogger("schedext.verbs")
@@ -95,22 +106,69 @@ class _Verb:
 Verb = _Verb  # for the HTTP protocol, which answers some verbs itself
 
 
-def routes(prefix: str = "", *, bench: bool = False) -> dict[str, _Verb]:
+def routes(
+    prefix: str = "", *, bench: bool = False, prioritize_full: bool = False
+) -> dict[str, _Verb]:
     """The verbs by path: ``/<verb>``, also ``<prefix>/<verb>``, and with ``bench`` the
-    benchmark's constant answer."""
-    found = {f"/{name}": verb for name, verb in VERBS.items()}
+    benchmark's constant answer; with ``prioritize_full``, prioritize's full answer unless
+    the query asks otherwise (``server.prioritize_full``)."""
+    verbs = dict(VERBS)
+    if prioritize_full:
+        verbs["prioritize"] = _FORMS["prioritize"][True]
+    found = {f"/{name}": verb for name, verb in verbs.items()}
     if prefix:
-        found |= {f"{prefix}/{name}": verb for name, verb in VERBS.items()}
+        found |= {f"{prefix}/{name}": verb for name, verb in verbs.items()}
     if bench:
         found |= _BENCH
     return found
 
 
+_FULL = {"1": True, "true": True, "": True, "0": False, "false": False}
+# The spellings of ``full`` answered in place too (app.verb_protocol): any other query string
+# goes the ASGI path, which reads it with the same function.
+_QUERIES = ("full=1", "full=0", "full=true", "full=false", "full")
+
+
+def queried_routes(found: Mapping[str, _Verb]) -> dict[str, _Verb]:
+    """``found``'s paths of verbs that take a query string, with it in its usual spellings
+    (``/prioritize?full=1``...), each to the answer :func:`with_query` chooses for it."""
+    return {
+        f"{path}?{query}": with_query(verb, query.encode())
+        for path, verb in found.items()
+        if verb.name in _FORMS
+        for query in _QUERIES
+    }
+
+
+def with_query(verb: _Verb, query: bytes) -> _Verb:
+    """The verb's answer that ``query`` (the URL's query string) asks for: ``full`` (``1``,
+    ``true`` or bare) or ``full=0`` (``false``) picks prioritize's full or compact answer;
+    other parameters, and ``full`` on the other verbs, are ignored. A ``full`` of another
+    value raises :class:`~app.wire.WireError`."""
+    forms = _FORMS.get(verb.name)
+    if forms is None or not query:
+        return verb
+    for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        if key == "full":
+            full = _FULL.get(value.lower())
+            if full is None:
+                raise wire.WireError(
+                    f"query parameter full must be 1 or 0 (or true or false), not {value!r:.40}"
+                )
+            verb = forms[full]
+    return verb
+
+
 async def _answer(
-    service: Service, verb: _Verb, scope: Scope, receive: Receive
+    service: Service,
+    verb: _Verb,
+    scope: Scope,
+    receive: Receive,
+    refused: RequestRejectedError | None = None,
 ) -> tuple[int, bytes, float]:
     """Run the verb on the body and time it; turn every failure into a protocol answer. Also
-    returns when the handler started, the body read."""
+    returns when the handler started, the body read. ``refused``: the request is refused
+    for it once its body is read (a query string the verb does not take)."""
     started = handling = perf_counter()
     try:
         try:
@@ -121,6 +179,8 @@ async def _answer(
             if planned is not None:
                 planned()
         handling = perf_counter()
+        if refused is not None:
+            raise refused
         service.require_ready()
         payload, outcome = await verb.handle(service, body)
         status = 200
@@ -230,10 +290,26 @@ async def _prioritize(service: Service, body: bytes) -> tuple[bytes, str]:
 
 
 def _prioritize_now(service: Service, body: bytes) -> tuple[bytes, str]:
+    args, scores = _scores(service, body)
+    return wire.host_priorities(args.node_names, scores), "scored"
+
+
+async def _prioritize_full(service: Service, body: bytes) -> tuple[bytes, str]:
+    return _prioritize_full_now(service, body)
+
+
+def _prioritize_full_now(service: Service, body: bytes) -> tuple[bytes, str]:
+    args, scores = _scores(service, body)
+    return wire.host_scores(args.node_names, scores), "scored"
+
+
+def _scores(service: Service, body: bytes) -> tuple[wire.ExtenderArgs, ScoreArray]:
     args = wire.extender_args(body)
     service.metrics.mode("prioritize", names_only=args.nodes is None)
-    scores = service.scheduler.prioritize(args.pod, args.node_names)
-    return wire.host_priorities(args.node_names, scores), "scored"
+    try:
+        return args, service.scheduler.prioritize(args.pod, args.node_names)
+    except PodRequestError as error:
+        raise InvalidPodError(error.reason) from None
 
 
 async def _preempt(service: Service, body: bytes) -> tuple[bytes, str]:
@@ -288,6 +364,19 @@ VERBS = {
     "preempt": _Verb("preempt", _preempt, wire.error_body, error_in_body=False),
     "bind": _Verb("bind", _bind, wire.binding_result, error_in_body=True, reserves=True),
 }
+# By verb name, its answers by ``full`` (see with_query): prioritize's compact and full ones.
+_FORMS = {
+    "prioritize": {
+        False: VERBS["prioritize"],
+        True: _Verb(
+            "prioritize",
+            _prioritize_full,
+            wire.error_body,
+            error_in_body=False,
+            handle_now=_prioritize_full_now,
+        ),
+    }
+}
 _BENCH = {
     "/bench/constant": _Verb(
         "constant",
@@ -309,7 +398,8 @@ class VerbEndpoints:
     ) -> None:
         self._app = app
         self._service = service
-        self._routes = routes(prefix, bench=bench)
+        full = service.settings.server.prioritize_full
+        self._routes = routes(prefix, bench=bench, prioritize_full=full)
         self._bench = bench
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -320,7 +410,14 @@ class VerbEndpoints:
         headers = list(_HEADERS)
         handling = None
         if scope["method"] == "POST":
-            status, payload, handling = await _answer(self._service, verb, scope, receive)
+            refused = None
+            query = scope.get("query_string")
+            if query:
+                try:
+                    verb = with_query(verb, query)
+                except wire.WireError as error:
+                    refused = error
+            status, payload, handling = await _answer(self._service, verb, scope, receive, refused)
         else:
             status, payload = 405, wire.error_body(f"{scope['method']} not allowed: use POST")
             headers.append((b"allow", b"POST"))

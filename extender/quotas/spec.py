@@ -20,7 +20,7 @@ from typing import NamedTuple
 from extender import fields, names
 from extender.config import ShareResources
 from extender.fields import JSONObject
-from extender.quantity import QuantityError, parse_quantity
+from extender.quantity import QuantityError, QuantityRangeError, parse_quantity
 from extender.tally import Amounts
 
 __all__ = [
@@ -164,9 +164,14 @@ def _resources(
             if not isinstance(value, str | int | float):
                 raise QuantityError(f"not a quantity: {value!r}")
             exact = parse_quantity(value)
-        except QuantityError:
+        except QuantityError as error:
+            problem = (
+                "is out of range (over 2^63-1)"
+                if isinstance(error, QuantityRangeError)
+                else "is not a quantity"
+            )
             raise QuotaError(
-                f"ElasticQuota {key}: spec.{field}.{resource} is not a quantity: {value!r}"
+                f"ElasticQuota {key}: spec.{field}.{resource} {problem}: {fields.quoted(value)}"
             ) from None
         if exact < 0:
             raise QuotaError(f"ElasticQuota {key}: spec.{field}.{resource} is negative: {value}")
@@ -187,13 +192,13 @@ def _weight(key: str, annotations: Mapping[str, str]) -> int | None:
     raw = annotations.get(names.BORROW_WEIGHT)
     if raw is None:
         return None
-    text = raw.strip()
-    if not (text.isascii() and text.isdigit()):
+    weight = fields.whole_number(raw.strip())
+    if weight is None:
         raise QuotaError(
             f"ElasticQuota {key}: annotation {names.BORROW_WEIGHT} must be a whole number >= 0, "
-            f"not {raw!r}"
+            f"not {fields.quoted(raw)}"
         )
-    return int(text)
+    return weight
 
 
 def show_amount(kind: Kind, value: int, share_unit_mib: int = 1) -> str:

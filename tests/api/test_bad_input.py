@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 
+import orjson
 import pytest
 
 from tests.api.conftest import Serve, fixture
@@ -301,8 +302,6 @@ def _oversized_preempt_body() -> bytes:
 
 
 def _fixture_bytes() -> bytes:
-    import orjson  # noqa: PLC0415
-
     return orjson.dumps(fixture("filter_request_nodecache_true.json"))
 
 
@@ -313,3 +312,52 @@ def test_preempt_with_no_victims_on_a_node_is_answered_not_refused(demo: Running
         response = client.post("/preempt", content=body)
     assert response.status_code == 200
     assert response.json() == {"NodeNameToMetaVictims": {}}
+
+
+def _pod_asking(gpus: object, **spec: object) -> dict[str, object]:
+    return {
+        "metadata": {"name": "asks", "namespace": "default", "uid": "uid-asks"},
+        "spec": {
+            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
+            **spec,
+        },
+    }
+
+
+# (id, pod, the reason filter gives every node, prioritize answers and bind repeats)
+BAD_PODS = [
+    # Python's int() refuses more than 4300 digits with a ValueError: once a 500
+    ("a quantity of 5000 digits", _pod_asking("1" * 5000),
+     "schedext: invalid pod: container 'main': nvidia.com/gpu is not a quantity: "
+     "'1111111111111111111111111111111111111111...' (5000 characters)"),
+    ("a quantity over 2^63-1", _pod_asking("1e30"),
+     "schedext: invalid pod: container 'main': nvidia.com/gpu is out of range (over 2^63-1): "
+     "'1e30'"),
+    # once read as priority 0, silently
+    ("a priority in words", _pod_asking("1", priority="high"),
+     "schedext: invalid pod: spec.priority must be a whole number (an int32, as the priority "
+     "class sets it), got 'high'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("pod", "reason"), [c[1:] for c in BAD_PODS], ids=[c[0] for c in BAD_PODS])
+@pytest.mark.parametrize("path", ["in place", "asgi"])
+def test_an_unreadable_pod_gets_its_reason_from_filter_prioritize_and_bind(
+    demo: RunningServer, pod: dict[str, object], reason: str, path: str
+) -> None:
+    query = "?via=asgi" if path == "asgi" else ""
+    body = orjson.dumps({"Pod": pod, "NodeNames": ["gpu-node-a", "cpu-node-1"]})
+    binding = {"PodName": "asks", "PodNamespace": "default", "PodUID": "uid-asks"}
+    with demo.client() as client:
+        filtered = client.post(f"/filter{query}", content=body)
+        prioritized = client.post(f"/prioritize{query}", content=body)
+        bound = client.post("/bind", json={**binding, "Node": "gpu-node-a"})
+        assert client.get("/healthz").status_code == 200
+    # not "never went through filter here": filter saw it, and refused it
+    assert bound.json() == {"Error": f"pod default/asks: {reason}"}
+    assert filtered.status_code == 200
+    assert filtered.json()["FailedAndUnresolvableNodes"] == {
+        "gpu-node-a": reason,
+        "cpu-node-1": reason,
+    }
+    assert (prioritized.status_code, prioritized.json()) == (400, {"Error": reason})

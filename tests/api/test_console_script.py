@@ -18,6 +18,7 @@ import pytest
 
 from app import __version__
 from tests.api.conftest import fixture
+from tests.api.server import RunningServer
 
 SCRIPT = Path(sys.executable).parent / "schedext"
 
@@ -106,3 +107,30 @@ def test_a_non_loopback_host_without_client_certificates_is_refused() -> None:
     assert result.returncode == 2
     assert "refusing to listen on '0.0.0.0' without client certificates" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def run_into_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """The console script writing into a pipe whose reader is gone, as in ``schedext explain
+    ns/pod | head`` once head has its lines: the reader closes before the script writes."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        return subprocess.run(
+            [str(SCRIPT), *args],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_explain_into_a_pipe_closed_early_exits_quietly_as_unix_tools_do(
+    demo: RunningServer, output: str
+) -> None:
+    flags = ["--json"] if output == "json" else []
+    result = run_into_closed_pipe("explain", "ml/llm-train-0", "--url", demo.url, *flags)
+    assert (result.returncode, result.stderr) == (141, "")  # 128 + SIGPIPE, no traceback

@@ -38,7 +38,12 @@ def test_explain_gives_every_nodes_verdict_for_a_pending_pod(demo: RunningServer
         "fits": False,
         "reason": "schedext: fewer than 2 free GPUs",
         "resolvable": True,
+        "score": None,
     }
+    # the node it fits has the score prioritize gives it, absolute (0-10)
+    assert by_node["gpu-node-a"]["reason"] is None
+    assert type(by_node["gpu-node-a"]["score"]) is int
+    assert 1 <= by_node["gpu-node-a"]["score"] <= 10
     assert by_node["cpu-node-1"]["reason"] == "schedext: node has no GPUs"
     assert by_node["cpu-node-1"]["resolvable"] is False
 
@@ -49,6 +54,28 @@ def test_explain_of_a_bound_pod_says_where_it_is(demo: RunningServer) -> None:
     assert (answer["state"], answer["node"]) == ("bound", "h100-node-1")
     assert answer["request"]["gpuIds"] == [0, 1, 2, 3]
     assert answer["group"]["phase"] == "Running"
+
+
+def test_explain_and_inventory_agree_on_a_pod_bound_in_the_demo(demo: RunningServer) -> None:
+    """Filtered again after its bind (as one tries the verbs by hand), the pod is bound in
+    both: once, explain said "reserved" while /inventory counted no reservation."""
+    request = orjson.dumps(fixture("filter_request_nodecache_true.json"))
+    with demo.client() as client:
+        client.post("/filter", content=request)
+        bind = client.post("/bind", content=orjson.dumps(fixture("bind_request.json")))
+        assert bind.json() == {"Error": ""}
+        client.post("/filter", content=request)
+        explained = client.get("/explain/ml/trainer-0").json()
+        inventory = client.get("/inventory").json()
+    held = [
+        gpu
+        for node in inventory["nodes"]
+        for gpu in node["gpus"]
+        if gpu["holder"] == "ml/trainer-0"
+    ]
+    assert (explained["state"], explained["node"]) == ("bound", "gpu-node-a")
+    assert inventory["reservations"] == 0
+    assert [gpu["reserved"] for gpu in held] == [False, False]
 
 
 def test_explain_says_why_a_gang_member_is_held_back(serve: Serve) -> None:
@@ -141,7 +168,9 @@ def test_the_cli_prints_the_explanation(serve: Serve) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "pod team/job (pending)"
-    assert any(line.split()[:2] == ["big", "fits"] for line in lines)
+    big = next(line.split() for line in lines if line.split()[:2] == ["big", "fits"])
+    assert big[2] == "score"
+    assert 0 <= int(big[3]) <= 10
     assert any(
         line.split()[:2] == ["small", "no"] and "fewer than 2 GPUs" in line for line in lines
     )

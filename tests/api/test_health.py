@@ -20,6 +20,7 @@ class StandbySource:
     """A synced inventory whose replica does not hold the lease."""
 
     description = "a standby replica"
+    watches_pods = True
 
     async def start(self, service: Service) -> None:
         service.readiness.set_ready()

@@ -179,6 +179,50 @@ def test_prioritize_prefers_the_fuller_node_that_fits(serve: Serve) -> None:
     assert scores["busy"] > scores["idle"] > 0
 
 
+@pytest.mark.parametrize("setting", [False, True], ids=["compact by default", "full by default"])
+def test_prioritize_full_answers_every_host_its_absolute_score_as_explain_shows_it(
+    serve: Serve, setting: bool
+) -> None:
+    server = serve(
+        nodes=[make_node("busy", gpus=8), make_node("half", gpus=8), make_node("idle", gpus=8)],
+        pods=[
+            make_pod("b", gpus=6, node="busy", gpu_ids=[0, 1, 2, 3, 4, 5]),
+            make_pod("h", gpus=4, node="half", gpu_ids=[0, 1, 2, 3]),
+        ],
+        settings={"server": {"prioritize_full": setting}},
+    )
+    pod = make_pod("p", gpus=2)
+    body = orjson.dumps({"Pod": pod, "NodeNames": ["idle", "busy", "half", "ghost"]})
+    with server.client() as client:
+        client.post("/filter", content=body)  # explain knows the pods filter saw
+        answers = {
+            query: client.post(f"/prioritize{query}", content=body).json()
+            for query in ("", "?full=1", "?full=true", "?full", "?full=0", "?full=false")
+        }
+        explained = client.get("/explain/default/p").json()
+        bad = client.post("/prioritize?full=yes", content=body)
+    full = answers["?full=1"]
+    # every host, in the request's order, with its own score
+    assert [entry["Host"] for entry in full] == ["idle", "busy", "half", "ghost"]
+    scores = {entry["Host"]: entry["Score"] for entry in full}
+    assert scores["busy"] > scores["half"] > scores["idle"] > scores["ghost"] == 0
+    assert answers["?full=true"] == answers["?full"] == full
+    # the compact answer: the hosts above the lowest, lowered by it
+    lowest = min(scores.values())
+    compact = {host: score - lowest for host, score in scores.items() if score > lowest}
+    for query in ("?full=0", "?full=false"):
+        assert {entry["Host"]: entry["Score"] for entry in answers[query]} == compact
+    assert answers[""] == (full if setting else answers["?full=0"])
+    # explain shows the absolute score of each node the pod fits
+    assert {n["node"]: n["score"] for n in explained["nodes"] if n["fits"]} == {
+        host: score for host, score in scores.items() if host != "ghost"
+    }
+    assert (bad.status_code, bad.json()) == (
+        400,
+        {"Error": "query parameter full must be 1 or 0 (or true or false), not 'yes'"},
+    )
+
+
 def test_prioritize_reads_names_that_need_escaping(demo: RunningServer) -> None:
     names = ['evil"node', "back\\slash", "gpu-node-a", "tab\tname"]
     result = post(demo, "prioritize", {"Pod": make_pod(gpus=1), "NodeNames": names})

@@ -30,6 +30,7 @@ class NeverSyncedSource:
     """An inventory source whose informers have not listed yet."""
 
     description = "a cluster still listing"
+    watches_pods = True
 
     async def start(self, service: Service) -> None:
         service.readiness.set_not_ready("inventory not synced: nodes and pods not listed yet")

@@ -138,17 +138,35 @@ BODIES = {
 }
 
 
-@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+# (verb, the query string answered in place, server.prioritize_full)
+ANSWERED_IN_PLACE = [
+    ("filter", "", False),
+    ("prioritize", "", False),
+    ("prioritize", "full=1", False),
+    ("prioritize", "full=true", False),
+    ("prioritize", "full", False),
+    ("prioritize", "full=0", False),
+    ("prioritize", "", True),
+    ("prioritize", "full=false", True),
+]
+
+
+@pytest.mark.parametrize(
+    "case", ANSWERED_IN_PLACE, ids=[f"{v}?{q} full={f}" for v, q, f in ANSWERED_IN_PLACE]
+)
 @pytest.mark.parametrize("body", BODIES.values(), ids=BODIES.keys())
 def test_answers_in_place_are_the_asgi_paths_byte_for_byte(
-    serve: Serve, connect: Any, verb: str, body: bytes
+    serve: Serve, connect: Any, case: tuple[str, str, bool], body: bytes
 ) -> None:
-    """A query string sends the same request down the ASGI path: same status, headers (the
-    same, in the same order) and body, errors included."""
-    server = serve()
+    """A query string the protocol does not answer sends the same request down the ASGI
+    path: same status, headers (the same, in the same order) and body, errors included;
+    prioritize's ``full`` read the same on both."""
+    verb, query, full = case
+    server = serve(settings={"server": {"prioritize_full": full}})
     sock, reader = connect(server)
     answers = []
-    for path in (f"/{verb}", f"/{verb}?via=asgi"):
+    in_place = f"/{verb}?{query}" if query else f"/{verb}"
+    for path in (in_place, f"/{verb}?{query + '&' if query else ''}via=asgi"):
         sock.sendall(request(path, body))
         answers.append(reader.next())
     in_place, asgi = answers
@@ -335,6 +353,60 @@ def test_a_body_too_slow_is_cut_at_the_timeout_and_the_connection_goes_on(
     assert server.asgi == []
     rejected = f'schedext_decisions_total{{outcome="rejected",verb="{verb}"}}'
     assert metric(server, rejected) == 1
+
+
+def dribble(sock: socket.socket, data: bytes, *, every_s: float, until: float) -> int:
+    """Send ``data`` a byte at a time, one every ``every_s``, until it is all sent, the server
+    closes, or ``until`` (monotonic) passes; how many bytes went."""
+    sent = 0
+    while sent < len(data) and time.monotonic() < until:
+        try:
+            sock.sendall(data[sent : sent + 1])
+        except OSError:  # closed by the server
+            break
+        sent += 1
+        time.sleep(every_s)
+    return sent
+
+
+@pytest.mark.parametrize("first", [b"", b"P", b"POST /filter HTTP/1.1\r\nHost: schedext\r\n"])
+def test_headers_too_slow_get_a_408_and_the_connection_closed(
+    serve: Serve, connect: Any, first: bytes
+) -> None:
+    """A client sending its headers a byte at a time (or nothing at all) does not hold its
+    connection for ever, and the server keeps serving others meanwhile."""
+    server = serve(settings={"server": {"header_timeout_s": 0.5}})
+    sock, reader = connect(server)
+    started = time.monotonic()
+    sock.sendall(first)
+    rest = request("/filter", FILTER)[len(first) :]
+    sent = dribble(sock, rest[:200], every_s=0.05, until=started + 10)
+    answer = reader.next()
+    assert time.monotonic() - started < 5  # the server's bound, not the client's patience
+    assert sent < 200  # it was cut while still sending
+    assert answer.status == 408
+    assert answer.json() == {"Error": "request headers not received within 0.5s"}
+    assert answer.headers["connection"] == "close"
+    assert reader.closed()
+    with server.client() as client:
+        assert client.post("/filter", content=FILTER).status_code == 200
+
+
+def test_headers_in_pieces_within_the_bound_are_answered_and_a_slow_body_is_not_cut_by_it(
+    serve: Serve, connect: Any
+) -> None:
+    server = serve(settings={"server": {"header_timeout_s": 0.5, "body_timeout_s": 5}})
+    whole = request("/filter", FILTER)
+    head = whole.index(b"\r\n\r\n") + 4
+    sock, reader = connect(server)
+    for start in range(0, head, 20):  # the head in pieces, well within its bound
+        sock.sendall(whole[start : min(start + 20, head)])
+    time.sleep(1.0)  # twice the head's bound: the body has its own
+    sock.sendall(whole[head:])
+    assert reader.next().status == 200
+    time.sleep(1.0)  # kept alive, idle: the keep-alive timer's business, not the head's
+    sock.sendall(whole)
+    assert reader.next().status == 200
 
 
 def test_a_client_that_leaves_mid_body_is_counted_as_rejected(serve: Serve, connect: Any) -> None:

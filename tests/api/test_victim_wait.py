@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -182,3 +183,32 @@ def test_a_zero_bound_switches_the_wait_off(serve: Serve) -> None:
         preempt_urgent(client)
         assert filter_urgent(client)["FailedNodes"] == {"n1": "schedext: fewer than 4 free GPUs"}
         assert "schedext_victim_waits_total{" not in client.get("/metrics").text
+
+
+# (node, victim's UID, preemptor, its reason on the node while the victim stays)
+WITHOUT_A_WATCH = {
+    "snapshot": ("n1", "victim", URGENT, "schedext: fewer than 4 free GPUs"),
+    # gpu-node-b: GPU 2 free, GPU 3 held by research/notebook-alice at priority 0
+    "demo": ("gpu-node-b", "demo-pod-0002", make_pod("urgent", uid="urgent", gpus=2,
+             priority=500), "schedext: fewer than 2 free GPUs"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("source", WITHOUT_A_WATCH)
+def test_without_a_pod_watch_filter_never_waits_for_victims(serve: Serve, source: str) -> None:
+    """Nothing would ever show the victims gone: the wait would always run to its bound."""
+    node, victim, pod, reason = WITHOUT_A_WATCH[source]
+    settings = {"preemption": {"victim_wait_s": 10.0}}
+    server = serve(settings=settings, **({"nodes": [NODE], "pods": [VICTIM]} if source ==
+                   "snapshot" else {}))  # fmt: skip
+    with server.client() as client:
+        victims = {node: {"Pods": [{"UID": victim}], "NumPDBViolations": 0}}
+        body = {"Pod": pod, "NodeNameToMetaVictims": victims}
+        approved = client.post("/preempt", content=orjson.dumps(body)).json()
+        assert approved["NodeNameToMetaVictims"] == victims
+        started = time.monotonic()
+        answer = client.post("/filter", content=orjson.dumps({"Pod": pod, "NodeNames": [node]}))
+        assert time.monotonic() - started < 5  # not the 10 s bound
+        assert answer.json()["FailedNodes"] == {node: reason}
+        assert "schedext_victim_waits_total{" not in client.get("/metrics").text
+    assert "/filter" not in server.asgi  # answered in place: no wait

@@ -135,3 +135,49 @@ def test_a_reserved_share_pod_shows_the_devices_its_reservation_holds() -> None:
     request = dict(explained.request)
     assert request["gpuIds"] == list(plan.gpu_ids)
     assert (request["shares"], request["shareMemoryMiB"], request["shareCores"]) == (1, 8000, 20)
+
+
+def test_explain_and_the_reservation_count_tell_the_same_state_at_every_step() -> None:
+    """ "reserved" in explain is one of the inventory's reservations, and nothing else."""
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    pod = make_pod("p", gpus=1)
+    seen = []
+
+    def step(name: str) -> None:
+        explanation = scheduler.explain("default", "p")
+        assert explanation is not None
+        seen.append((name, explanation.state, scheduler.reservation_count))
+
+    scheduler.filter(pod, ["g"])
+    step("filtered")
+    plan = scheduler.plan_bind(uid=pod["metadata"]["uid"], namespace="default", name="p",
+                               node="g", now=0.0)  # fmt: skip
+    step("bind planned")
+    scheduler.confirm_bind(plan, awaiting_watch=True)
+    step("bound by the API, not yet seen by the watch")
+    scheduler.upsert_pod({**pod, "spec": {**pod["spec"], "nodeName": "g"}})
+    step("seen bound by the watch")
+    scheduler.filter(pod, ["g"])  # by hand: kube-scheduler never filters a bound pod
+    step("filtered again once bound")
+    assert seen == [
+        ("filtered", "pending", 0),
+        ("bind planned", "reserved", 1),
+        ("bound by the API, not yet seen by the watch", "reserved", 1),
+        ("seen bound by the watch", "bound", 0),
+        ("filtered again once bound", "bound", 0),
+    ]
+
+
+def test_explain_scores_each_node_the_pod_fits_as_prioritize_does_and_no_other() -> None:
+    scheduler = scheduler_with(
+        [make_node("busy", gpus=8), make_node("idle", gpus=8), make_node("cpu")],
+        [make_pod("b", gpus=6, node="busy", gpu_ids=[0, 1, 2, 3, 4, 5])],
+    )
+    pod = make_pod("p", gpus=2)
+    scheduler.filter(pod, ["busy", "idle", "cpu"])
+    explanation = scheduler.explain("default", "p")
+    assert explanation is not None
+    scores = dict(zip(["busy", "idle"], scheduler.prioritize(pod, ["busy", "idle"]).tolist(),
+                      strict=True))  # fmt: skip
+    assert {n.node: n.score for n in explanation.nodes} == {**scores, "cpu": None}
+    assert scores["busy"] > scores["idle"] > 0  # absolute: the lowest is not taken off

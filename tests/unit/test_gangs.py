@@ -400,6 +400,9 @@ MIN_RESOURCES_CASES = [
     ("all covered", {GPU: 4, "cpu": "500m", "memory": "1Gi"}, None),
     ("resources schedext does not track are not checked", {"example.com/fpga": 4}, None),
     ("the group's own reservations count as free", {GPU: 14}, None),  # 12 + 2 of m2
+    # Python's int() refuses over 4300 digits: an unreadable entry, ignored as such
+    ("a quantity of 5000 digits is no quantity", {GPU: "1" * 5000}, None),
+    ("a quantity over 2^63-1 is no quantity", {"cpu": "1e30"}, None),
 ]  # fmt: skip
 
 

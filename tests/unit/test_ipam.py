@@ -464,6 +464,10 @@ RELEASES = [
     ReleaseCase(
         "a pod of the identity still exists: kept", "sts/ns/web/2", "sticky", 2, True, False
     ),
+    # "\u00b2" is a digit to str.isdigit(), not to int(): not an identity schedext wrote
+    ReleaseCase(
+        "an ordinal int() cannot read is kept", "sts/ns/web/\u00b2", "sticky", 1, False, False
+    ),
     ReleaseCase(
         "never-release is kept even when scaled down",
         "sts/ns/web/5",

@@ -44,6 +44,39 @@ def test_unreadable_quantities_count_as_absent() -> None:
     assert (spec.cpu_milli, spec.gpu_count) == (0, 0)
 
 
+# Values the inventory cannot count: Python's int() refuses more than 4300 digits, reads
+# "\u00b2" as a digit to isdigit() and not to int(), and the inventory's columns are int64.
+UNCOUNTABLE = [
+    ("gpus of 5000 digits", {"nvidia.com/gpu": "1" * 5000}, {"gpu_count": 0}),
+    ("more GPUs than any node has", {"nvidia.com/gpu": "100000"}, {"gpu_count": 0}),
+    ("cpu over 2^63-1", {"cpu": "1e30"}, {"cpu_milli": 0}),
+    ("cpu within 2^63-1, not in milli-CPU", {"cpu": "9223372036854775807"}, {"cpu_milli": 0}),
+    ("memory of 5000 digits", {"memory": "1" * 5000}, {"memory_bytes": 0}),
+]
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "expected"),
+    [(a, e) for _, a, e in UNCOUNTABLE],
+    ids=[n for n, _, _ in UNCOUNTABLE],
+)
+def test_quantities_the_inventory_cannot_count_count_as_absent(
+    allocatable: dict[str, str], expected: dict[str, int]
+) -> None:
+    node = make_node("g", gpus=4)
+    node["status"]["allocatable"].update(allocatable)
+    spec = node_spec(node)
+    assert {field: getattr(spec, field) for field in expected} == expected
+
+
+@pytest.mark.parametrize(
+    "label", ["\u00b2", "4" * 5000, "40960MiB"], ids=["superscript", "5000 digits", "unit"]
+)
+def test_an_unreadable_gpu_memory_label_counts_as_absent(label: str) -> None:
+    node = make_node("g", gpus=4, labels={names.GPU_MEMORY_LABEL: label})
+    assert node_spec(node).gpu_memory_mib is None
+
+
 TOPOLOGY_CASES = [
     ("absent", None, 8, (), None),
     (

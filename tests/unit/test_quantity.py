@@ -1,10 +1,21 @@
+import contextlib
 from decimal import Decimal
 from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity as client_parse_quantity
 
-from extender.quantity import NANO, QuantityError, parse_quantity, to_milli, to_nano, to_units
+from extender.quantity import (
+    NANO,
+    QuantityError,
+    QuantityRangeError,
+    parse_quantity,
+    to_milli,
+    to_nano,
+    to_units,
+)
 
 CASES = [
     ("2", Fraction(2)),
@@ -41,12 +52,35 @@ def test_quantity_agrees_with_the_kubernetes_client(text: str) -> None:
     ) == client_parse_quantity(text)
 
 
-@pytest.mark.parametrize(
-    "text", ["", "abc", "1.2.3", "5Kb", "1ki", "Gi", "1e", "--1", "1e999999", "1 Gi"]
-)
+MALFORMED = ["", "abc", "1.2.3", "5Kb", "1ki", "Gi", "1e", "--1", "1e999999", "1 Gi"]
+# Python's int() refuses more than 4300 digits with a ValueError of its own, and reads
+# digits that are not ASCII ("\u0663" is 3): neither may leak past the parser.
+HOSTILE = ["1" * 5000, "1e" + "1" * 5000, "0." + "1" * 5000, "\u0663", "1\u00b2", "\uff11"]
+OUT_OF_RANGE = ["9223372036854775808", "8Ei", "1e30", "-1e30", 2**63, -(2**63), 1e300]
+
+
+@pytest.mark.parametrize("text", MALFORMED + HOSTILE, ids=lambda text: repr(text)[:20])
 def test_malformed_quantity_is_rejected(text: str) -> None:
     with pytest.raises(QuantityError):
         parse_quantity(text)
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE, ids=repr)
+def test_a_quantity_over_kubernetes_range_is_refused_as_such(value: str | int | float) -> None:
+    with pytest.raises(QuantityRangeError):
+        to_nano(value)
+
+
+def test_the_edge_of_kubernetes_range_is_a_quantity() -> None:
+    assert parse_quantity("9223372036854775807") == 2**63 - 1
+    assert to_nano(-(2**63) + 1) == (-(2**63) + 1) * NANO
+
+
+@given(st.text(max_size=200) | st.integers() | st.floats())
+def test_any_value_is_a_quantity_or_a_quantity_error(value: str | int | float) -> None:
+    """Never another exception: callers catch QuantityError alone."""
+    with contextlib.suppress(QuantityError):
+        to_nano(value)
 
 
 @pytest.mark.parametrize(

@@ -81,6 +81,14 @@ BAD = [
      "spec.max.nvidia.com/gpu is not a quantity: True"),
     ("a borrow weight that is no whole number", elastic_quota("team-a", weight="1.5"),
      "annotation schedext.io/borrow-weight must be a whole number >= 0, not '1.5'"),
+    # Python's int() refuses more than 4300 digits with a ValueError of its own
+    ("a quantity of 5000 digits", elastic_quota("team-a", max={GPU: "1" * 5000}),
+     "spec.max.nvidia.com/gpu is not a quantity: '1111111111111111111111111111111111111111...' "
+     "(5000 characters)"),
+    ("a quantity over 2^63-1", elastic_quota("team-a", max={"memory": "16Ei"}),
+     "spec.max.memory is out of range (over 2^63-1): '16Ei'"),
+    ("a borrow weight of 5000 digits", elastic_quota("team-a", weight="1" * 5000),
+     "annotation schedext.io/borrow-weight must be a whole number >= 0, not '1111111111"),
 ]  # fmt: skip
 
 

@@ -1,3 +1,4 @@
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +212,62 @@ BAD_PODS = [
         "schedext.io/gpu-memory-mib='lots'",
     ),
     ("gpu memory is zero", make_pod(gpu_memory_mib=0), "positive whole number"),
+    (
+        "gpus of more digits than Python converts to an int",
+        {"spec": {"containers": [container("c", limits={"nvidia.com/gpu": "1" * 5000})]}},
+        "'c': nvidia.com/gpu is not a quantity: '1111111111111111111111111111111111111111...' "
+        "(5000 characters)",
+    ),
+    (
+        "gpus over Kubernetes's range",
+        {"spec": {"containers": [container("c", limits={"nvidia.com/gpu": "1e30"})]}},
+        "'c': nvidia.com/gpu is out of range (over 2^63-1): '1e30'",
+    ),
+    (
+        "gpus in digits that are not ASCII",
+        {"spec": {"containers": [container("c", limits={"nvidia.com/gpu": "\u0663"})]}},
+        "nvidia.com/gpu is not a quantity",
+    ),
+    (
+        "cpu in range per container, out of range in milli-CPU",
+        {"spec": {"containers": [container("c", requests={"cpu": "9223372036854775807"})]}},
+        "cpu out of range",
+    ),
+    (
+        "memory in range per container, out of range summed",
+        {
+            "spec": {
+                "containers": [
+                    container("a", requests={"memory": "8E"}),
+                    container("b", requests={"memory": "8E"}),
+                ]
+            }
+        },
+        "memory out of range",
+    ),
+    (
+        "gpu memory of more digits than Python converts to an int",
+        make_pod(gpu_memory_mib="4" * 5000),
+        "schedext.io/gpu-memory-mib='4444444444444444444444444444444444444444...' "
+        "(5000 characters) must be a positive whole number",
+    ),
+    ("gpu memory in a superscript digit", make_pod(gpu_memory_mib="\u00b2"), "positive whole"),
+    *(
+        (
+            f"priority {name}",
+            {"spec": {"priority": value}},
+            f"spec.priority must be a whole number (an int32, as the priority class sets it), "
+            f"got {shown}",
+        )
+        for name, value, shown in [
+            ("in words", "high", "'high'"),
+            ("as a string of digits", "1000", "'1000'"),
+            ("with a fraction", 1000.0, "1000.0"),
+            ("a boolean", True, "True"),
+            ("over int32", 2**31, "2147483648"),
+            ("an object", {"value": 1}, "{'value': 1}"),
+        ]
+    ),
 ]
 
 
@@ -220,7 +277,7 @@ BAD_PODS = [
 def test_unreadable_pod_is_rejected_with_a_specific_reason(
     pod: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(PodRequestError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(PodRequestError, match=re.escape(message)):
         pod_request(pod)
 
 
@@ -249,6 +306,19 @@ def test_pods_that_hold_nothing(pod: dict[str, Any], expected: None) -> None:
     assert holding_from_pod(pod) is expected
 
 
+@pytest.mark.parametrize(("priority", "expected"), [(None, 0), (-5, -5), (2**31 - 1, 2**31 - 1)])
+def test_a_pending_pods_priority_is_its_int32(priority: int | None, expected: int) -> None:
+    assert pod_request(make_pod(priority=priority)).priority == expected
+
+
+def test_a_bound_pod_with_an_unreadable_priority_still_holds_its_gpus() -> None:
+    pod = make_pod("p", gpus=1, node="n1", gpu_ids=[0])
+    pod["spec"]["priority"] = "high"
+    holding = holding_from_pod(pod)
+    assert holding is not None
+    assert (holding.gpu_ids, holding.priority) == ((0,), 0)
+
+
 def test_bound_pod_without_annotation_holds_gpus_by_count() -> None:
     holding = holding_from_pod(make_pod("p", gpus=2, node="n1"))
     assert holding is not None
@@ -272,7 +342,10 @@ def test_bound_pod_with_unreadable_resources_still_counts_its_annotated_gpus() -
         ("1,1", None),
         (None, None),
         ("-1", None),
+        ("\u00b2", None),  # a digit to str.isdigit, not to int
+        ("1" * 5000, None),
     ],
+    ids=lambda value: repr(value)[:20],
 )
 def test_gpu_ids_annotation(value: str | None, ids: tuple[int, ...] | None) -> None:
     assert gpu_ids_annotation(value) == ids
@@ -414,6 +487,11 @@ HELD_SHARES = [
      (1, 500, 100, (0,))),
     ("a share without gpu-ids: indices unknown",
      share_pod("p", memory_mib=4000, node="n1"), (1, 4000, 0, None)),
+    # digits to str.isdigit() that int() refuses: unreadable, so the resources count
+    ("annotations in digits int() cannot read: the resources count",
+     bound_share({GPU_IDS: "0", GPU_SHARE_MEMORY: "\u00b2", GPU_SHARE_CORES: "1" * 5000},
+                 memory="1000", cores="10", count="1"),
+     (1, 1000, 10, (0,))),
 ]  # fmt: skip
 
 

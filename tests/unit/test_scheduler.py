@@ -58,6 +58,29 @@ def test_bind_of_a_pod_never_filtered_is_refused_clearly() -> None:
         plan(scheduler, make_pod("stranger", gpus=1), "g")
 
 
+def test_bind_after_filter_refused_the_pod_as_invalid_gives_filters_reason() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    pod = make_pod("bad", gpus=1, workload="memory-intensive")
+    reason = filtered(scheduler, pod, ["g"]).rejections[0].message
+    assert reason.startswith("schedext: invalid pod: label workload-type='memory-intensive'")
+    with pytest.raises(BindRefusedError) as refused:
+        plan(scheduler, pod, "g")
+    assert str(refused.value) == f"pod default/bad: {reason}"
+
+
+def test_a_pod_refused_as_invalid_then_read_again_is_bound_as_it_is_now() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    pod = make_pod("p", gpus=1)
+    filtered(scheduler, pod, ["g"])
+    pod["metadata"]["labels"][names.WORKLOAD_TYPE] = "memory-intensive"
+    filtered(scheduler, pod, ["g"])  # invalid now: what filter saw before no longer holds
+    with pytest.raises(BindRefusedError, match="invalid pod"):
+        plan(scheduler, pod, "g")
+    del pod["metadata"]["labels"][names.WORKLOAD_TYPE]
+    filtered(scheduler, pod, ["g"])
+    assert plan(scheduler, pod, "g").gpu_ids == (0,)
+
+
 def test_bind_with_a_uid_of_another_pod_is_refused() -> None:
     scheduler = scheduler_with([make_node("g", gpus=2)])
     pod = make_pod("real", gpus=1)

@@ -3,6 +3,7 @@ from typing import Any
 import pytest
 
 from extender.policy import GpuScoring, PolicyConfig
+from extender.requests import PodRequestError
 from tests.builders import make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
@@ -86,9 +87,14 @@ def test_unknown_nodes_score_zero() -> None:
     assert scores([make_node("g", gpus=4)], make_pod(gpus=1))["ghost"] == 0
 
 
-def test_invalid_pod_scores_zero_everywhere() -> None:
-    got = scores([make_node("g", gpus=4)], make_pod(gpus=1, workload="bogus"))
-    assert set(got.values()) == {0}
+def test_invalid_pod_is_refused_with_the_reason_filter_gives() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=4)])
+    pod = make_pod(gpus=1, workload="bogus")
+    with pytest.raises(PodRequestError) as refused:
+        scheduler.prioritize(pod, ["g"])
+    rejection = scheduler.filter(pod, ["g"]).rejections[0]
+    assert refused.value.reason == rejection.message
+    assert "label workload-type='bogus' must be" in rejection.message
 
 
 def test_prioritize_after_filter_reuses_the_filter_result_and_stays_correct() -> None:

@@ -1,0 +1,95 @@
+"""A pod's effective request per resource, as kube-scheduler's ``PodRequests`` sums it: the
+sum over containers and restartable (sidecar) init containers, the element-wise max with each
+regular init container plus the sidecars declared before it, pod-level ``spec.resources`` for
+cpu/memory when set, plus ``spec.overhead``. A resource given only in ``limits`` is requested
+at its limit, as the API server's defaulting does.
+
+Amounts are whole nano-units (:func:`extender.quantity.to_nano`), each within what the
+inventory's int64 columns hold: a quantity that is not one, or a total out of that range,
+raises :class:`~extender.errors.PodRequestError` naming the resource and where it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from extender import fields
+from extender.errors import PodRequestError
+from extender.fields import JSONObject
+from extender.quantity import MAX_MAGNITUDE, NANO, QuantityError, QuantityRangeError, to_nano
+
+__all__ = ["CPU", "MEMORY", "effective_requests"]
+
+CPU = "cpu"
+MEMORY = "memory"
+_MAX_NANO = MAX_MAGNITUDE * NANO  # the most of any resource, in nano-units
+_MAX_MILLI_NANO = MAX_MAGNITUDE * (NANO // 1000)  # the most CPU, 2^63-1 milli-units
+
+
+def effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
+    """Per resource, the pod's effective request in nano-units (see :func:`to_nano`)."""
+    containers = fields.objects(spec, "containers")
+    init_containers = fields.objects(spec, "initContainers")
+    total = dict.fromkeys(resources, 0)
+    for container in containers:
+        _add(total, _container_requests(container, resources))
+    sidecars_so_far = dict.fromkeys(resources, 0)
+    for container in init_containers:
+        requests = _container_requests(container, resources)
+        if fields.text(container, "restartPolicy") == "Always":
+            # A sidecar runs beside the main containers for the pod's whole life.
+            _add(total, requests)
+            _add(sidecars_so_far, requests)
+            continue
+        for resource in resources:
+            total[resource] = max(total[resource], requests[resource] + sidecars_so_far[resource])
+    pod_level = fields.obj(fields.obj(spec, "resources"), "requests")
+    for resource in (CPU, MEMORY):
+        if resource in resources and resource in pod_level:
+            total[resource] = _quantity(pod_level[resource], resource, "spec.resources")
+    overhead = fields.obj(spec, "overhead")
+    for resource in resources:
+        if resource in overhead:
+            total[resource] += _quantity(overhead[resource], resource, "spec.overhead")
+    for resource, value in total.items():
+        # The sum of quantities, each within Kubernetes's range, may not be; nor may CPU once
+        # counted in milli-units. Either would overflow the inventory's int64 columns.
+        if value > (_MAX_MILLI_NANO if resource == CPU else _MAX_NANO):
+            raise PodRequestError(f"{resource} out of range: the pod asks for more than 2^63-1")
+    return total
+
+
+def _container_requests(container: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
+    block = fields.obj(container, "resources")
+    requests = fields.obj(block, "requests")
+    limits = fields.obj(block, "limits")
+    out: dict[str, int] = {}
+    for resource in resources:
+        raw = requests.get(resource, limits.get(resource))
+        out[resource] = 0 if raw is None else _quantity(raw, resource, container)
+    return out
+
+
+def _quantity(raw: object, resource: str, where: str | JSONObject) -> int:
+    """``raw`` in nano-units. ``where`` names the place for errors (a container is named only
+    when an error needs it: formatting a name per quantity is measurable at 100k pods)."""
+    value = None
+    problem = "is not a quantity"
+    if isinstance(raw, str | int | float) and not isinstance(raw, bool):
+        try:
+            value = to_nano(raw)
+        except QuantityRangeError:
+            problem = "is out of range (over 2^63-1)"
+        except QuantityError:
+            pass
+    if value is None or value < 0:
+        if not isinstance(where, str):
+            where = f"container {fields.text(where, 'name') or '?'!r}"
+        problem = problem if value is None else "must not be negative"
+        raise PodRequestError(f"{where}: {resource} {problem}: {fields.quoted(raw)}")
+    return value
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+    for resource, value in more.items():
+        total[resource] += value
