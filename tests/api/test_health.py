@@ -105,6 +105,7 @@ class UnsyncedSource:
     """An inventory whose informers have not all listed yet."""
 
     description = "a replica still listing"
+    watches_pods = True  # a cluster's source: a watch would end victim waits
 
     async def start(self, service: Service) -> None:
         service.readiness.set_not_ready("inventory not synced: pods not listed yet")
