@@ -3,12 +3,18 @@
 * `helm lint --strict` passes in every variant below;
 * in every variant (sidecar, sidecar with the node agent, mTLS with two replicas and the second
   scheduler, mTLS with the agent and without the scheduler, mTLS with one replica, sidecar
-  with every pass-through value set), every object `helm template` renders, CRDs included,
-  is accepted by kube-apiserver: server-side apply as a dry run, strict field validation, no
-  warning (Pod Security "restricted" in schedext-system);
+  with every pass-through value set, sidecar without the views, sidecar with the agent and
+  the monitoring objects), every object `helm template` renders, CRDs included, is accepted
+  by kube-apiserver: server-side apply as a dry run, strict field validation, no warning (Pod
+  Security "restricted" in schedext-system). The Prometheus Operator's objects are left out
+  of that: this API server has no monitoring.coreos.com CRDs;
 * what it renders is what manifests/ holds, but for Helm's labels and schedext's settings
   file: the RBAC rules word for word (derived, never wider; a mode gets only the identities it
-  uses), the Deployments, the Service, the KubeSchedulerConfigurations, the agent;
+  uses), the viewer role, the Deployments, the Services and their views port, the
+  KubeSchedulerConfigurations, the agent, and on request the PodMonitors and the
+  PrometheusRule (whose alerts read only metrics schedext exports, and whose filter budget
+  follows the extender's httpTimeout); turning the views, the viewer role or the monitoring
+  objects on or off changes nothing else;
 * a typo or a wrong type in the values, schedext's settings included, fails `helm template`
   through values.schema.json, and so do the combinations the chart refuses;
 * schedext's settings reach it as a file, and the scheduler configuration follows the two it
@@ -38,26 +44,45 @@ from tests.e2e.conftest import GPU, Schedext
 from tests.e2e.harness import ApiError as HarnessApiError
 from tests.e2e.harness import ControlPlane, free_port, pod_manifest
 from tests.e2e.kubeapply import SYSTEM_NAMESPACE, Kube, documents, service_account_kubeconfig
-from tests.e2e.rendering import CHART, ROOT, by_key, helm_template, key, run_tool
-from tests.e2e.test_manifests import container_of, flags, new_lines
+from tests.e2e.rendering import CHART, ROOT, Key, by_key, helm_template, key, run_tool
+from tests.e2e.test_manifests import OPERATOR_GROUPS, container_of, flags, new_lines
 from tests.e2e.test_mtls import running_cluster
 from tests.e2e.test_scheduling import H100
+from tests.quality.test_monitoring import (
+    FILTER_BUDGET_ALERT,
+    exported_names,
+    filter_budget,
+    rules,
+    unknown_metrics,
+)
 
 MANIFESTS = ROOT / "manifests"
+VIEWER_RBAC = MANIFESTS / "viewer-rbac.yaml"
+PROMETHEUS_RULE = MANIFESTS / "monitoring" / "prometheusrule.yaml"
+MONITORING_ON = "monitoring.podMonitors=true,monitoring.prometheusRule=true"
+VIEWS_OFF = "views.port=null,views.viewerRole=false"
 # The chart in each variant: `helm template` arguments, and the files of manifests/ it
 # renders (besides schedext's settings file); None where the values change what the files fix.
 VARIANTS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
-    "sidecar": ((), ["rbac.yaml", "sidecar/deploy-sidecar.yaml"]),
+    "sidecar": ((), ["rbac.yaml", "viewer-rbac.yaml", "sidecar/deploy-sidecar.yaml"]),
     "sidecar-with-agent": (
         ("--set", "agent.enabled=true"),
-        ["rbac.yaml", "sidecar/deploy-sidecar.yaml", "agent.yaml"],
+        ["rbac.yaml", "viewer-rbac.yaml", "sidecar/deploy-sidecar.yaml", "agent.yaml"],
     ),
     # Two replicas with leader election, and the second scheduler: deploy-mtls.yaml.
-    "mtls": (("--set", "mode=mtls"), ["rbac.yaml", "mtls/deploy-mtls.yaml"]),
+    "mtls": (("--set", "mode=mtls"), ["rbac.yaml", "viewer-rbac.yaml", "mtls/deploy-mtls.yaml"]),
     "mtls-with-agent-without-scheduler": (
         ("--set", "mode=mtls,scheduler.enabled=false,agent.enabled=true"),
-        ["rbac.yaml", "mtls/deploy-mtls.yaml", "agent.yaml"],
+        ["rbac.yaml", "viewer-rbac.yaml", "mtls/deploy-mtls.yaml", "agent.yaml"],
     ),
+    # The Prometheus Operator's objects of manifests/monitoring/, the agent's PodMonitor too.
+    "sidecar-with-agent-and-monitoring": (
+        ("--set", f"agent.enabled=true,{MONITORING_ON}"),
+        ["rbac.yaml", "viewer-rbac.yaml", "sidecar/deploy-sidecar.yaml", "agent.yaml",
+         "monitoring/podmonitors.yaml", "monitoring/prometheusrule.yaml"],
+    ),
+    # No views listener, hence no Service in sidecar mode, and no viewer role.
+    "sidecar-without-views": (("--set", VIEWS_OFF), None),
     "mtls-one-replica": (
         ("--set", "mode=mtls,schedext.replicas=1,schedext.leaderElect=false"),
         None,
@@ -143,6 +168,8 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
     for namespace in (obj for obj in rendered if obj["kind"] == "Namespace"):
         kube.apply(namespace, dry_run=False)
     for obj in rendered:
+        if obj["apiVersion"].startswith(OPERATOR_GROUPS):
+            continue  # no CRDs for them here: see test_the_monitoring_objects_*
         result, warnings = kube.apply(obj, dry_run=True)
         assert key(result) == key(obj)
         assert not warnings, f"the API server warns about {key(obj)}: {warnings}"
@@ -154,6 +181,12 @@ def test_the_chart_crds_are_those_of_the_manifests() -> None:
     chart = {path.name: path.read_bytes() for path in (CHART / "crds").glob("*.yaml")}
     plain = {path.name: path.read_bytes() for path in (MANIFESTS / "crds").glob("*.yaml")}
     assert chart == plain
+
+
+def test_the_chart_prometheus_rule_is_a_copy_of_the_manifest() -> None:
+    """Helm reads no file outside the chart: the alerts are kept twice, the same bytes, so a
+    change to one without the other fails here."""
+    assert (CHART / "files" / "prometheusrule.yaml").read_bytes() == PROMETHEUS_RULE.read_bytes()
 
 
 # --- what the chart renders is what manifests/ holds -----------------------------------------
@@ -222,8 +255,9 @@ def rbac_names(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
 def test_each_mode_gets_only_the_identities_it_uses() -> None:
     """Sidecar mode: one pod, one ServiceAccount (the scheduler's, bound to the extender's
     ClusterRole too); no `schedext` account and no role to label pods in the namespace. mTLS
-    mode: all of rbac.yaml; without the scheduler, none of its grants."""
-    plain = rbac_names(documents(MANIFESTS / "rbac.yaml"))
+    mode: all of rbac.yaml; without the scheduler, none of its grants. The viewer role in
+    every mode."""
+    plain = rbac_names(documents(MANIFESTS / "rbac.yaml") + documents(VIEWER_RBAC))
     extender_only = {
         ("ServiceAccount", "schedext"),
         ("ClusterRoleBinding", "schedext"),
@@ -237,7 +271,118 @@ def test_each_mode_gets_only_the_identities_it_uses() -> None:
     assert {name for _, name in without_scheduler} == {
         "schedext",
         "schedext-leader-election",
+        "schedext-viewer",
     }
+
+
+# --- the views, the viewer role, the monitoring objects: values that add, never change -------
+
+
+def without_views(objects: dict[Key, dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+    """``objects`` as they should be without the views listener: no --views-port, no `views`
+    container or Service port, and no Service left without a port."""
+    stripped = {}
+    for name, original in objects.items():
+        obj = copy.deepcopy(original)
+        if obj["kind"] == "Service":
+            obj["spec"]["ports"] = [p for p in obj["spec"]["ports"] if p["name"] != "views"]
+            if not obj["spec"]["ports"]:
+                continue
+        if obj["kind"] == "Deployment":
+            spec = obj["spec"]["template"]["spec"]
+            for container in spec.get("initContainers", []) + spec["containers"]:
+                if "args" in container:
+                    args = [a for a in container["args"] if not a.startswith("--views-port")]
+                    container["args"] = args
+                if "ports" in container:
+                    ports = [p for p in container["ports"] if p["name"] != "views"]
+                    container["ports"] = ports
+        stripped[name] = obj
+    return stripped
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "mtls"])
+def test_views_off_removes_the_listener_and_its_service_port_and_nothing_else(mode: str) -> None:
+    """views.port=null: sidecar mode renders no Service (views was its only port), mTLS mode's
+    Service keeps https; the viewer role stays (its own value)."""
+    on = by_key(helm_template("--set", f"mode={mode}"))
+    off = by_key(helm_template("--set", f"mode={mode},views.port=null"))
+    assert without_views(on) != on
+    assert off == without_views(on)
+    services = [obj for obj in off.values() if obj["kind"] == "Service"]
+    assert [[p["name"] for p in s["spec"]["ports"]] for s in services] == (
+        [["https"]] if mode == "mtls" else []
+    )
+
+
+def test_the_viewer_role_off_removes_it_and_nothing_else() -> None:
+    on = by_key(helm_template())
+    off = by_key(helm_template("--set", "views.viewerRole=false"))
+    viewer = ("rbac.authorization.k8s.io/v1", "ClusterRole", "", "schedext-viewer")
+    assert viewer in on
+    assert off == {name: obj for name, obj in on.items() if name != viewer}
+
+
+def operator_objects(objects: dict[Key, dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {name[1:] for name in objects if name[0].startswith(OPERATOR_GROUPS)}
+
+
+@pytest.mark.parametrize(
+    ("values", "added"),
+    [
+        (
+            f"agent.enabled=true,{MONITORING_ON}",
+            {
+                ("PodMonitor", SYSTEM_NAMESPACE, "schedext"),
+                ("PodMonitor", "schedext-node", "schedext-agent"),
+                ("PrometheusRule", SYSTEM_NAMESPACE, "schedext"),
+            },
+        ),
+        ("mode=mtls,monitoring.podMonitors=true", {("PodMonitor", SYSTEM_NAMESPACE, "schedext")}),
+        ("monitoring.prometheusRule=true", {("PrometheusRule", SYSTEM_NAMESPACE, "schedext")}),
+    ],
+    ids=["all, with the agent", "podMonitors, mtls", "prometheusRule"],
+)
+def test_the_monitoring_objects_are_off_by_default_and_add_only_themselves(
+    values: str, added: set[tuple[str, str, str]]
+) -> None:
+    """Off (the default), the chart renders nothing of monitoring.coreos.com, which a cluster
+    without the Prometheus Operator refuses; on, it adds them and changes nothing else."""
+    others = ",".join(v for v in values.split(",") if not v.startswith("monitoring."))
+    base = by_key(helm_template(*(("--set", others) if others else ())))
+    on = by_key(helm_template("--set", values))
+    assert not operator_objects(base)
+    assert operator_objects(on) == added
+    assert {k: v for k, v in on.items() if not k[0].startswith(OPERATOR_GROUPS)} == base
+
+
+def test_the_chart_alerts_read_exported_metrics_and_follow_the_http_timeout() -> None:
+    """The chart's PrometheusRule is the file's (test_monitoring holds that one to the code;
+    test_the_chart_renders_the_objects_of_the_manifests compares them with the defaults) but
+    for the filter alert, whose budget is the httpTimeout the chart gives kube-scheduler.
+    monitoring.labels reach every monitoring object, for the operator's selectors."""
+    rendered = helm_template(
+        "--set", MONITORING_ON,
+        "--set-json", 'schedext.config={"bind": {"extender_http_timeout_s": 40}}',
+        "--set-json", 'monitoring.labels={"release": "kube-prometheus-stack"}',
+    )  # fmt: skip
+    found = rules(find(rendered, "PrometheusRule", "schedext"))
+    exported = exported_names()
+    for rule in found:
+        assert not unknown_metrics(rule["expr"], exported), rule["alert"]
+    configmap = find(rendered, "ConfigMap", "schedext-scheduler-config")
+    (extender,) = yaml.safe_load(configmap["data"]["scheduler-config.yaml"])["extenders"]
+    assert extender["httpTimeout"] == "40s"
+    assert filter_budget(found) == 40 != filter_budget(rules())
+    (budget,) = [r for r in found if r["alert"] == FILTER_BUDGET_ALERT]
+    assert "40 s httpTimeout" in budget["annotations"]["summary"]
+    others = [r for r in found if r["alert"] != FILTER_BUDGET_ALERT]
+    assert others == [r for r in rules() if r["alert"] != FILTER_BUDGET_ALERT]
+    for obj in rendered:
+        if obj["apiVersion"].startswith(OPERATOR_GROUPS):
+            labels = obj["metadata"]["labels"]
+            assert labels["release"] == "kube-prometheus-stack", obj["metadata"]["name"]
+            assert labels["app.kubernetes.io/part-of"] == "schedext"
 
 
 def test_one_mtls_replica_without_leader_election_is_served_without_the_leader_label() -> None:
@@ -285,6 +430,19 @@ def test_one_mtls_replica_without_leader_election_is_served_without_the_leader_l
         (
             ("--set", f"agent.enabled=true,agent.namespace={SYSTEM_NAMESPACE}"),
             "agent.namespace must differ from the release namespace",
+        ),
+        (("--set", "views.port=9090"), "views.port must differ from metrics.port"),
+        (("--set", "views.port=8888"), "views.port must differ from the verbs' port 8888"),
+        (
+            ("--set", "mode=mtls,views.port=8443"),
+            "views.port must differ from the verbs' port 8443",
+        ),
+        (("--set", "views.port=10259"), "kube-scheduler's secure port 10259 in the same pod"),
+        (("--set", "views.viewerRole=yes"), "at '/views/viewerRole'"),
+        (("--set", "monitoring.podMonitor=true"), "additional properties 'podMonitor' not allowed"),
+        (
+            ("--set", "metrics.port=null,monitoring.podMonitors=true"),
+            "monitoring.podMonitors needs metrics.port",
         ),
     ],
     ids=lambda value: value if isinstance(value, str) else value[1],
@@ -370,6 +528,7 @@ def test_sidecar_mode_installed_from_the_chart_places_gpu_pods_as_its_settings_s
     replaced = {
         "--port": str(schedext.port),
         "--metrics-port": str(free_port()),
+        "--views-port": str(free_port()),
         "--config": str(tmp_path / "schedext.yaml"),
     }
     args = flags(container["args"])
@@ -464,6 +623,7 @@ def test_helm_installs_upgrades_and_uninstalls_against_the_api_server(
     try:
         assert installed.returncode == 0, installed.stderr
         assert "Pods opt in with `spec.schedulerName: schedext-scheduler`" in installed.stdout
+        assert "--clusterrole=schedext-viewer" in installed.stdout
         before = checksum()
         upgraded = run_tool(
             "helm", "upgrade", release, str(CHART), *common,

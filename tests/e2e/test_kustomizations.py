@@ -1,9 +1,10 @@
 """The kustomizations of manifests/, rendered by the pinned kustomize, against the real API
 server:
 
-* manifests/ (what both modes share: the namespace, the CRDs, the RBAC), manifests/sidecar and
-  manifests/mtls (a mode's Deployments) each render exactly the objects of the files they
-  compose, unchanged; together they cover every manifest but the node agent and the examples;
+* manifests/ (what both modes share: the namespace, the CRDs, the RBAC and the viewer role),
+  manifests/sidecar and manifests/mtls (a mode's Deployments) each render exactly the objects
+  of the files they compose, unchanged; together they cover every manifest but the node
+  agent, the monitoring objects and the examples;
 * every object they render is accepted by kube-apiserver as `kubectl apply -k` would send it
   (server-side apply as a dry run, strict field validation, no warning);
 * a kustomization of one's own, outside manifests/, takes the shared one and a mode at once and
@@ -28,12 +29,19 @@ MANIFESTS = ROOT / "manifests"
 CRDS = [f"crds/{path.name}" for path in sorted((MANIFESTS / "crds").glob("*.yaml"))]
 # Each kustomization and the files it composes.
 KUSTOMIZATIONS = {
-    "manifests": ["namespace.yaml", *CRDS, "rbac.yaml"],
+    "manifests": ["namespace.yaml", *CRDS, "rbac.yaml", "viewer-rbac.yaml"],
     "manifests/sidecar": ["sidecar/deploy-sidecar.yaml"],
     "manifests/mtls": ["mtls/deploy-mtls.yaml"],
 }
-# Applied on their own (README "The node agent"; the examples are workloads).
-APART = ["agent.yaml", "scheduler-config.yaml"]
+# Applied on their own: the node agent (README "The node agent"), kube-scheduler's file (not
+# an API object), the Prometheus Operator's objects (they need its CRDs; docs/monitoring.md).
+# The examples are workloads.
+APART = [
+    "agent.yaml",
+    "scheduler-config.yaml",
+    "monitoring/podmonitors.yaml",
+    "monitoring/prometheusrule.yaml",
+]
 IMAGE = "ghcr.io/schedext/schedext"
 
 
@@ -60,7 +68,7 @@ def test_each_kustomization_renders_exactly_the_objects_of_its_files(directory: 
     assert rendered == by_key(objects_of(KUSTOMIZATIONS[directory]))
 
 
-def test_the_kustomizations_cover_every_manifest_but_the_agent_and_the_examples() -> None:
+def test_the_kustomizations_cover_every_manifest_but_those_applied_apart() -> None:
     composed = {name for files in KUSTOMIZATIONS.values() for name in files}
     every = {
         path.relative_to(MANIFESTS).as_posix()

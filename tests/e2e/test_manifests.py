@@ -9,7 +9,8 @@
   files);
 * mTLS mode's two replicas: the Service selects the leader's pod label, the readiness probe
   is one a standby passes (or rolling updates would never complete), the downward API and
-  RBAC let a replica label its own pod; the Prometheus annotations name the metrics port
+  RBAC let a replica label its own pod; the Prometheus annotations name the metrics port; the
+  Service's views port is where kubectl schedext looks, and the viewer role opens only it
   (the chart's renderings too);
 * sidecar mode as shipped: kube-scheduler with the ConfigMap of deploy-sidecar.yaml, schedext
   beside it, both with nothing but the pod's ServiceAccount token and the RBAC of rbac.yaml,
@@ -340,21 +341,21 @@ def test_prometheus_annotations_point_at_the_metrics_only_port(source: Source) -
     assert {"name": "metrics", "containerPort": int(port), "protocol": "TCP"} in schedext["ports"]
 
 
-@pytest.mark.parametrize("manifest", [SIDECAR, MTLS], ids=lambda p: p.name)
+@pytest.mark.parametrize("source", SOURCES, ids=source_id)
 def test_the_views_port_is_where_kubectl_schedext_looks_and_the_viewer_role_opens_only_it(
-    manifest: Path,
+    source: Source,
 ) -> None:
-    """The plugin's defaults (Service, namespace, port name) are what both modes install; the
-    Service's views port leads to schedext's --views-port, and only there; schedext-viewer
-    grants get on exactly that proxy name."""
+    """The plugin's defaults (Service, namespace, port name) are what both modes install, with
+    the files or the chart; the Service's views port leads to schedext's --views-port, and
+    only there; schedext-viewer grants get on exactly that proxy name."""
     target = Target()  # kubectl schedext's defaults
-    service = next(d for d in documents(manifest) if d["kind"] == "Service")
+    (service,) = (d for d in objects(source) if d["kind"] == "Service")
     assert (service["metadata"]["namespace"], service["metadata"]["name"]) == (
         target.namespace,
         target.service,
     )
     views = next(p for p in service["spec"]["ports"] if p["name"] == target.port)
-    deployment = deployment_of(manifest, "schedext")
+    deployment = deployment_of(source, "schedext")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() - {ROLE_LABEL: LEADER}.items() <= labels.items()
     schedext = container_of(deployment["spec"]["template"]["spec"], "schedext")
@@ -362,8 +363,11 @@ def test_the_views_port_is_where_kubectl_schedext_looks_and_the_viewer_role_open
     args = flags(schedext["args"])
     assert named_ports[views["targetPort"]] == int(args["--views-port"])
     assert args["--views-port"] not in (args["--port"], args["--metrics-port"])
-    (role,) = documents(MANIFESTS / "viewer-rbac.yaml")
-    assert role["metadata"]["name"] == VIEWER_ROLE
+    # The role of viewer-rbac.yaml beside a manifest, the chart's own.
+    rbac = objects(MANIFESTS / "viewer-rbac.yaml" if isinstance(source, Path) else source)
+    (role,) = (
+        d for d in rbac if d["kind"] == "ClusterRole" and d["metadata"]["name"] == VIEWER_ROLE
+    )
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["services/proxy"],
          "resourceNames": [target.proxy_name], "verbs": ["get"]}

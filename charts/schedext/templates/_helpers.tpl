@@ -139,8 +139,8 @@ certificate aside).
 {{- end }}
 
 {{/*
-The schedext container's arguments beyond the transport: its settings file, leader
-election and the metrics listener.
+The schedext container's arguments beyond the transport: its settings file, the metrics
+listener and the views listener.
 */}}
 {{- define "schedext.commonArgs" -}}
 - --config={{ include "schedext.configDir" . }}/schedext.yaml
@@ -148,12 +148,35 @@ election and the metrics listener.
 # /metrics and /healthz only, plain HTTP on every address, for Prometheus.
 - --metrics-port={{ .Values.metrics.port }}
 {{- end }}
+{{- if .Values.views.port }}
+# The read-only views only, plain HTTP on every address, for the Service's `views` port
+# (kubectl schedext).
+- --views-port={{ .Values.views.port }}
+{{- end }}
 {{- end }}
 
-{{- define "schedext.metricsPort" -}}
+{{/* The container ports of schedext's plain-HTTP listeners: metrics, views. */}}
+{{- define "schedext.plainPorts" -}}
 {{- if .Values.metrics.port }}
 - {name: metrics, containerPort: {{ .Values.metrics.port }}, protocol: TCP}
 {{- end }}
+{{- if .Values.views.port }}
+- {name: views, containerPort: {{ .Values.views.port }}, protocol: TCP}
+{{- end }}
+{{- end }}
+
+{{/* The Service port `views`, which kubectl schedext names in its proxy URL. */}}
+{{- define "schedext.viewsServicePort" -}}
+- {name: views, port: {{ .Values.views.port }}, targetPort: views, protocol: TCP}
+{{- end }}
+
+{{/*
+The labels of the Prometheus Operator's objects: the chart's, and monitoring.labels (the
+chart's win where both name one).
+*/}}
+{{- define "schedext.monitoringLabels" -}}
+{{- $labels := include "schedext.labels" (dict "name" .name "root" .root) | fromYaml }}
+{{- toYaml (merge $labels (.root.Values.monitoring.labels | default dict)) }}
 {{- end }}
 
 {{- define "schedext.imagePullSecrets" -}}
@@ -214,6 +237,22 @@ a sentence saying why.
 {{- end }}
 {{- if and (eq .Values.mode "mtls") (gt (int .Values.schedext.replicas) 1) (not .Values.schedext.leaderElect) }}
 {{- fail "schedext.replicas > 1 needs schedext.leaderElect: two inventories answering at once could hand out a GPU twice" }}
+{{- end }}
+{{- with .Values.views.port }}
+{{- $verbs := ternary "8443" "8888" (eq $.Values.mode "mtls") }}
+{{- $taken := dict $verbs (printf "the verbs' port %s" $verbs) }}
+{{- if eq $.Values.mode "sidecar" }}
+{{- $_ := set $taken "10259" "kube-scheduler's secure port 10259 in the same pod" }}
+{{- end }}
+{{- with $.Values.metrics.port }}
+{{- $_ := set $taken (toString (int .)) "metrics.port" }}
+{{- end }}
+{{- with get $taken (toString (int .)) }}
+{{- fail (printf "views.port must differ from %s: each listener of the pod needs a port of its own" .) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.monitoring.podMonitors (not .Values.metrics.port) }}
+{{- fail "monitoring.podMonitors needs metrics.port: the PodMonitor schedext scrapes the container port named metrics, which exists only with it" }}
 {{- end }}
 {{- if and .Values.agent.enabled (eq .Values.agent.namespace .Release.Namespace) }}
 {{- fail (printf "agent.namespace must differ from the release namespace %s: the agent needs root and a hostPath, which the \"restricted\" Pod Security Standard of the release namespace forbids" .Release.Namespace) }}
