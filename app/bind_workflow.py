@@ -10,14 +10,16 @@ route only decodes the request and encodes the outcome.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from app.binder import BindError
+from app.binder import BindError, BindOutcomeUnknownError
 from app.events import PodEvent
 from app.service import Service
 from extender.errors import BindRefusedError
+from extender.model import BindPlan
 
 __all__ = ["BindOutcome", "bind_pod"]
 
@@ -56,6 +58,7 @@ async def bind_pod(
             },
         )
         return BindOutcome(str(error), "refused")
+    writing = False
     try:
         if plan.group is not None:
             failure = await service.gangs.wait(plan, service.scheduler, service.clock)
@@ -71,16 +74,22 @@ async def bind_pod(
                     },
                 )
                 return BindOutcome(failure, "gang_released")
+        writing = True  # from here a Binding may go out
         await service.binder.bind(plan)
     except BindError as error:
-        service.scheduler.abort_bind(plan)
+        unknown = isinstance(error, BindOutcomeUnknownError)
+        _give_back(service, plan, keep=unknown)
         log.warning(
-            "bind failed",
+            "bind outcome unknown" if unknown else "bind failed",
             extra={"pod": plan.key, "node": plan.node, "decision": "failed", "reason": str(error)},
         )
         return BindOutcome(str(error), "failed")
+    except asyncio.CancelledError:
+        # kube-scheduler gave up on the call: a Binding already sent may still be written.
+        _give_back(service, plan, keep=writing)
+        raise
     except BaseException:
-        service.scheduler.abort_bind(plan)  # cancelled or crashed: give the GPUs back
+        service.scheduler.abort_bind(plan)  # crashed: give the GPUs back
         raise
     service.scheduler.confirm_bind(plan, awaiting_watch=service.binder.confirmed_by_watch)
     service.metrics.placed(plan.choice.value)
@@ -100,3 +109,12 @@ async def bind_pod(
         },
     )
     return BindOutcome("", "bound")
+
+
+def _give_back(service: Service, plan: BindPlan, *, keep: bool) -> None:
+    """After a failed bind: what it reserved goes back, or (``keep``: a Binding may have been
+    written) stays for the watch to settle (see app.binder.BindOutcomeUnknownError)."""
+    if keep:
+        service.scheduler.doubt_bind(plan, now=service.clock())
+    else:
+        service.scheduler.abort_bind(plan)

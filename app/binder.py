@@ -10,11 +10,19 @@ from typing import Protocol
 
 from extender.model import BindPlan
 
-__all__ = ["BindError", "Binder", "InMemoryBinder"]
+__all__ = ["BindError", "BindOutcomeUnknownError", "Binder", "InMemoryBinder"]
 
 
 class BindError(Exception):
     """The bind did not happen; ``str(error)`` is the message for kube-scheduler."""
+
+
+class BindOutcomeUnknownError(BindError):
+    """A Binding was sent and its answer never came (a timeout, a dropped connection, a 5xx):
+    the API server may have written it. The pod may be bound as planned, so what the bind
+    reserved must stay reserved until the watch tells (the pod bound, or gone) or the
+    reservation's time runs out; giving it back at once would hand the same GPUs and address
+    to the next pod (found by the fault soak, under a slowed API)."""
 
 
 class Binder(Protocol):

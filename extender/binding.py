@@ -160,6 +160,16 @@ def abort(inventory: Inventory, plan: BindPlan) -> None:
         inventory.remove_holding(plan.uid)
 
 
+def doubt(inventory: Inventory, plan: BindPlan, *, expires_at: float) -> None:
+    """The bind's outcome is unknown (a Binding went out and its answer was lost): what it
+    reserved stays reserved until the watch shows the pod bound (the reservation becomes its
+    holding) or gone, or until ``expires_at``. Never given back at once: the pod may be bound
+    as planned, and the next pod would get the same GPUs and address."""
+    held = inventory.holding(plan.uid)
+    if held is not None and held.kind is HoldingKind.RESERVED and held.node == plan.node:
+        inventory.upsert_holding(dataclasses.replace(held, expires_at=expires_at))
+
+
 def _address(inventory: Inventory, request: PodRequest, node: str) -> tuple[str, str] | None:
     """(pool, address) to bind with, for a pod that asks for one."""
     context = ip_context(inventory, request)

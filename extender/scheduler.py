@@ -239,6 +239,11 @@ class Scheduler(Intake):
         """The bind failed: give the reserved resources back."""
         binding.abort(self._inventory, plan)
 
+    def doubt_bind(self, plan: BindPlan, *, now: float) -> None:
+        """The bind's outcome is unknown: keep what it reserved until the watch settles it, or
+        for the reservation's time (see :func:`extender.binding.doubt`)."""
+        binding.doubt(self._inventory, plan, expires_at=now + self._reservation_ttl)
+
     def age_live_use(self, wall_now: float) -> None:
         """Ignore node agents' live-use samples older than ``live_use_stale_s`` at
         ``wall_now`` (Unix seconds: samples carry the agent's wall-clock time)."""

@@ -39,6 +39,8 @@ class HandlerTransport:
         try:
             answer = self._handle(request)
             return await answer if inspect.isawaitable(answer) else answer
+        except httpx.ConnectError as error:  # as aiohttp's connector error: nothing was sent
+            raise TransportError(f"{type(error).__name__}: {error}", sent=False) from None
         except httpx.TransportError as error:
             raise TransportError(f"{type(error).__name__}: {error}") from None
 
@@ -59,6 +61,8 @@ class HandlerTransport:
                     method, url, params=params, headers=headers, body=body, timeout=limits
                 )
                 return response.status_code, await response.aread()
+        except httpx.ConnectError as error:  # as aiohttp's connector error: nothing was sent
+            raise TransportError(f"{type(error).__name__}: {error}", sent=False) from None
         except httpx.TransportError as error:
             raise TransportError(f"{type(error).__name__}: {error}") from None
         except TimeoutError:

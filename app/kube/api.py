@@ -163,7 +163,7 @@ class KubeApi:
                 timeout=self._timeout if timeout is None else timeout,
             )
         except TransportError as error:
-            raise ApiTransientError(f"{method} {path}: {error}") from None
+            raise ApiTransientError(f"{method} {path}: {error}", sent=error.sent) from None
         if status >= 300:
             raise _status_error(method, path, status, body)
         return body

@@ -11,6 +11,11 @@ only what is left of it, and the whole is cancelled when it runs out, so kube-sc
 gets the answer. Retries are decided by error type. A 409 is explained by reading the pod:
 deleted, re-created, bound elsewhere (an error), already bound here by our earlier attempt
 whose answer was lost (success), or a passing write conflict (retried).
+
+A failure is one of two kinds. :class:`BindError`: the Binding was certainly not written
+(refused, the pod gone, bound elsewhere, or never sent). :class:`BindOutcomeUnknownError`: a
+Binding went out and no answer settled it (the deadline passed, the connection dropped, the
+server answered 5xx); the caller then keeps the reservation for the watch to settle.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.binder import BindError
+from app.binder import BindError, BindOutcomeUnknownError
 from app.kube.api import Deadline, KubeApi
 from app.kube.claims import delete_claim, ensure_claim
 from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError, ApiTransientError
@@ -56,37 +61,50 @@ class ApiBinder:
         the pod carries it), then the Binding; a claim created here goes if the bind fails.
         All of it within ``deadline_s``, or BindError."""
         deadline = Deadline.after(self._deadline_s, self._clock)
+        sent = [False]  # whether a Binding has gone out
         try:
             async with asyncio.timeout(self._deadline_s):
-                await self._bind_with_claim(plan, deadline)
+                await self._bind_with_claim(plan, deadline, sent)
         except TimeoutError:
             # A claim created by now stays: it names this pod's identity, the retried bind
             # reuses it, and it is released if the identity goes away (see ClaimReleaser).
-            raise BindError(
-                f"binding {plan.key} to {plan.node} did not finish within "
-                f"{self._deadline_s:g}s (bind.api_deadline_s); kube-scheduler will retry"
-            ) from None
+            error = (
+                BindOutcomeUnknownError(
+                    f"binding {plan.key} to {plan.node} got no answer within "
+                    f"{self._deadline_s:g}s (bind.api_deadline_s); it may have been written, "
+                    "so its GPUs and address stay reserved until the pod is seen"
+                )
+                if sent[0]
+                else BindError(
+                    f"binding {plan.key} to {plan.node} did not finish within "
+                    f"{self._deadline_s:g}s (bind.api_deadline_s); kube-scheduler will retry"
+                )
+            )
+            raise error from None
 
-    async def _bind_with_claim(self, plan: BindPlan, deadline: Deadline) -> None:
+    async def _bind_with_claim(self, plan: BindPlan, deadline: Deadline, sent: list[bool]) -> None:
         claim = plan.claim
         created = await ensure_claim(self._api, claim, deadline) if claim is not None else False
         try:
-            await self._bind(plan, deadline)
-        except BindError:
-            if created and claim is not None:
+            await self._bind(plan, deadline, sent)
+        except BindError as error:
+            # A Binding that may have been written keeps the claim its pod may carry.
+            if created and claim is not None and not isinstance(error, BindOutcomeUnknownError):
                 try:
                     await delete_claim(self._api, claim.name, timeout=deadline.left())
                 except ApiError as error:
                     log.warning("could not delete IPClaim %s: %s", claim.name, error)
             raise
 
-    async def _bind(self, plan: BindPlan, deadline: Deadline) -> None:
+    async def _bind(self, plan: BindPlan, deadline: Deadline, sent: list[bool]) -> None:
         path = f"/api/v1/namespaces/{plan.namespace}/pods/{plan.name}/binding"
         body = _binding(plan)
         delay = 0.1
         last: ApiError | None = None
+        errors: list[ApiError] = []  # every failed attempt: any may have written the Binding
         for _ in range(self._attempts):
             try:
+                sent[0] = True
                 await self._api.post(path, body, timeout=deadline.left())
                 return
             except ApiNotFoundError:
@@ -97,6 +115,7 @@ class ApiBinder:
                 last = error
             except ApiTransientError as error:
                 last = error
+                errors.append(error)
             except ApiError as error:
                 raise BindError(f"binding {plan.key} to {plan.node} was refused: {error}") from None
             if self._clock() + delay > deadline.at:
@@ -104,6 +123,14 @@ class ApiBinder:
             log.info("bind of %s: %s; retrying in %.1fs", plan.key, last, delay)
             await self._sleep(delay)
             delay *= 2
+        # Only transient errors and unexplained conflicts get here. An answer lost after
+        # sending, or a 500/504, may hide a Binding the server wrote; a refused connection, a
+        # 429 or a 503 did not write it, nor did a conflict read back as not ours.
+        if any(error.maybe_written for error in errors):
+            raise BindOutcomeUnknownError(
+                f"binding {plan.key} to {plan.node} failed: {last}; it may have been written, "
+                "so its GPUs and address stay reserved until the pod is seen"
+            )
         raise BindError(f"binding {plan.key} to {plan.node} failed: {last}")
 
     async def _already_done(self, plan: BindPlan, deadline: Deadline) -> bool:

@@ -25,7 +25,13 @@ KEEPALIVE_S = 5.0
 
 
 class TransportError(Exception):
-    """No answer: the connection was refused, cut or timed out, or TLS failed."""
+    """No answer: the connection was refused, cut or timed out, or TLS failed. ``sent``:
+    whether the request may have reached the server (False only when no connection was
+    made), which decides whether a write may have happened."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class Transport(Protocol):
@@ -98,6 +104,8 @@ class AiohttpTransport:
                 return response.status, await response.read()
         except TimeoutError:  # before OSError, its base class
             raise TransportError(f"no answer within {timeout:g}s") from None
+        except aiohttp.ClientConnectorError as error:  # no connection: nothing was sent
+            raise TransportError(_describe(error), sent=False) from None
         except (aiohttp.ClientError, OSError) as error:
             raise TransportError(_describe(error)) from None
 
