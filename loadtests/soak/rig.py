@@ -26,6 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,7 @@ class Rig:
         self._front_api: KubeApi | None = None
         self._config = ""
         self._lock = threading.Lock()  # a replica's process is replaced under it
+        self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="soak-starter")
         self.scheduler_held = False  # a fault restarts kube-scheduler: not to be started meanwhile
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -145,6 +147,7 @@ class Rig:
         self._stack.close()
 
     def _start(self) -> None:
+        self._stack.callback(self._starter.shutdown)  # last: after the replicas stopped
         cp = self._stack.enter_context(ControlPlane(find_binaries(), self.work_dir / "cp"))
         self.cp = cp
         kubeload.install_crds(cp)
@@ -258,8 +261,11 @@ class Rig:
     # --- replicas -------------------------------------------------------------------------
 
     def _start_replica(self, replica: Replica) -> None:
+        # Always from the starter's one thread: a replica is forked with PDEATHSIG, which
+        # kills it when the thread that forked it ends, and the fault and watch threads end
+        # before the run does (they did, and took both replicas with them).
         with self._lock:
-            replica.process.start()
+            self._starter.submit(replica.process.start).result()
             replica.starts += 1
 
     def _stop_replica(self, replica: Replica, *, sig: signal.Signals = signal.SIGTERM) -> None:
