@@ -24,7 +24,7 @@ from extender.ipam import IPClaimSpec, IPPoolSpec, ip_claim_spec, ip_pool_spec
 from extender.model import Holding, HoldingKind, NodeSpec, PodRequest
 from extender.nodes import node_spec
 from extender.pending import PendingPods
-from extender.quotas import QuotaBook, QuotaError, QuotaSpec, quota_spec
+from extender.quotas import Departures, QuotaBook, QuotaError, QuotaSpec, quota_spec
 from extender.requests import (
     PodRequestError,
     group_key,
@@ -49,6 +49,7 @@ class Books:
     pending: PendingPods
     gangs: GangBook
     evictions: EvictionBook
+    departures: Departures
     statefulsets: StatefulSetBook
     gpu_resource: str
     shares: ShareResources
@@ -86,6 +87,7 @@ class Intake:
         b.inventory.addresses.waits.forget(uid)
         b.pending.forget(uid)
         b.evictions.placed(uid)
+        b.departures.placed(uid)
         b.gangs.forget(uid)
         b.statefulsets.forget_pod(uid)
 
@@ -193,6 +195,7 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
         b.pending.forget(uid)
         b.gangs.track(uid, holding.group, None)
         b.evictions.placed(uid)
+        b.departures.placed(uid)
         return
     held = b.inventory.holding(uid)
     if held is not None and held.kind is HoldingKind.BOUND:

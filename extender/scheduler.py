@@ -82,7 +82,8 @@ class Scheduler(Intake):
         # What preempt approved, so that filter can tell its own watch lagging behind
         # kube-scheduler's from a node that is really full (see extender.evictions).
         self._evictions = EvictionBook(ttl_s=victim_memory_s, capacity=pending_capacity)
-        self._removals_seen = 0  # the inventory's removals when preemptors were last nudged
+        # The inventory's removals and the approvals forgotten when preemptors were last nudged.
+        self._removals_seen = 0
         self._statefulsets = StatefulSetBook()
         # How the pods schedext rated were placed: offers are made at filter or prioritize
         # and taken at bind, so the few in flight matter, not every pending pod.
@@ -96,6 +97,7 @@ class Scheduler(Intake):
                 pending=self._pending,
                 gangs=self._gangs.book,
                 evictions=self._evictions,
+                departures=self._departures,
                 statefulsets=self._statefulsets,
                 gpu_resource=config.gpu_resource,
                 shares=config.shares,
@@ -177,7 +179,7 @@ class Scheduler(Intake):
             approved = {n: v.uids for n, v in chosen.items()}
             self._evictions.record(uid, approved, now)
             if len(self._quotas):
-                self._departures.record(approved, now)
+                self._departures.record(uid, approved, now)
                 if not approved and len(self._departures):
                     self._evictions.retry(uid)  # the leaving may make its room
         return chosen
@@ -315,8 +317,10 @@ class Scheduler(Intake):
         """(namespace/name, uid) of the preemptors, still pending, whose victims on some node
         schedext has seen all go: the shell has kube-scheduler retry them, which it may not
         do on its own (see extender.evictions)."""
-        freed = self._inventory.removals != self._removals_seen
-        self._removals_seen = self._inventory.removals
+        # Something freed: a pod gone, or approvals forgotten that held others' victims back.
+        removals = self._inventory.removals + self._departures.forgotten
+        freed = removals != self._removals_seen
+        self._removals_seen = removals
         if not len(self._evictions):
             return []
         held = self._inventory.holding

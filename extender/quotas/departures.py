@@ -20,6 +20,14 @@ victims at once, so the node is soon known, and an approval it never acted on (i
 node worth it after all) is forgotten after ``ttl_s``. A preemptor turned away meanwhile
 is sent back once its victims are seen gone (:mod:`extender.evictions`).
 
+An approval kube-scheduler did not act on (it asked again for the same pod, or placed it
+elsewhere) would count until ``ttl_s``, and so hold other preemptors back for two minutes.
+But once a preemptor is seen placed, every victim deleted for it has been seen gone before:
+kube-scheduler deletes the victims before it binds the pod, and one watch brings a pod's
+events in the order they were written. So :meth:`Departures.placed` forgets all of a placed
+(or deleted) preemptor's approvals at once: those it acted on count nothing more, and the
+rest never will.
+
 Only the victim rule reads this. Admission goes on counting a leaving pod until it is gone,
 which never lets a namespace past its max.
 """
@@ -38,6 +46,7 @@ __all__ = ["Departures"]
 
 @dataclass(frozen=True, slots=True)
 class _Approval:
+    preemptor: str  # its UID
     victims: Mapping[str, frozenset[str]]  # node name -> victim UIDs approved there
     expires_at: float
 
@@ -52,20 +61,30 @@ class Departures:
         self._ttl_s = ttl_s
         self._capacity = capacity
         self._approvals: list[_Approval] = []
+        self.forgotten = 0  # approvals dropped by :meth:`placed`, ever: room may have come
 
     def __len__(self) -> int:
         return len(self._approvals)
 
-    def record(self, victims: Mapping[str, Iterable[str]], now: float) -> None:
-        """Preempt approved ``victims`` (per node). Unlike the eviction book, a later answer
-        for the same preemptor does not replace this one: kube-scheduler may already be
-        deleting what it approved."""
+    def record(self, preemptor: str, victims: Mapping[str, Iterable[str]], now: float) -> None:
+        """Preempt approved ``victims`` (per node) for ``preemptor``. Unlike the eviction
+        book, a later answer for the same preemptor does not replace this one: kube-scheduler
+        may already be deleting what it approved."""
         approved = {node: frozenset(uids) for node, uids in victims.items() if uids}
         if not approved:
             return
-        self._approvals.append(_Approval(approved, now + self._ttl_s))
+        self._approvals.append(_Approval(preemptor, approved, now + self._ttl_s))
         if len(self._approvals) > self._capacity:
             del self._approvals[: len(self._approvals) - self._capacity]  # the oldest
+
+    def placed(self, preemptor: str) -> bool:
+        """``preemptor`` was seen bound, or gone: forget its approvals (see the module's
+        docstring); whether there were any."""
+        kept = [a for a in self._approvals if a.preemptor != preemptor]
+        dropped = len(self._approvals) - len(kept)
+        self._approvals = kept
+        self.forgotten += dropped
+        return bool(dropped)
 
     def deduct(self, use: Use, held: Callable[[str], Holding | None], now: float | None) -> Use:
         """``use`` less what may be leaving (:meth:`going`): the victim rule's view of which

@@ -59,21 +59,37 @@ def test_what_is_leaving(
     approvals: list[Approval], gone: set[str], now: float, leaving: dict[str, Amounts]
 ) -> None:
     book = Departures(ttl_s=10.0)
-    for approval in approvals:
-        book.record(approval, now=0.0)
+    for index, approval in enumerate(approvals):
+        book.record(f"b-{index}", approval, now=0.0)
     assert book.going(lambda uid: None if uid in gone else HELD.get(uid), now) == leaving
 
 
 def test_settled_and_expired_approvals_are_dropped_and_the_book_is_bounded() -> None:
     book = Departures(ttl_s=10.0, capacity=2)
     for uid in ("a0", "a1", "a2"):
-        book.record({"x": [uid]}, now=0.0)
-    book.record({"x": []}, now=0.0)  # nothing approved: nothing kept
+        book.record("b-0", {"x": [uid]}, now=0.0)
+    book.record("b-1", {"x": []}, now=0.0)  # nothing approved: nothing kept
     assert len(book) == 2  # the oldest went
     book.going(lambda uid: None if uid == "a1" else HELD[uid], 1.0)
     assert len(book) == 1
     book.going(HELD.get, 10.0)
     assert len(book) == 0
+
+
+def test_a_placed_preemptor_s_approvals_are_forgotten_at_once() -> None:
+    """kube-scheduler deletes a preemptor's victims before it binds the preemptor, and the
+    pod watch brings events in order: once schedext sees it bound, victims deleted for it
+    are already seen gone, and those still held were never going. Found with the lagging
+    reclaim test: approvals never acted on held team-b back until their time ran out."""
+    book = Departures(ttl_s=100.0)
+    book.record("b-0", {"x": ["a0"], "y": ["a1"]}, now=0.0)
+    book.record("b-0", {"x": ["a2"]}, now=0.0)  # asked again: which one was acted on?
+    book.record("b-1", {"y": ["a3"]}, now=0.0)
+    assert book.going(HELD.get, 1.0) == {"team-a": Amounts(gpus=3)}
+    assert book.placed("b-0")
+    assert book.forgotten == 2
+    assert book.going(HELD.get, 1.0) == {"team-a": Amounts(gpus=1)}  # b-1's alone
+    assert not book.placed("b-0")
 
 
 # ---------------------------------------------------------------- the race, through the verbs
@@ -146,3 +162,25 @@ def test_a_preemptor_turned_away_while_victims_leave_is_sent_back_when_they_go()
     assert scheduler.take_preemptor_requeues() == []  # nothing freed since
     scheduler.delete_pod("a2")
     assert scheduler.take_preemptor_requeues() == [("team-b/b-1", "b-1")]
+
+
+def test_a_preemptor_turned_away_is_sent_back_when_the_approvals_holding_it_back_end() -> None:
+    """b-0 was offered victims on x and on y, and kube-scheduler, with a fresher view than
+    schedext's, placed it on x without taking y's. Until schedext saw b-0 bound, y's victims
+    counted as leaving and b-1 was turned away; once it does, b-1 is sent back, and finds
+    its victims on y."""
+    scheduler = _scheduler()
+    waiting = make_pod("b-1", uid="b-1", namespace="team-b", gpus=2, priority=100)
+    scheduler.upsert_pod(waiting)
+    _preempt(scheduler, "b-0", {"x": X, "y": Y})
+    _preempt(scheduler, "b-0", {"x": X[2:]})  # kube-scheduler asked again, took x's
+    scheduler.take_preemptor_requeues()
+    assert _preempt(scheduler, "b-1", {"y": Y}) == {}  # team-a looks at its min
+    for uid in ("a2", "a3"):
+        scheduler.delete_pod(uid)
+    scheduler.take_preemptor_requeues()
+    bound = make_pod("b-0", uid="b-0", namespace="team-b", gpus=2, priority=100, node="x",
+                     gpu_ids=[2, 3])  # fmt: skip
+    scheduler.upsert_pod(bound)
+    assert ("team-b/b-1", "b-1") in scheduler.take_preemptor_requeues()
+    assert _preempt(scheduler, "b-1", {"y": Y}) == {"y": {"a4", "a5"}}
