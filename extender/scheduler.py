@@ -367,6 +367,12 @@ class Scheduler(Intake):
                 return {}  # its group is unknown: no node is worth preempting on for it
         held = self._inventory.holding
         use = self._departures.deduct(self._inventory.namespace_use, held, now)
+        taken = (
+            self._departures.leaving(held, now, besides=request.uid)
+            if now is not None and len(self._departures)
+            else frozenset()
+        )
+        rule = victim_rule(self._quotas, request.namespace, amounts(request), used=use, taken=taken)
         return select_victims(
             self._inventory,
             request,
@@ -374,7 +380,7 @@ class Scheduler(Intake):
             self.config,
             gang_victims=self._gang_victims,
             group_can_fit=group_can_fit,
-            rule=victim_rule(self._quotas, request.namespace, amounts(request), used=use),
+            rule=rule,
         )
 
     def _quota_hold(self, request: PodRequest) -> QuotaHold | None:

@@ -96,6 +96,25 @@ class Departures:
             return use
         return lambda namespace: use(namespace).minus(going.get(namespace, ZERO))
 
+    def leaving(
+        self, held: Callable[[str], Holding | None], now: float, *, besides: str
+    ) -> frozenset[str]:
+        """The victims still held that other preemptors than ``besides`` may be taking: on
+        the node kube-scheduler chose, once known, else on every node approved. kube-
+        scheduler's asynchronous preemption can pick a victim already being deleted for
+        another preemptor (its cache lags its own deletions), and one pod going makes room
+        for one preemptor: offered again, it leaves the second without room, and with a
+        team at its min, without any other victim either (the lagging reclaim test saw the
+        four preemptors of team-b get three victims, and wait)."""
+        taken: set[str] = set()
+        for approval in self._approvals:
+            if approval.preemptor == besides or now >= approval.expires_at:
+                continue
+            still = _still_held(approval, held)
+            if still is not None:
+                taken.update(h.uid for holdings in still[0].values() for h in holdings)
+        return frozenset(taken)
+
     def going(self, held: Callable[[str], Holding | None], now: float) -> dict[str, Amounts]:
         """Per namespace, what its pods still held but approved as victims may add up to:
         the part of its use that may be leaving. Where the node is known, a victim counts

@@ -43,9 +43,12 @@ class VictimRule:
     reclaim: bool  # the preemptor takes back borrowed capacity: borrowers go first
     # Other namespaces over their min: what each holds over it, in the kinds it is over in.
     excess: Mapping[str, tuple[tuple[Kind, int], ...]] = field(default_factory=dict)
+    # Victims already approved for other preemptors and maybe leaving (Departures.leaving):
+    # a pod that goes makes room for one preemptor, so it is not offered to a second.
+    taken: frozenset[str] = frozenset()
 
     def allows(self, holding: Holding) -> bool:
-        return holding.namespace not in self.protected
+        return holding.namespace not in self.protected and holding.uid not in self.taken
 
     def first(self, holding: Holding) -> bool:
         return self.reclaim and holding.namespace in self.borrowers
@@ -66,9 +69,16 @@ class VictimRule:
         )
 
 
-def victim_rule(book: QuotaBook, namespace: str, asked: Amounts, *, used: Use) -> VictimRule | None:
+def victim_rule(
+    book: QuotaBook,
+    namespace: str,
+    asked: Amounts,
+    *,
+    used: Use,
+    taken: frozenset[str] = frozenset(),
+) -> VictimRule | None:
     """The rule for a preemptor of ``namespace`` that asks for ``asked``; None without quotas
-    (preemption as it always was)."""
+    (preemption as it always was). ``taken``: victims other preemptors may be taking."""
     if not len(book):
         return None
     protected: set[str] = set()
@@ -95,4 +105,4 @@ def victim_rule(book: QuotaBook, namespace: str, asked: Amounts, *, used: Use) -
     if own is not None and any(asked[limit.kind] for limit in own.guarantees):
         use = used(namespace)
         reclaim = all(use[limit.kind] + asked[limit.kind] <= limit.min for limit in own.guarantees)
-    return VictimRule(frozenset(protected), frozenset(borrowers), reclaim, excess)
+    return VictimRule(frozenset(protected), frozenset(borrowers), reclaim, excess, taken)

@@ -184,3 +184,27 @@ def test_a_preemptor_turned_away_is_sent_back_when_the_approvals_holding_it_back
     scheduler.upsert_pod(bound)
     assert ("team-b/b-1", "b-1") in scheduler.take_preemptor_requeues()
     assert _preempt(scheduler, "b-1", {"y": Y}) == {"y": {"a4", "a5"}}
+
+
+def _preempt_one(scheduler: Scheduler, preemptor: str, candidates: Approval) -> Chosen:
+    pod = make_pod(preemptor, uid=preemptor, namespace="team-b", gpus=1, priority=100)
+    proposed = {node: [Victim(uid) for uid in uids] for node, uids in candidates.items()}
+    return {n: set(v.uids) for n, v in scheduler.preempt(pod, proposed, now=1.0).items()}
+
+
+def test_preemptors_get_distinct_victims_while_the_watch_lags() -> None:
+    """The lagging reclaim test under load: four 1-GPU preemptors of team-b, one after the
+    other on y, before schedext has seen any victim go. A victim approved for one is not
+    offered to the next (it makes room once), so each gets its own, and team-a ends at its
+    min: the fifth gets none."""
+    scheduler = _scheduler()
+    answers = [_preempt_one(scheduler, f"b-{i}", {"y": Y}) for i in range(5)]
+    victims = [uid for answer in answers[:4] for uid in answer["y"]]
+    assert sorted(victims) == sorted(Y)  # four distinct victims, all of y's
+    assert answers[4] == {}
+
+
+def test_a_preemptor_asked_again_may_get_its_own_victims_again() -> None:
+    scheduler = _scheduler()
+    first = _preempt_one(scheduler, "b-0", {"y": Y})
+    assert _preempt_one(scheduler, "b-0", {"y": Y}) == first
