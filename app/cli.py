@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import ssl
 import sys
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 
 from app import __version__, logs
 from app.agent.command import add_command as add_agent_command
+from app.pipes import reader_gone
 from app.plugin.tables import explanation_text
 from app.settings import Settings, load_settings
 from app.snapshot import SnapshotError
@@ -33,11 +33,6 @@ __all__ = ["main"]
 log = logging.getLogger("schedext")
 
 
-# What a shell reports for a command killed by SIGPIPE (128 + 13), as for `kubectl get pods |
-# head` or `cat big | head`: the output was cut short, which `set -o pipefail` should see.
-_BROKEN_PIPE = 141
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; its exit status. Output into a pipe its reader closed early (``schedext
     explain ns/pod | head``) ends the command quietly, with status 141."""
@@ -49,12 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # rather than at the interpreter's exit, which prints a traceback.
             sys.stdout.flush()
     except BrokenPipeError:
-        # Nothing more can reach the reader, and the interpreter's own flush at exit must
-        # not try again: stdout goes to /dev/null.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return _BROKEN_PIPE
+        return reader_gone()
 
 
 def _command(argv: Sequence[str] | None) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
+from app.pipes import reader_gone
 from app.plugin import tables
 from app.plugin.access import (
     DEFAULT_NAMESPACE,
@@ -34,7 +34,6 @@ from app.plugin.access import (
 __all__ = ["main"]
 
 PROG = "kubectl schedext"
-BROKEN_PIPE = 141  # 128 + SIGPIPE
 INTERRUPTED = 130  # 128 + SIGINT
 # A namespace is a DNS label, a pod name a DNS subdomain.
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -225,12 +224,7 @@ def _emit(text: str) -> int:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
-        # Python flushes stdout again at exit, into the same closed pipe: point it at
-        # /dev/null first, so that nothing more is said.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return BROKEN_PIPE
+        return reader_gone()
     return 0
 
 
