@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from extender import names
-from tests.e2e.harness import pod_manifest
+from tests.e2e.harness import pod_manifest, statefulset_manifest
 
 __all__ = [
     "HIGH",
@@ -151,7 +151,9 @@ class Workload:
         elif kind is UnitKind.STICKY:
             replicas = rng.randint(1, 3)
             pool = rng.choice(self.pools)
-            unit.statefulset = _statefulset(name, namespace, replicas, labels)
+            unit.statefulset = statefulset_manifest(
+                name, replicas=replicas, namespace=namespace, labels=labels
+            )
             annotations = {names.IP_POOL: pool, names.IP_POLICY: "sticky"}
             unit.pods = [
                 _pod(
@@ -196,24 +198,6 @@ def _pod(
         annotations=annotations,
         priority_class=priority,
     )
-
-
-def _statefulset(name: str, namespace: str, replicas: int, labels: dict[str, str]) -> JSON:
-    """A StatefulSet object: no controller runs here, the runner makes its pods."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": name,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "main", "image": "registry.invalid/pause"}]},
-            },
-        },
-    }
 
 
 def _pod_group(

@@ -28,6 +28,7 @@ from tests.e2e.harness import (
     find_binaries,
     free_port,
     pod_manifest,
+    statefulset_manifest,
     wait_for,
 )
 from tests.e2e.proxy import LaggingProxy
@@ -279,20 +280,7 @@ class Cluster:
 
     def statefulset(self, name: str, *, replicas: int) -> str:
         """A StatefulSet object (no controller runs here: tests create its pods); its UID."""
-        body = {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": name, "namespace": self.namespace},
-            "spec": {
-                "replicas": replicas,
-                "serviceName": name,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": "main", "image": "registry.invalid/pause"}]},
-                },
-            },
-        }
+        body = statefulset_manifest(name, replicas=replicas, namespace=self.namespace)
         path = f"/apis/apps/v1/namespaces/{self.namespace}/statefulsets"
         return str(self.api.apply_raw("POST", path, body)["metadata"]["uid"])
 

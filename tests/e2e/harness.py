@@ -512,6 +512,36 @@ def pod_manifest(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+def statefulset_manifest(
+    name: str,
+    *,
+    replicas: int,
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> JSON:
+    """A StatefulSet object selecting ``app: name``. No controller runs here: tests create its
+    pods themselves (with ownerReferences to it)."""
+    metadata: JSON = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": metadata,
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "registry.invalid/pause"}]},
+            },
+        },
+    }
+
+
 _RETRIES_ON_429 = 10
 
 

@@ -5,8 +5,10 @@ shared by the manifest and mTLS end-to-end tests."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import ssl
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,22 @@ SYSTEM_NAMESPACE = "schedext-system"
 # Namespaced objects without a namespace (the examples) are applied here, as kubectl would.
 DEFAULT_NAMESPACE = "default"
 FIELD_MANAGER = "schedext-e2e"
+
+
+@contextlib.contextmanager
+def kube_with_namespaces(
+    control_plane: ControlPlane, namespaces: Iterable[dict[str, Any]]
+) -> Iterator[Kube]:
+    """A :class:`Kube` after applying ``namespaces`` for real: namespaced objects need them,
+    and their Pod Security labels make the API server check pod templates against
+    "restricted"."""
+    client = Kube(control_plane)
+    try:
+        for namespace in namespaces:
+            client.apply(namespace, dry_run=False)
+        yield client
+    finally:
+        client.close()
 
 
 def documents(path: Path) -> list[dict[str, Any]]:

@@ -43,7 +43,13 @@ from app.settings import load_settings
 from tests.e2e.conftest import GPU, Schedext
 from tests.e2e.harness import ApiError as HarnessApiError
 from tests.e2e.harness import ControlPlane, free_port, pod_manifest
-from tests.e2e.kubeapply import SYSTEM_NAMESPACE, Kube, documents, service_account_kubeconfig
+from tests.e2e.kubeapply import (
+    SYSTEM_NAMESPACE,
+    Kube,
+    documents,
+    kube_with_namespaces,
+    service_account_kubeconfig,
+)
 from tests.e2e.rendering import CHART, ROOT, Key, by_key, helm_template, key, run_tool
 from tests.e2e.test_manifests import OPERATOR_GROUPS, container_of, flags, new_lines
 from tests.e2e.test_mtls import running_cluster
@@ -134,15 +140,9 @@ def kube_version(control_plane: ControlPlane) -> str:
 
 @pytest.fixture(scope="module")
 def kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    client = Kube(control_plane)
-    # The release namespace, as the chart's README creates it: its Pod Security labels make
-    # the API server check the pod templates against "restricted".
-    for namespace in documents(MANIFESTS / "namespace.yaml"):
-        client.apply(namespace, dry_run=False)
-    try:
+    # The release namespace, as the chart's README creates it.
+    with kube_with_namespaces(control_plane, documents(MANIFESTS / "namespace.yaml")) as client:
         yield client
-    finally:
-        client.close()
 
 
 # --- helm lint, and the API server's word on every rendered object --------------------------

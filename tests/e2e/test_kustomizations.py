@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.e2e.harness import ControlPlane
-from tests.e2e.kubeapply import Kube, documents
+from tests.e2e.kubeapply import Kube, documents, kube_with_namespaces
 from tests.e2e.rendering import ROOT, Key, by_key, key, kustomize_build
 
 MANIFESTS = ROOT / "manifests"
@@ -51,15 +51,8 @@ def objects_of(files: list[str]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    client = Kube(control_plane)
-    # Applied for real: namespaced objects need it, and its Pod Security labels make the API
-    # server check the pod templates against "restricted".
-    for namespace in documents(MANIFESTS / "namespace.yaml"):
-        client.apply(namespace, dry_run=False)
-    try:
+    with kube_with_namespaces(control_plane, documents(MANIFESTS / "namespace.yaml")) as client:
         yield client
-    finally:
-        client.close()
 
 
 @pytest.mark.parametrize("directory", sorted(KUSTOMIZATIONS))

@@ -39,7 +39,13 @@ from app.kube.role import LEADER, ROLE_LABEL
 from app.plugin.access import VIEWER_ROLE, Target
 from tests.e2e.conftest import GROUP_LABEL, ROOT, SCHEDULER_CONFIG, Cluster, Schedext, eventually
 from tests.e2e.harness import ControlPlane
-from tests.e2e.kubeapply import SYSTEM_NAMESPACE, Kube, documents, service_account_kubeconfig
+from tests.e2e.kubeapply import (
+    SYSTEM_NAMESPACE,
+    Kube,
+    documents,
+    kube_with_namespaces,
+    service_account_kubeconfig,
+)
 from tests.e2e.rendering import helm_template
 from tests.e2e.test_mtls import ensure_namespace, running_cluster
 from tests.e2e.test_scheduling import H100
@@ -82,17 +88,10 @@ def api_objects() -> list[Any]:
 
 @pytest.fixture(scope="module")
 def kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    client = Kube(control_plane)
-    # Applied for real: namespaced objects need it, and its Pod Security labels make the API
-    # server check the pod templates of the Deployments against "restricted".
-    # (Every Namespace under manifests/: the node agent's has its own, schedext-node.)
-    for path in api_object_files():
-        for namespace in (d for d in documents(path) if d["kind"] == "Namespace"):
-            client.apply(namespace, dry_run=False)
-    try:
+    # Every Namespace under manifests/: the node agent's has its own, schedext-node.
+    namespaces = [d for p in api_object_files() for d in documents(p) if d["kind"] == "Namespace"]
+    with kube_with_namespaces(control_plane, namespaces) as client:
         yield client
-    finally:
-        client.close()
 
 
 @pytest.mark.parametrize(("path", "index"), api_objects())
