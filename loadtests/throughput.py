@@ -81,6 +81,8 @@ DELETE_NOW = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds":
 # The extenders that decide nothing (--floor), by phase letter.
 FLOORS = report.FLOORS
 GO_EXTENDER = kubeload.ROOT / "loadtests" / "goextender"
+# A prebuilt goextender binary to use instead of building one with go.
+GO_EXTENDER_BIN = "SCHEDEXT_GOEXTENDER_BIN"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -230,7 +232,13 @@ class Floors:
         self.workdir = workdir
         self.phases = [FLOORS[name] for name in names]
         self.go_binary = workdir / "goextender"
-        if "G" in self.phases:
+        prebuilt = os.environ.get(GO_EXTENDER_BIN)
+        if prebuilt:
+            # Built elsewhere (scripts/device-check carries one to a machine without Go).
+            self.go_binary = Path(prebuilt)
+            if not os.access(self.go_binary, os.X_OK):
+                raise SystemExit(f"--floor go: {GO_EXTENDER_BIN}={prebuilt} is not executable")
+        elif "G" in self.phases:
             try:
                 build_go_extender(self.go_binary)
             except RuntimeError as error:

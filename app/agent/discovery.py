@@ -64,6 +64,7 @@ class _Read:
     memory_mib: int = 0
     pci_bus_id: str = ""
     numa_node: int | None = None
+    minor: int | None = None
     mig_enabled: bool = False
     migs: tuple[MigSlice, ...] = ()
     problems: list[str] = field(default_factory=list)
@@ -91,6 +92,7 @@ def read_node(nvml: Nvml) -> tuple[str, tuple[Gpu, ...]]:
             health=_health(read),
             nvlink_peers=peers[read.index],
             migs=read.migs,
+            minor=read.minor,
         )
         for read in reads
     )
@@ -124,6 +126,7 @@ def _read_gpu(nvml: Nvml, index: int) -> _Read:
         read.memory_mib = memory.total // MIB if memory else 0
         read.pci_bus_id = _optional(lambda: nvml.pci_bus_id(index)) or ""
         read.numa_node = _optional(lambda: nvml.numa_node(index))
+        read.minor = _optional(lambda: nvml.minor_number(index))
         mig = _optional(lambda: nvml.mig_mode(index))
         read.mig_enabled = mig is not None and mig[0] == MIG_ENABLED  # the current mode
         if read.mig_enabled:

@@ -110,6 +110,12 @@ class Nvml(Protocol):
         """nvmlDeviceGetNumaNodeId; Not Supported on many VMs."""
         ...
 
+    def minor_number(self, index: int) -> int:
+        """nvmlDeviceGetMinorNumber: N of the GPU's device node ``/dev/nvidiaN``. Not its
+        index: NVML orders GPUs by PCI bus, the driver numbers device nodes as it probes
+        them, and on many machines the two differ."""
+        ...
+
     def mig_mode(self, index: int) -> tuple[int, int]:
         """nvmlDeviceGetMigMode: (current, pending), each MIG_ENABLED or not; Not Supported
         on GPUs without MIG."""
@@ -128,6 +134,16 @@ class Nvml(Protocol):
     def mig_name(self, index: int, mig: int) -> str:
         """nvmlDeviceGetName of the same MIG device: "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
         its GPU's name and its profile."""
+        ...
+
+    def mig_gpu_instance_id(self, index: int, mig: int) -> int:
+        """nvmlDeviceGetGpuInstanceId of the same MIG device: its GPU instance, which names
+        its capability ``gpu<minor>/gi<id>/access`` (a ``/dev/nvidia-caps`` node)."""
+        ...
+
+    def mig_compute_instance_id(self, index: int, mig: int) -> int:
+        """nvmlDeviceGetComputeInstanceId of the same MIG device: its compute instance inside
+        that GPU instance (``gpu<minor>/gi<gi>/ci<id>/access``)."""
         ...
 
     def utilisation(self, index: int) -> int:

@@ -100,6 +100,9 @@ class PynvmlBackend:
     def numa_node(self, index: int) -> int:
         return int(_call(pynvml.nvmlDeviceGetNumaNodeId, self._handle(index)))
 
+    def minor_number(self, index: int) -> int:
+        return int(_call(pynvml.nvmlDeviceGetMinorNumber, self._handle(index)))
+
     def mig_mode(self, index: int) -> tuple[int, int]:
         current, pending = _call(pynvml.nvmlDeviceGetMigMode, self._handle(index))
         return int(current), int(pending)
@@ -112,6 +115,12 @@ class PynvmlBackend:
 
     def mig_name(self, index: int, mig: int) -> str:
         return _text(_call(pynvml.nvmlDeviceGetName, self._mig_handle(index, mig)))
+
+    def mig_gpu_instance_id(self, index: int, mig: int) -> int:
+        return int(_call(pynvml.nvmlDeviceGetGpuInstanceId, self._mig_handle(index, mig)))
+
+    def mig_compute_instance_id(self, index: int, mig: int) -> int:
+        return int(_call(pynvml.nvmlDeviceGetComputeInstanceId, self._mig_handle(index, mig)))
 
     def _mig_handle(self, index: int, mig: int) -> Any:
         # Not cached: MIG devices come and go with the GPU's layout, and are read rarely.

@@ -38,9 +38,12 @@ from app.agent.replay import (
     ECC,
     MEMORY,
     MIG,
+    MIG_CI,
     MIG_COUNT,
+    MIG_GI,
     MIG_NAME,
     MIG_UUID,
+    MINOR,
     NAME,
     NUMA,
     NVLINK_REMOTE,
@@ -122,6 +125,9 @@ class Recorder:
     def numa_node(self, index: int) -> int:
         return self._keep(NUMA, lambda: self._nvml.numa_node(index), device=index)
 
+    def minor_number(self, index: int) -> int:
+        return self._keep(MINOR, lambda: self._nvml.minor_number(index), device=index)
+
     def mig_mode(self, index: int) -> tuple[int, int]:
         return self._keep(MIG, lambda: self._nvml.mig_mode(index), device=index, shape=list)
 
@@ -136,6 +142,19 @@ class Recorder:
     def mig_name(self, index: int, mig: int) -> str:
         return self._keep(
             MIG_NAME, lambda: self._nvml.mig_name(index, mig), device=index, args=(mig,)
+        )
+
+    def mig_gpu_instance_id(self, index: int, mig: int) -> int:
+        return self._keep(
+            MIG_GI, lambda: self._nvml.mig_gpu_instance_id(index, mig), device=index, args=(mig,)
+        )
+
+    def mig_compute_instance_id(self, index: int, mig: int) -> int:
+        return self._keep(
+            MIG_CI,
+            lambda: self._nvml.mig_compute_instance_id(index, mig),
+            device=index,
+            args=(mig,),
         )
 
     def utilisation(self, index: int) -> int:

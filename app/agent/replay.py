@@ -80,11 +80,14 @@ UUID = "nvmlDeviceGetUUID"
 MEMORY = "nvmlDeviceGetMemoryInfo"
 PCI = "nvmlDeviceGetPciInfo"
 NUMA = "nvmlDeviceGetNumaNodeId"
+MINOR = "nvmlDeviceGetMinorNumber"
 MIG = "nvmlDeviceGetMigMode"
 MIG_COUNT = "nvmlDeviceGetMaxMigDeviceCount"
 # Calls on a MIG device's handle, by its index on the GPU (the entry's one argument).
 MIG_UUID = "nvmlDeviceGetMigDeviceHandleByIndex.uuid"
 MIG_NAME = "nvmlDeviceGetMigDeviceHandleByIndex.name"
+MIG_GI = "nvmlDeviceGetMigDeviceHandleByIndex.gpuInstanceId"
+MIG_CI = "nvmlDeviceGetMigDeviceHandleByIndex.computeInstanceId"
 UTILISATION = "nvmlDeviceGetUtilizationRates"
 ECC = "nvmlDeviceGetTotalEccErrors.uncorrected.volatile"
 RETIRED = "nvmlDeviceGetRetiredPagesPendingStatus"
@@ -284,6 +287,9 @@ class ReplayBackend:
     def numa_node(self, index: int) -> int:
         return int(self._ask(index, NUMA))
 
+    def minor_number(self, index: int) -> int:
+        return int(self._ask(index, MINOR))
+
     def mig_mode(self, index: int) -> tuple[int, int]:
         current, pending = self._ask(index, MIG)
         return int(current), int(pending)
@@ -296,6 +302,12 @@ class ReplayBackend:
 
     def mig_name(self, index: int, mig: int) -> str:
         return str(self._ask(index, MIG_NAME, (mig,)))
+
+    def mig_gpu_instance_id(self, index: int, mig: int) -> int:
+        return int(self._ask(index, MIG_GI, (mig,)))
+
+    def mig_compute_instance_id(self, index: int, mig: int) -> int:
+        return int(self._ask(index, MIG_CI, (mig,)))
 
     def utilisation(self, index: int) -> int:
         return int(self._ask(index, UTILISATION)["gpu"])

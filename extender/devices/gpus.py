@@ -28,6 +28,11 @@ class MigSlice:
 
     profile: str
     uuid: str
+    # Its GPU instance and compute instance ids, which name its /dev/nvidia-caps nodes
+    # (gpu<minor>/gi<gi>/access, gpu<minor>/gi<gi>/ci<ci>/access); None where NVML did not
+    # say (the container runtime then adds them from NVIDIA_VISIBLE_DEVICES).
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,14 @@ class Gpu:
     # In MIG mode: the MIG devices configured on it now, in NVML's order (schedext never
     # changes the layout). A GPU in MIG mode is never handed out whole.
     migs: tuple[MigSlice, ...] = ()
+    # N of its device node /dev/nvidiaN (NVML's minor number), which need not be its index;
+    # None where NVML did not say, and the index is the best guess. Used on its node only.
+    minor: int | None = None
+
+    @property
+    def device_node(self) -> str:
+        """Its device node's name under /dev: "nvidia<minor>"."""
+        return f"nvidia{self.index if self.minor is None else self.minor}"
 
 
 @dataclass(frozen=True, slots=True)

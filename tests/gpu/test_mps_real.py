@@ -1,7 +1,8 @@
 """The share limits under a real MPS daemon: the agent's daemon for GPU 0, and two processes
 with the environment the agent answers for two 10 GiB shares of it. Each allocates 8 GiB
 (within its share: must succeed), then 20 GiB (beyond it: must fail with out-of-memory), at
-the same time. Skipped without an NVIDIA driver, ``nvidia-cuda-mps-control`` or torch.
+the same time. Skipped without an NVIDIA driver, ``nvidia-cuda-mps-control`` or the CUDA
+driver library.
 
 The API tier runs the same code against a stand-in daemon (tests/api/test_mps.py); this is
 the one place the limits are shown to bind."""
@@ -9,10 +10,10 @@ the one place the limits are shown to bind."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -32,32 +33,52 @@ pytestmark = pytest.mark.gpu
 SHARE_MIB = 10 * 1024
 GIB = 1 << 30
 
-# One share's process: allocate within the share, then beyond it; report what happened.
+# One share's process: allocate within the share, then beyond it; report what happened. It
+# speaks to the CUDA driver API (libcuda, shipped with the driver) through ctypes, so the
+# check needs no CUDA toolkit or framework on the machine: cuMemAlloc commits device memory,
+# and under an MPS memory limit it fails with CUDA_ERROR_OUT_OF_MEMORY (2).
 CLIENT = """
-import json, sys, torch
+import ctypes, json
+
+cuda = ctypes.CDLL("libcuda.so.1")
+cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+cuda.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+OUT_OF_MEMORY = 2
+
+
+def check(result, what):
+    if result != 0:
+        raise SystemExit(f"{what} failed with CUresult {result}")
+
+
+check(cuda.cuInit(0), "cuInit")
+device = ctypes.c_int()
+check(cuda.cuDeviceGet(ctypes.byref(device), 0), "cuDeviceGet")
+context = ctypes.c_void_p()
+check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
+check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+
 
 def attempt(gib):
-    try:
-        block = torch.empty(gib << 30, dtype=torch.uint8, device="cuda")
-        torch.cuda.synchronize()
-    except torch.cuda.OutOfMemoryError:
+    block = ctypes.c_uint64()
+    result = cuda.cuMemAlloc_v2(ctypes.byref(block), gib << 30)
+    if result == OUT_OF_MEMORY:
         return "out of memory"
-    del block
-    torch.cuda.empty_cache()
+    check(result, f"cuMemAlloc({gib} GiB)")
+    check(cuda.cuMemFree_v2(block), "cuMemFree")
     return "ok"
+
 
 print(json.dumps({"8": attempt(8), "20": attempt(20)}))
 """
 
 
-def _torch_in_a_subprocess() -> bool:
-    found = subprocess.run(
-        [sys.executable, "-c", "import torch; assert torch.cuda.is_available()"],
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    return found.returncode == 0
+def _cuda_driver_loads() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +93,8 @@ def gpu0() -> str:
         backend.close()
     if shutil.which(MPS_CONTROL) is None:
         pytest.skip(f"{MPS_CONTROL} is not on PATH")
-    if not _torch_in_a_subprocess():
-        pytest.skip("torch with CUDA is not importable")
+    if not _cuda_driver_loads():
+        pytest.skip("the CUDA driver library (libcuda.so.1) does not load")
     if gpus[0].mig_enabled:
         pytest.skip("GPU 0 is in MIG mode")
     if gpus[0].memory_mib < 48 * 1024:
