@@ -101,14 +101,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runs": [],
     }  # fmt: skip
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="schedext-throughput-") as workdir:
-        floors = Floors(Path(workdir), args.floor)  # builds the Go one before anything starts
-        with kubeload.control_plane() as cp, RestPool(cp, args.concurrency) as pool:
-            results["nodes"] = _create_nodes(pool, args.nodes)
-            nodes = [quality.node_record(n) for n in list_all(pool, "/api/v1/nodes")]
-            _run_phases(
-                cp, pool, args, workdir=Path(workdir), floors=floors, nodes=nodes, results=results
-            )
+    try:
+        with tempfile.TemporaryDirectory(prefix="schedext-throughput-") as workdir:
+            floors = Floors(Path(workdir), args.floor)  # builds the Go one before anything
+            with kubeload.control_plane() as cp, RestPool(cp, args.concurrency) as pool:
+                results["nodes"] = _create_nodes(pool, args.nodes)
+                nodes = [quality.node_record(n) for n in list_all(pool, "/api/v1/nodes")]
+                _run_phases(
+                    cp,
+                    pool,
+                    args,
+                    workdir=Path(workdir),
+                    floors=floors,
+                    nodes=nodes,
+                    results=results,
+                )
+    except KeyboardInterrupt:
+        # Stopped from outside (a time limit): keep the phases that finished.
+        results["interrupted"] = True
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+        raise
     results["summary"] = report.summarize(results["runs"])
     results["total_s"] = round(time.monotonic() - started, 1)
     report.print_report(results)
