@@ -147,6 +147,29 @@ def make_pod(
     }
 
 
+def with_containers(
+    pod: dict[str, Any], containers: Sequence[tuple[str, str, dict[str, int]]]
+) -> dict[str, Any]:
+    """``pod`` with these containers instead of its one: (name, role, {resource: count}),
+    role "init", "sidecar" (an init container with restartPolicy Always) or "app", each
+    asking for its resources in limits and requests, as the API server stores them."""
+    spec = pod["spec"]
+    spec["containers"], spec["initContainers"] = [], []
+    for name, role, asked in containers:
+        amounts = {resource: str(count) for resource, count in asked.items()}
+        container: dict[str, Any] = {
+            "name": name,
+            "image": "busybox",
+            "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        }
+        if role == "sidecar":
+            container["restartPolicy"] = "Always"
+        spec["initContainers" if role in ("init", "sidecar") else "containers"].append(container)
+    if not spec["initContainers"]:
+        del spec["initContainers"]
+    return pod
+
+
 def share_pod(
     name: str = "share",
     *,

@@ -59,6 +59,11 @@ def add_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
         help="run a CUDA MPS daemon per GPU, so that shares' limits bind",
     )
     agent.add_argument("--mps-dir", type=Path, help="MPS pipes, logs and /dev/shm (host path)")
+    agent.add_argument(
+        "--mig-minors",
+        type=Path,
+        help="the driver's MIG capability minors (default /proc/driver/nvidia-caps/mig-minors)",
+    )
     agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     agent.set_defaults(handler=run)
 
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         for key in (
             "node_name", "kubeconfig", "resource_name", "device_plugin_dir", "socket_name",
             "poll_s", "probe_port", "probe_host", "nvml_replay", "log_level", "shares",
-            "share_preset", "share_slots", "share_socket_name", "mps", "mps_dir",
+            "share_preset", "share_slots", "share_socket_name", "mps", "mps_dir", "mig_minors",
         )
         if (value := getattr(args, key)) is not None
     }  # fmt: skip

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from app.agent.ports import GpuGroups
 from extender.devices.allocation import NodePod
+from extender.devices.containers import ContainerGrant, granted_devices
 from extender.devices.gpus import Gpu, GpuHealth
 
 __all__ = ["LedgerError", "MemoryLedger", "StaticDevices"]
@@ -71,11 +72,12 @@ class MemoryLedger:
     def get(self, uid: str) -> NodePod | None:
         return self._pods.get(uid)
 
-    async def record(self, pod: NodePod, uuids: tuple[str, ...]) -> None:
+    async def record(self, pod: NodePod, uuids: tuple[str, ...], container: str = "") -> None:
         if self.fail_next:
             self.fail_next = False
             raise LedgerError(f"could not record GPUs on pod {pod.key}")
         held = self._pods.get(pod.uid)
         if held is None:
             raise LedgerError(f"pod {pod.key} is gone")
-        self._pods[pod.uid] = replace(held, allocated=held.allocated + uuids)
+        grants = (*held.recorded(), ContainerGrant(container, uuids))
+        self._pods[pod.uid] = replace(held, grants=grants, allocated=granted_devices(grants))

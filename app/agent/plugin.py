@@ -1,27 +1,36 @@
 """The kubelet device plugin (API v1beta1) for the GPU resource: it lists this node's GPUs by
-UUID with their health, and gives each container exactly the GPUs schedext chose for its pod.
+UUID with their health, and gives each container exactly its share of the GPUs schedext chose
+for its pod (init and sidecar containers included: ``extender.devices.containers``), with
+each GPU's own device node (``/dev/nvidia<minor>``, NVML's minor number, not its index).
 
 Every decision is the core's (``extender.devices.allocation``); this module turns gRPC calls
 into those decisions and their answers into gRPC. Allocations are serialized by one lock and
-recorded on the pod before they are answered: two never race for a GPU, and nothing is handed
-out that a restarted agent could hand out again.
+recorded on the pod, by container, before they are answered: two never race for a GPU, and
+nothing is handed out that a restarted agent could hand out again. A request no pod the watch
+has shown waits for it, up to ``wait_s``: the kubelet may admit a pod a moment before the
+agent's watch shows it bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
+from typing import TypeVar
 
 import grpc
 
 from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from app.agent.ports import Devices, PodLedger
-from extender.devices.allocation import AllocationError, grant, preferred
+from extender.devices.allocation import AllocationError, Grant, grant, preferred
 from extender.devices.gpus import Gpu
-from extender.names import GPU_ALLOCATED
+from extender.names import GPU_ALLOCATED, GPU_RESOURCE
 
-__all__ = ["CONTROL_DEVICES", "HEALTHY", "UNHEALTHY", "DevicePlugin"]
+__all__ = ["CONTROL_DEVICES", "HEALTHY", "UNHEALTHY", "DevicePlugin", "until_seen"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("schedext.agent.plugin")
 
@@ -37,9 +46,10 @@ _Context = grpc.aio.ServicerContext[object, object]
 class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
     """One instance per agent; :func:`app.agent.registration.serve` puts it on a socket.
 
-    ``env_names``: the variables that carry the granted UUIDs (the NVIDIA container runtime
-    reads ``NVIDIA_VISIBLE_DEVICES``). ``minors``: GPU index -> ``/dev/nvidiaN`` minor, where
-    they differ (NVML's minor number); by default the index. ``dev_root``: the host's /dev.
+    ``resource``: the resource it serves (the pods' containers ask for it). ``env_names``: the
+    variables that carry the granted UUIDs (the NVIDIA container runtime reads
+    ``NVIDIA_VISIBLE_DEVICES``). ``dev_root``: the host's /dev. ``wait_s``: how long an
+    ``Allocate`` for no pod seen waits for the pod watch, looking every ``poll_s``.
     """
 
     def __init__(
@@ -47,17 +57,20 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
         devices: Devices,
         ledger: PodLedger,
         *,
+        resource: str = GPU_RESOURCE,
         env_names: Sequence[str] = ("NVIDIA_VISIBLE_DEVICES",),
-        minors: Mapping[int, int] | None = None,
         dev_root: str = "/dev",
         control_devices: Sequence[str] = CONTROL_DEVICES,
+        wait_s: float = 5.0,
+        poll_s: float = 0.05,
     ) -> None:
         self._devices = devices
         self._ledger = ledger
+        self._resource = resource
         self._env_names = tuple(env_names)
-        self._minors = dict(minors or {})
         self._dev_root = dev_root.rstrip("/")
         self._control_devices = tuple(control_devices)
+        self._wait_s, self._poll_s = wait_s, poll_s
         self._lock = asyncio.Lock()
 
     async def GetDevicePluginOptions(
@@ -93,6 +106,7 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
                     available=list(ask.available_deviceIDs),
                     must_include=list(ask.must_include_deviceIDs),
                     size=ask.allocation_size,
+                    resource=self._resource,
                 )
             )
             for ask in request.container_requests
@@ -105,33 +119,49 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
         answers = []
         async with self._lock:
             for ask in request.container_requests:
-                gpus = self._devices.current()
                 try:
-                    granted = grant(
-                        self._ledger.pods(), gpus, self._devices.groups(), list(ask.devices_ids)
+                    granted = await until_seen(
+                        partial(self._grant, list(ask.devices_ids)),
+                        seen=lambda g: g.pod is not None,
+                        wait_s=self._wait_s,
+                        poll_s=self._poll_s,
                     )
                 except AllocationError as error:
                     log.warning("allocation refused", extra={"reason": str(error)})
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
-                if granted.pod is None:
-                    # The pod watch has not shown the pod yet: the kubelet's own choice, which
-                    # is healthy and unclaimed, but cannot be recorded on a pod.
-                    log.warning(
-                        "allocated to an unseen pod", extra={"uuids": ",".join(granted.uuids)}
-                    )
-                else:
-                    try:
-                        await self._ledger.record(granted.pod, granted.uuids)
-                    except Exception as error:  # noqa: BLE001 - any failure refuses the RPC
-                        message = f"could not record GPUs on pod {granted.pod.key}: {error}"
-                        log.warning("allocation not recorded", extra={"reason": message})
-                        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
-                    log.info(
-                        "allocated",
-                        extra={"pod": granted.pod.key, "uuids": ",".join(granted.uuids)},
-                    )
-                answers.append(self._answer(gpus, granted.uuids))
+                await self._record(granted, context)
+                answers.append(self._answer(self._devices.current(), granted.uuids))
         return api_pb2.AllocateResponse(container_responses=answers)
+
+    def _grant(self, requested: Sequence[str]) -> Grant:
+        return grant(
+            self._ledger.pods(),
+            self._devices.current(),
+            self._devices.groups(),
+            requested,
+            resource=self._resource,
+        )
+
+    async def _record(self, granted: Grant, context: _Context) -> None:
+        if granted.pod is None:
+            # The pod watch has still not shown the pod: the kubelet's own choice, which is
+            # healthy and unclaimed, but cannot be recorded on a pod.
+            log.warning("allocated to an unseen pod", extra={"uuids": ",".join(granted.uuids)})
+            return
+        try:
+            await self._ledger.record(granted.pod, granted.uuids, granted.container)
+        except Exception as error:  # noqa: BLE001 - any failure refuses the RPC
+            message = f"could not record GPUs on pod {granted.pod.key}: {error}"
+            log.warning("allocation not recorded", extra={"reason": message})
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        log.info(
+            "allocated",
+            extra={
+                "pod": granted.pod.key,
+                "container": granted.container,
+                "uuids": ",".join(granted.uuids),
+            },
+        )
 
     async def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: _Context
@@ -141,9 +171,9 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
     def _answer(
         self, gpus: Sequence[Gpu], uuids: tuple[str, ...]
     ) -> api_pb2.ContainerAllocateResponse:
-        index_by_uuid = {gpu.uuid: gpu.index for gpu in gpus}
+        by_uuid = {gpu.uuid: gpu for gpu in gpus}
         visible = ",".join(uuids)
-        nodes = [f"nvidia{self._minors.get(index_by_uuid[u], index_by_uuid[u])}" for u in uuids]
+        nodes = [by_uuid[u].device_node for u in uuids]
         return api_pb2.ContainerAllocateResponse(
             envs=dict.fromkeys(self._env_names, visible),
             devices=[
@@ -168,3 +198,17 @@ def _device(gpu: Gpu) -> api_pb2.Device:
     return api_pb2.Device(
         ID=gpu.uuid, health=HEALTHY if gpu.health.healthy else UNHEALTHY, topology=topology
     )
+
+
+async def until_seen(
+    decide: Callable[[], T], *, seen: Callable[[T], bool], wait_s: float, poll_s: float
+) -> T:
+    """``decide()``, asked again every ``poll_s`` while its answer is for a pod not ``seen``
+    yet, until ``wait_s`` has passed: the kubelet may call ``Allocate`` for a pod a moment
+    before this node's pod watch shows it bound. The last answer is the one returned."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        answer = decide()
+        if seen(answer) or time.monotonic() >= deadline:
+            return answer
+        await asyncio.sleep(poll_s)

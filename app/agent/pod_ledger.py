@@ -2,10 +2,11 @@
 the node's own pods (``spec.nodeName`` field selector, so the agent reads only its node's
 share of the cluster), and the allocation record written on each pod.
 
-The record (``schedext.io/gpu-allocated``) is what makes allocation survive a restart of the
-agent: a new agent reads it back from the list, and never gives the same pod's GPUs to
-another pod. It is written before ``Allocate`` answers, and the ledger's own view takes it at
-once, so a second ``Allocate`` in the next millisecond sees it too."""
+The record (``schedext.io/gpu-allocated``, by container: "main:GPU-a,GPU-b;setup:GPU-a") is
+what makes allocation survive a restart of the agent, also between two containers of one pod:
+a new agent reads it back from the list, and never gives the same pod's GPUs to another pod.
+It is written before ``Allocate`` answers, and the ledger's own view takes it at once, so a
+second ``Allocate`` in the next millisecond sees it too."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from app.kube.watch import Relist, Resource
 from extender import names
 from extender.config import ShareResources
 from extender.devices.allocation import NodePod
+from extender.devices.containers import ContainerGrant, format_grants, granted_devices
 from extender.devices.pods import node_pod
 
 __all__ = ["ApiPodLedger", "node_pods_resource"]
@@ -65,14 +67,16 @@ class ApiPodLedger:
     def pods(self) -> Sequence[NodePod]:
         return tuple(self._pods.values())
 
-    async def record(self, pod: NodePod, uuids: tuple[str, ...]) -> None:
-        """Add ``uuids`` to the pod's allocation record, on the pod (with its UID as a
-        precondition: a pod re-created under the same name is another pod) and here."""
-        allocated = tuple(dict.fromkeys((*pod.allocated, *uuids)))
+    async def record(self, pod: NodePod, uuids: tuple[str, ...], container: str = "") -> None:
+        """Add ``uuids``, as given to ``container``, to the pod's allocation record, on the pod
+        (with its UID as a precondition: a pod re-created under the same name is another pod)
+        and here."""
+        current = self._pods.get(pod.uid, pod)
+        grants = (*current.recorded(), ContainerGrant(container, uuids))
         body = {
             "metadata": {
                 "uid": pod.uid,
-                "annotations": {names.GPU_ALLOCATED: ",".join(allocated)},
+                "annotations": {names.GPU_ALLOCATED: format_grants(grants)},
             }
         }
         try:
@@ -82,7 +86,9 @@ class ApiPodLedger:
             log.warning("pod gone before its GPUs were recorded", extra={"pod": pod.key})
             raise
         current = self._pods.get(pod.uid, pod)
-        self._pods[pod.uid] = dataclasses.replace(current, allocated=allocated)
+        self._pods[pod.uid] = dataclasses.replace(
+            current, grants=grants, allocated=granted_devices(grants)
+        )
 
     # ------------------------------------------------------------ the watch's side
 
@@ -105,25 +111,31 @@ class ApiPodLedger:
             self._pods.pop(uid, None)
             return
         known = self._pods.get(uid)
-        if known is not None and len(known.allocated) > len(decoded.allocated):
+        if known is not None and len(known.recorded()) > len(decoded.recorded()):
             # Our own record is ahead of the watch (written, not yet seen): keep it.
-            decoded = dataclasses.replace(decoded, allocated=known.allocated)
+            decoded = _with_grants(decoded, known)
         self._pods[uid] = decoded
 
     def _delete(self, pod: JSON) -> None:
         self._pods.pop(str((pod.get("metadata") or {}).get("uid", "")), None)
 
     def _replace(self, pods: Iterable[JSON]) -> None:
-        ahead = {uid: p.allocated for uid, p in self._pods.items()}
+        ahead = dict(self._pods)
         self._pods = {}
         for pod in pods:
             self._upsert(pod)
-        for uid, allocated in ahead.items():
+        for uid, known in ahead.items():
             current = self._pods.get(uid)
-            if current is not None and len(allocated) > len(current.allocated):
-                self._pods[uid] = dataclasses.replace(current, allocated=allocated)
+            if current is not None and len(known.recorded()) > len(current.recorded()):
+                self._pods[uid] = _with_grants(current, known)
         self.synced = True
         self.listed.set()
+
+
+def _with_grants(pod: NodePod, known: NodePod) -> NodePod:
+    """``pod`` as the watch shows it, with the record this agent wrote and the watch has not
+    echoed yet."""
+    return dataclasses.replace(pod, grants=known.recorded(), allocated=known.allocated)
 
 
 class _Relist:

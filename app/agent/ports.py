@@ -36,16 +36,16 @@ class Devices(Protocol):
 
 class PodLedger(Protocol):
     """The live pods on this node that ask for the GPU resource, and the durable record of
-    the GPUs each was given (``schedext.io/gpu-allocated``)."""
+    the devices each of its containers was given (``schedext.io/gpu-allocated``)."""
 
     def pods(self) -> Sequence[NodePod]:
         """As last seen (by the pod watch; a pod the watch has not seen yet is missing)."""
         ...
 
-    async def record(self, pod: NodePod, uuids: tuple[str, ...]) -> None:
-        """Add ``uuids`` to the pod's allocated GPUs, durably. Before returning, :meth:`pods`
-        already shows them (a second Allocate must never reuse them, even if the watch has not
-        echoed the write yet). Raises when the record could not be written: the plugin then
-        fails the Allocate, so that nothing is handed out that a restart could hand out
-        again."""
+    async def record(self, pod: NodePod, uuids: tuple[str, ...], container: str = "") -> None:
+        """Add ``uuids`` to the pod's allocated GPUs, as given to ``container``, durably.
+        Before returning, :meth:`pods` already shows them (a second Allocate must never reuse
+        them, even if the watch has not echoed the write yet). Raises when the record could
+        not be written: the plugin then fails the Allocate, so that nothing is handed out that
+        a restart could hand out again."""
         ...

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 
 from app.agent.discovery import read_node, sample_use
 from app.agent.memory import StaticDevices
-from app.agent.mig_plugin import WholeGpus, mig_plugins
+from app.agent.mig_plugin import WholeGpus, mig_plugins, read_mig_minors
 from app.agent.node_publisher import NodePublisher
 from app.agent.nvml import Nvml, NvmlError
 from app.agent.plugin import DevicePlugin
@@ -118,8 +118,11 @@ class Agent:
         )
         # The whole-GPU resource never serves a GPU in MIG mode: its MIG devices have their
         # own resources, one plugin per profile (NVIDIA's "mixed" strategy).
-        plugin = DevicePlugin(WholeGpus(self.devices), self.ledger)
-        migs = mig_plugins(self.devices, self.ledger, self.endpoint)
+        plugin = DevicePlugin(
+            WholeGpus(self.devices), self.ledger, resource=self.settings.resource_name
+        )
+        caps = read_mig_minors(self.settings.mig_minors) if any(g.migs for g in gpus) else {}
+        migs = mig_plugins(self.devices, self.ledger, self.endpoint, caps=caps)
         tasks = [
             asyncio.create_task(self._publish_forever(), name="agent-publish"),
             asyncio.create_task(

@@ -65,6 +65,10 @@ class AgentSettings(BaseSettings):
     # The daemons' pipe and log directories (<mps_dir>/<uuid>/pipe, .../log) and the /dev/shm
     # they share with their clients (<mps_dir>/shm): a host path, mounted at the same path.
     mps_dir: Path = Path("/run/schedext/mps")
+    # The driver's MIG capability minors: which /dev/nvidia-caps node a MIG device's
+    # container needs (extender.devices.device_nodes). Unreadable: the container runtime
+    # adds those nodes from NVIDIA_VISIBLE_DEVICES, as before.
+    mig_minors: Path = Path("/proc/driver/nvidia-caps/mig-minors")
 
     @model_validator(mode="after")
     def _refresh_after_interval(self) -> AgentSettings:

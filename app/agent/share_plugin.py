@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 
@@ -56,20 +56,20 @@ class SharePlugin(DevicePlugin):
         wait_s: float = 5.0,
         poll_s: float = 0.05,
         env_names: Sequence[str] = ("NVIDIA_VISIBLE_DEVICES",),
-        minors: Mapping[int, int] | None = None,
         dev_root: str = "/dev",
         control_devices: Sequence[str] = CONTROL_DEVICES,
     ) -> None:
         super().__init__(
             devices,
             ledger,
+            resource=handle.resource,
             env_names=env_names,
-            minors=minors,
             dev_root=dev_root,
             control_devices=control_devices,
+            wait_s=wait_s,
+            poll_s=poll_s,
         )
         self._handle, self._mps = handle, mps
-        self._wait_s, self._poll_s = wait_s, poll_s
 
     async def ListAndWatch(
         self, request: api_pb2.Empty, context: _Context
@@ -123,12 +123,12 @@ class SharePlugin(DevicePlugin):
         async with self._lock:
             for ask in request.container_requests:
                 try:
-                    granted = await self._grant(list(ask.devices_ids))
+                    granted = await self._grant_share(list(ask.devices_ids))
                 except AllocationError as error:
                     log.warning("share allocation refused", extra={"reason": str(error)})
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
                 try:
-                    await self._ledger.record(granted.pod, granted.uuids)
+                    await self._ledger.record(granted.pod, granted.uuids, granted.container)
                 except Exception as error:  # noqa: BLE001 - any failure refuses the RPC
                     message = f"could not record GPUs on pod {granted.pod.key}: {error}"
                     log.warning("allocation not recorded", extra={"reason": message})
@@ -137,6 +137,7 @@ class SharePlugin(DevicePlugin):
                     "share allocated",
                     extra={
                         "pod": granted.pod.key,
+                        "container": granted.container,
                         "uuids": ",".join(granted.uuids),
                         "memory_mib": granted.memory_mib,
                         "cores": granted.cores,
@@ -145,7 +146,7 @@ class SharePlugin(DevicePlugin):
                 answers.append(self._share_answer(granted))
         return api_pb2.AllocateResponse(container_responses=answers)
 
-    async def _grant(self, requested: list[str]) -> ShareGrant:
+    async def _grant_share(self, requested: list[str]) -> ShareGrant:
         """The core's grant; while no share pod waits for this request, the pod watch gets
         until ``wait_s`` to show it."""
         deadline = time.monotonic() + self._wait_s

@@ -2,17 +2,19 @@
 the node agent's MIG device plugins (one per profile, ``nvidia.com/mig-<profile>``).
 
 The rules are those of whole GPUs (:mod:`extender.devices.allocation`), per profile. An
-``Allocate`` carries only device IDs, so it is matched to a pod on this node still waiting for
-MIG devices of that profile: first the pods schedext bound (``schedext.io/mig-uuids``) whose
-chosen devices of the profile not yet given number exactly the request's size, then the pods
-it did not bind that still need that many; the oldest bind first. A pod schedext bound gets
-exactly the devices schedext chose. A pod it did not bind gets a packed pick
+``Allocate`` carries only device IDs, so it is matched to the next container, not given its
+devices of that profile yet, that asks for exactly the request's size: of the pod part-way
+through admission first, then of the pods schedext bound (``schedext.io/mig-uuids``), then of
+those it did not; the oldest bind first. The container gets what it reuses from the pod's init
+containers (:mod:`extender.devices.containers`), then devices schedext chose for the pod that
+no container of it has. A pod schedext did not bind gets a packed pick
 (:func:`~extender.devices.mig_slices.pick_slices`, the rule schedext's bind uses) among the
 healthy devices of the profile that nobody holds or awaits; with no pod to match, the devices
 the kubelet named, if they are free. A MIG device is healthy when its GPU is.
 
-What was given is recorded where GPUs' are (``schedext.io/gpu-allocated``): GPU and MIG UUIDs
-never collide, and a pod never takes both.
+What was given is recorded where GPUs' are (``schedext.io/gpu-allocated``), by container: GPU
+and MIG UUIDs never collide, and a pod never takes both. A container given devices of two
+profiles is recorded once per profile, each counted by its own plugin.
 """
 
 from __future__ import annotations
@@ -22,8 +24,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.devices.allocation import AllocationError, Grant, NodePod
+from extender.devices.containers import (
+    ContainerGrant,
+    NextContainer,
+    granted_devices,
+    next_container,
+    of_devices,
+)
 from extender.devices.gpus import Gpu
-from extender.devices.mig_slices import pick_slices
+from extender.devices.mig_slices import pick_slices, resource_name
 
 __all__ = ["MigDevice", "grant_mig", "match_mig_pod", "mig_devices", "preferred_mig"]
 
@@ -53,23 +62,24 @@ def _profiles(devices: Iterable[MigDevice]) -> dict[str, str]:
     return {device.uuid: device.profile for device in devices}
 
 
+@dataclass(frozen=True, slots=True)
+class _MigMatch:
+    pod: NodePod
+    step: NextContainer
+    grants: tuple[ContainerGrant, ...]  # the pod's grants of this profile's devices
+
+
 def _asked(pod: NodePod, profile: str) -> int:
     return dict(pod.mig).get(profile, 0)
 
 
-def _waiting(pod: NodePod, profile: str, profile_of: Mapping[str, str]) -> int:
-    """How many devices of ``profile`` the pod asks for and has not been given."""
-    given = sum(1 for uuid in pod.allocated if profile_of.get(uuid) == profile)
-    return _asked(pod, profile) - given
+def _of_profile(profile: str, profile_of: Mapping[str, str]) -> frozenset[str]:
+    return frozenset(uuid for uuid, p in profile_of.items() if p == profile)
 
 
 def _chosen(pod: NodePod, profile: str, profile_of: Mapping[str, str]) -> tuple[str, ...]:
-    """The devices of ``profile`` schedext chose for the pod that it has not been given."""
-    return tuple(
-        uuid
-        for uuid in pod.mig_uuids or ()
-        if profile_of.get(uuid) == profile and uuid not in pod.allocated
-    )
+    """The devices of ``profile`` schedext chose for the pod."""
+    return tuple(uuid for uuid in pod.mig_uuids or () if profile_of.get(uuid) == profile)
 
 
 def _unknown(pod: NodePod, profile_of: Mapping[str, str]) -> list[str]:
@@ -80,36 +90,51 @@ def _admission_order(pod: NodePod) -> tuple[float, str, str]:
     return (pod.bound_at, pod.namespace, pod.name)
 
 
+def _match(
+    pods: Sequence[NodePod],
+    profile: str,
+    size: int,
+    profile_of: Mapping[str, str],
+    *,
+    named: Sequence[str] = (),
+) -> _MigMatch | None:
+    devices = _of_profile(profile, profile_of)
+    resource = resource_name(profile)
+    found: list[tuple[int, tuple[float, str, str], _MigMatch]] = []
+    for pod in pods:
+        whole = _asked(pod, profile)
+        if whole <= 0:
+            continue
+        grants = of_devices(pod.recorded(), devices)
+        step = next_container(pod.asks(resource, whole=whole), grants, named=named)
+        if step is None or step.ask.count != size:
+            continue
+        tier = 0 if pod.recorded() else 1 if pod.mig_uuids is not None else 2
+        found.append((tier, _admission_order(pod), _MigMatch(pod, step, grants)))
+    return min(found, key=lambda f: f[:2])[2] if found else None
+
+
 def match_mig_pod(
-    pods: Sequence[NodePod], profile: str, size: int, profile_of: Mapping[str, str]
+    pods: Sequence[NodePod],
+    profile: str,
+    size: int,
+    profile_of: Mapping[str, str],
+    *,
+    named: Sequence[str] = (),
 ) -> NodePod | None:
     """The pod an ``Allocate`` of ``size`` devices of ``profile`` is for (see the module
-    docstring); a pod whose record names devices this node does not have is matched by what
-    it still needs, so that its ``Allocate`` is refused with that reason."""
-    waiting = sorted(
-        (p for p in pods if _waiting(p, profile, profile_of) > 0), key=_admission_order
-    )
-    for pod in waiting:
-        if pod.mig_uuids is None:
-            continue
-        if _unknown(pod, profile_of):
-            left = _waiting(pod, profile, profile_of)
-        else:
-            left = len(_chosen(pod, profile, profile_of))
-        if left == size:
-            return pod
-    for pod in waiting:
-        if pod.mig_uuids is None and _waiting(pod, profile, profile_of) == size:
-            return pod
-    return None
+    docstring)."""
+    found = _match(pods, profile, size, profile_of, named=named)
+    return found.pod if found is not None else None
 
 
 def _in_use(pods: Iterable[NodePod], profile_of: Mapping[str, str]) -> frozenset[str]:
-    """The devices allocated to live pods, and those schedext chose for pods still waiting."""
+    """The devices given to live pods, and those schedext chose for bound pods."""
     used: set[str] = set()
     for pod in pods:
         used.update(pod.allocated)
-        used.update(uuid for uuid in pod.mig_uuids or () if uuid not in pod.allocated)
+        used.update(granted_devices(pod.grants))
+        used.update(pod.mig_uuids or ())
     return frozenset(u for u in used if u in profile_of)
 
 
@@ -134,6 +159,14 @@ def _own_pick(
     return pick_slices(free, busy, size)
 
 
+def _fresh(found: _MigMatch, chosen: Sequence[str], named: Sequence[str]) -> tuple[str, ...]:
+    held = set(granted_devices(found.grants))
+    left = [u for u in chosen if u not in held]
+    ordered = [u for u in left if u in named] + [u for u in left if u not in named]
+    taken = set(ordered[: found.step.fresh])
+    return tuple(u for u in left if u in taken)
+
+
 def grant_mig(
     pods: Sequence[NodePod], gpus: Sequence[Gpu], profile: str, requested: Sequence[str]
 ) -> Grant:
@@ -146,33 +179,44 @@ def grant_mig(
     devices = mig_devices(gpus)
     profile_of = _profiles(devices)
     healthy = {d.uuid for d in devices if d.healthy and d.profile == profile}
-    pod = match_mig_pod(pods, profile, size, profile_of)
-    others = [p for p in pods if pod is None or p.uid != pod.uid]
+    found = _match(pods, profile, size, profile_of, named=requested)
+    others = [p for p in pods if found is None or p.uid != found.pod.uid]
     used = _in_use(others, profile_of)
-    if pod is not None and pod.mig_uuids is not None:
+    if found is None:
+        if all(u in healthy and u not in used for u in requested):
+            return Grant(None, tuple(requested))
+        raise AllocationError(
+            f"no pod on this node awaits {size} MIG {profile} devices, and the requested "
+            f"devices {list(requested)} are not all healthy and free"
+        )
+    pod, step = found.pod, found.step
+    where = f"pod {pod.key}" + (f" container {step.ask.name}" if step.ask.name else "")
+    if pod.mig_uuids is not None:
         if unknown := _unknown(pod, profile_of):
             raise AllocationError(
                 f"pod {pod.key} was bound to MIG devices this node does not have: {unknown}"
             )
-        uuids = _chosen(pod, profile, profile_of)[:size]
-        if sick := [u for u in uuids if u not in healthy]:
-            raise AllocationError(f"MIG devices chosen for pod {pod.key} are unhealthy: {sick}")
-        if taken := [u for u in uuids if u in used]:
-            raise AllocationError(f"MIG devices chosen for pod {pod.key} are in use: {taken}")
-        return Grant(pod, uuids)
-    if pod is not None:
-        picked = _own_pick(devices, profile, used, size)
+        chosen = _chosen(pod, profile, profile_of)
+        fresh = _fresh(found, chosen, requested)
+        if len(fresh) < step.fresh:
+            raise AllocationError(
+                f"{where} needs {step.fresh} more MIG {profile} devices than schedext chose "
+                f"for the pod ({list(chosen)}) leave"
+            )
+    else:
+        held = frozenset(granted_devices(found.grants))
+        picked = _own_pick(devices, profile, used | held, step.fresh) if step.fresh else ()
         if picked is None:
             raise AllocationError(
-                f"pod {pod.key} needs {size} MIG {profile} devices; fewer are healthy and free"
+                f"{where} needs {step.fresh} MIG {profile} devices; fewer are healthy and free"
             )
-        return Grant(pod, picked)
-    if all(u in healthy and u not in used for u in requested):
-        return Grant(None, tuple(requested))
-    raise AllocationError(
-        f"no pod on this node awaits {size} MIG {profile} devices, and the requested devices "
-        f"{list(requested)} are not all healthy and free"
-    )
+        fresh = picked
+    uuids = step.reused + fresh
+    if sick := [u for u in uuids if u not in healthy]:
+        raise AllocationError(f"MIG devices chosen for {where} are unhealthy: {sick}")
+    if taken := [u for u in uuids if u in used]:
+        raise AllocationError(f"MIG devices chosen for {where} are in use: {taken}")
+    return Grant(pod, uuids, step.ask.name)
 
 
 def preferred_mig(
@@ -184,23 +228,25 @@ def preferred_mig(
     must_include: Sequence[str],
     size: int,
 ) -> tuple[str, ...]:
-    """``GetPreferredAllocation`` for ``profile``: the devices schedext chose for the pod
-    :func:`match_mig_pod` finds, when all are available and include ``must_include``; else
-    ``must_include`` plus a packed pick among the other available healthy devices, those
-    nobody holds or awaits first. Only a hint (the kubelet tops up a short answer)."""
+    """``GetPreferredAllocation`` for ``profile``: what the container of the pod
+    :func:`match_mig_pod` finds reuses, then devices schedext chose, when all are available
+    and include ``must_include``; else ``must_include`` plus a packed pick among the other
+    available healthy devices, those nobody holds or awaits first. Only a hint (the kubelet
+    tops up a short answer)."""
     devices = [d for d in mig_devices(gpus) if d.profile == profile]
     profile_of = _profiles(devices)
     offered = {u for u in available if u in profile_of}
     must = tuple(dict.fromkeys(must_include))
-    pod = match_mig_pod(pods, profile, size, profile_of)
-    if pod is not None and pod.mig_uuids is not None:
-        uuids = _chosen(pod, profile, profile_of)[:size]
+    found = _match(pods, profile, size, profile_of, named=must)
+    if found is not None and found.pod.mig_uuids is not None:
+        chosen = _chosen(found.pod, profile, profile_of)
+        uuids = found.step.reused + _fresh(found, chosen, available)
         if len(uuids) == size and offered.issuperset(uuids) and set(must) <= set(uuids):
             return uuids
     need = size - len(must)
     if need <= 0:
         return must[:size]
-    others = [p for p in pods if pod is None or p.uid != pod.uid]
+    others = [p for p in pods if found is None or p.uid != found.pod.uid]
     used = _in_use(others, profile_of) | frozenset(must)
     among = frozenset(offered)
     picked = (

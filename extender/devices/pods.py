@@ -8,8 +8,9 @@ import datetime as dt
 from extender import fields, names
 from extender.config import ShareResources
 from extender.devices.allocation import NodePod
+from extender.devices.containers import granted_devices, parse_grants, pod_containers
 from extender.fields import JSONObject
-from extender.requests import gpu_uuids_annotation, holding_from_pod
+from extender.requests import holding_from_pod
 
 __all__ = ["node_pod"]
 
@@ -24,7 +25,8 @@ def node_pod(
     shares: ShareResources = _DEFAULT_SHARES,
 ) -> NodePod | None:
     """The pod as the agent's device plugins see it; None when it asks for no GPU, no share of
-    one and no MIG device, or is done. A share is read as the extender reads a bound pod's:
+    one and no MIG device, or is done. Its containers and what each was given come with it
+    (:mod:`extender.devices.containers`). A share is read as the extender reads a bound pod's:
     the bind's annotations (``schedext.io/gpu-share-memory-mib``, ``-cores``) first, else the
     ``shares`` resources it asks for."""
     holding = holding_from_pod(pod, gpu_resource=gpu_resource, shares=shares)
@@ -32,7 +34,7 @@ def node_pod(
         return None
     meta = fields.obj(pod, "metadata")
     annotations = fields.string_map(meta, "annotations")
-    allocated = gpu_uuids_annotation(annotations.get(names.GPU_ALLOCATED)) or ()
+    grants = parse_grants(annotations.get(names.GPU_ALLOCATED))
     return NodePod(
         uid=holding.uid,
         namespace=holding.namespace,
@@ -40,13 +42,15 @@ def node_pod(
         gpus=holding.gpus,
         gpu_ids=holding.gpu_ids,
         gpu_uuids=holding.gpu_uuids,
-        allocated=allocated,
+        allocated=granted_devices(grants),
         bound_at=_bound_at(pod),
         mig=holding.mig,
         mig_uuids=holding.mig_uuids,
         shares=holding.shares,
         share_memory_mib=holding.share_memory_mib,
         share_cores=holding.share_cores,
+        containers=pod_containers(fields.obj(pod, "spec")),
+        grants=grants,
     )
 
 

@@ -2,11 +2,13 @@
 handle (:mod:`extender.devices.share_handle`), and the limits it runs under.
 
 The rule is the whole-GPU rule of :mod:`extender.devices.allocation`: the kubelet does not say
-which pod a request is for, so it goes to the oldest-bound share pod on the node that has not
-been given its GPUs yet and asks for that many of the handle's IDs; it gets the GPUs schedext
-chose for it (``schedext.io/gpu-uuids``, else ``schedext.io/gpu-ids``), whatever IDs the
-kubelet named. Unlike a whole GPU, a share has no fallback: a share pod schedext did not place
-is refused, because nobody chose its GPU and the agent must not guess one that may be full.
+which pod or container a request is for, so it goes to the next container, not given its
+share yet, of the share pod part-way through admission, else of the oldest-bound share pod on
+the node, that asks for that many of the handle's IDs; it gets what it reuses from the pod's
+init containers, then GPUs schedext chose for the pod (``schedext.io/gpu-uuids``, else
+``schedext.io/gpu-ids``) that no container of it has, whatever IDs the kubelet named. Unlike
+a whole GPU, a share has no fallback: a share pod schedext did not place is refused, because
+nobody chose its GPU and the agent must not guess one that may be full.
 
 Its limits are the share's: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (memory per visible device,
 by the ordinal the container sees) and ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (cores), which
@@ -18,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.devices.allocation import AllocationError, NodePod, chosen_uuids
+from extender.devices.allocation import AllocationError, NodePod, chosen_uuids, fresh_chosen
+from extender.devices.containers import ContainerAsk, NextContainer, next_container
 from extender.devices.gpus import Gpu
 from extender.devices.share_handle import ShareHandle, slot_gpu
 from extender.names import GPU_IDS
@@ -53,39 +56,54 @@ class ShareGrant:
     uuids: tuple[str, ...]
     memory_mib: int
     cores: int
+    container: str = ""  # the container's name ("" where its pod's containers are unknown)
 
 
-def _devices_left(pod: NodePod) -> int:
-    """The GPUs of the pod's share not given to a container yet."""
-    if pod.gpu_uuids is not None:
-        return sum(1 for uuid in pod.gpu_uuids if uuid not in pod.allocated)
-    if pod.gpu_ids is not None:
-        return max(0, len(pod.gpu_ids) - len(pod.allocated))
-    return max(0, pod.shares - len(pod.allocated))
+@dataclass(frozen=True, slots=True)
+class _ShareMatch:
+    pod: NodePod
+    step: NextContainer
 
 
-def _needs(pod: NodePod, handle: ShareHandle) -> int:
-    """How many of the handle's IDs the rest of the pod's share asks for."""
-    return _devices_left(pod) * handle.per_gpu(pod)
+def _asks(pod: NodePod, handle: ShareHandle) -> tuple[ContainerAsk, ...]:
+    """The pod's containers that ask for a share, in GPUs (the handle names each GPU
+    ``per_gpu`` times)."""
+    return pod.asks(handle.resource, whole=pod.shares, per_device=handle.per_gpu(pod))
 
 
 def _admission_order(pod: NodePod) -> tuple[float, str, str]:
     return (pod.bound_at, pod.namespace, pod.name)
 
 
-def match_share(pods: Sequence[NodePod], handle: ShareHandle, size: int) -> NodePod | None:
+def _slot_gpus(ids: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(slot_gpu(i) for i in ids))
+
+
+def match_share(
+    pods: Sequence[NodePod], handle: ShareHandle, size: int, *, named: Sequence[str] = ()
+) -> NodePod | None:
     """The share pod an ``Allocate`` (or ``GetPreferredAllocation``) of ``size`` handle IDs is
-    for: among the share pods not given all their GPUs, those schedext placed whose remaining
-    GPUs ask for exactly ``size`` IDs, then those it did not place (to be refused by name),
-    each the oldest bind first (ties by namespace/name). None when nobody waits for ``size``."""
-    waiting = sorted(
-        (p for p in pods if p.shares > 0 and _devices_left(p) > 0), key=_admission_order
-    )
-    for placed in (True, False):
-        for pod in waiting:
-            if (pod.gpu_ids is not None) == placed and _needs(pod, handle) == size:
-                return pod
-    return None
+    for: the one whose next container asks for that many, the pod part-way through admission
+    first, then those schedext placed, then those it did not (to be refused by name), each the
+    oldest bind first (ties by namespace/name). None when nobody waits for ``size``."""
+    found = _match(pods, handle, size, named=named)
+    return found.pod if found is not None else None
+
+
+def _match(
+    pods: Sequence[NodePod], handle: ShareHandle, size: int, *, named: Sequence[str] = ()
+) -> _ShareMatch | None:
+    gpus_named = _slot_gpus(named)
+    found: list[tuple[int, tuple[float, str, str], _ShareMatch]] = []
+    for pod in pods:
+        if pod.shares <= 0:
+            continue
+        step = next_container(_asks(pod, handle), pod.recorded(), named=gpus_named)
+        if step is None or step.ask.count * handle.per_gpu(pod) != size:
+            continue
+        tier = 0 if pod.recorded() else 1 if pod.gpu_ids is not None else 2
+        found.append((tier, _admission_order(pod), _ShareMatch(pod, step)))
+    return min(found, key=lambda f: f[:2])[2] if found else None
 
 
 def grant_share(
@@ -96,21 +114,22 @@ def grant_share(
     *,
     one_gpu: bool = False,
 ) -> ShareGrant:
-    """The share one container's ``Allocate`` of ``requested`` handle IDs gets: the GPUs
-    schedext chose for :func:`match_share`'s pod. ``one_gpu``: refuse a container that would
-    reach more than one GPU (an MPS client talks to one GPU's daemon). Raises
+    """The share one container's ``Allocate`` of ``requested`` handle IDs gets: what it reuses,
+    then GPUs schedext chose for :func:`match_share`'s pod. ``one_gpu``: refuse a container
+    that would reach more than one GPU (an MPS client talks to one GPU's daemon). Raises
     :class:`NoShareWaitingError` when no pod waits, :class:`AllocationError` otherwise: for a
     pod schedext did not place, or GPUs that are missing, unhealthy, in MIG mode, or held whole
     by another pod."""
     size = len(requested)
     if size == 0:
         raise AllocationError("the kubelet asked for no devices")
-    pod = match_share(pods, handle, size)
-    if pod is None:
+    found = _match(pods, handle, size, named=requested)
+    if found is None:
         raise NoShareWaitingError(
             f"no GPU share on this node awaits {size} {handle.resource} (a share pod must be "
             "placed by schedext and seen by the agent before the kubelet admits it)"
         )
+    pod, step = found.pod, found.step
     if pod.gpu_ids is None:
         raise AllocationError(
             f"pod {pod.key} asks for a GPU share but schedext did not place it (no {GPU_IDS} "
@@ -118,27 +137,35 @@ def grant_share(
             "Schedule it with kube-scheduler and the schedext extender"
         )
     uuid_by_index = {gpu.index: gpu.uuid for gpu in gpus}
-    uuids = chosen_uuids(pod, uuid_by_index, size // handle.per_gpu(pod))
-    if uuids is None:
+    chosen = chosen_uuids(pod, uuid_by_index)
+    if chosen is None:
         raise AllocationError(
             f"pod {pod.key} was bound to GPUs {list(pod.gpu_ids)} this node does not have"
         )
+    fresh = fresh_chosen(pod, chosen, step.fresh, named=_slot_gpus(requested))
+    where = f"pod {pod.key}" + (f" container {step.ask.name}" if step.ask.name else "")
+    if len(fresh) < step.fresh:
+        raise AllocationError(
+            f"{where} needs shares of {step.fresh} more GPUs than the {len(chosen)} schedext "
+            f"chose for the pod leave"
+        )
+    uuids = step.reused + fresh
     by_uuid = {gpu.uuid: gpu for gpu in gpus}
     if missing := [u for u in uuids if u not in by_uuid]:
-        raise AllocationError(f"GPUs chosen for pod {pod.key} are not on this node: {missing}")
+        raise AllocationError(f"GPUs chosen for {where} are not on this node: {missing}")
     if sick := [u for u in uuids if not by_uuid[u].health.healthy]:
-        raise AllocationError(f"GPUs chosen for pod {pod.key} are unhealthy: {sick}")
+        raise AllocationError(f"GPUs chosen for {where} are unhealthy: {sick}")
     if sliced := [u for u in uuids if by_uuid[u].mig_enabled]:
-        raise AllocationError(f"GPUs chosen for pod {pod.key} are in MIG mode: {sliced}")
+        raise AllocationError(f"GPUs chosen for {where} are in MIG mode: {sliced}")
     holders = {u: p.key for p in pods if p.gpus > 0 and p.uid != pod.uid for u in p.allocated}
     if held := [f"{u} ({holders[u]})" for u in uuids if u in holders]:
-        raise AllocationError(f"GPUs chosen for pod {pod.key} are held whole: {held}")
+        raise AllocationError(f"GPUs chosen for {where} are held whole: {held}")
     if one_gpu and len(uuids) > 1:
         raise AllocationError(
-            f"pod {pod.key} asks for shares of {len(uuids)} GPUs in one container: under MPS a "
+            f"{where} asks for shares of {len(uuids)} GPUs in one container: under MPS a "
             "process reaches one GPU's daemon, so ask for one share per container"
         )
-    return ShareGrant(pod, uuids, pod.share_memory_mib, pod.share_cores)
+    return ShareGrant(pod, uuids, pod.share_memory_mib, pod.share_cores, step.ask.name)
 
 
 def preferred_share(
@@ -150,22 +177,26 @@ def preferred_share(
     must_include: Sequence[str],
     size: int,
 ) -> tuple[str, ...]:
-    """``GetPreferredAllocation`` for the handle: IDs on the GPUs schedext chose for the pod
-    :func:`match_share` finds, so that the kubelet's count per GPU follows the shares (an
-    unhealthy GPU's IDs are those of the pods on it). Otherwise ``must_include`` topped up
-    with the first available IDs. Only a hint: the kubelet tops up a short answer."""
+    """``GetPreferredAllocation`` for the handle: IDs on the GPUs the container of
+    :func:`match_share`'s pod will get (what it reuses, then GPUs schedext chose), so that the
+    kubelet's count per GPU follows the shares (an unhealthy GPU's IDs are those of the pods
+    on it). Otherwise ``must_include`` topped up with the first available IDs. Only a hint:
+    the kubelet tops up a short answer."""
     must = tuple(dict.fromkeys(must_include))
     offered = [i for i in dict.fromkeys(available) if i not in must]
-    pod = match_share(pods, handle, size)
-    if pod is not None and pod.gpu_ids is not None:
+    found = _match(pods, handle, size, named=must)
+    if found is not None and found.pod.gpu_ids is not None:
+        pod = found.pod
         uuid_by_index = {gpu.index: gpu.uuid for gpu in gpus}
-        chosen = chosen_uuids(pod, uuid_by_index, size // handle.per_gpu(pod)) or ()
+        chosen = chosen_uuids(pod, uuid_by_index) or ()
+        fresh = fresh_chosen(pod, chosen, found.step.fresh, named=_slot_gpus(available))
+        targets = found.step.reused + fresh
         picked = list(must)
-        for uuid in chosen:
+        for uuid in targets:
             on_gpu = [i for i in offered if slot_gpu(i) == uuid and i not in picked]
             taken = sum(1 for i in picked if slot_gpu(i) == uuid)
             picked += on_gpu[: max(0, handle.per_gpu(pod) - taken)]
-        if len(picked) == size and {slot_gpu(i) for i in picked} <= set(chosen):
+        if len(picked) == size and {slot_gpu(i) for i in picked} <= set(targets):
             return tuple(picked)
     return (must + tuple(offered))[:size]
 

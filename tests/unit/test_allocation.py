@@ -18,7 +18,10 @@ from extender.devices.allocation import (
     own_pick,
     preferred,
 )
+from extender.devices.containers import ContainerGrant, PodContainer, Role
 from extender.devices.gpus import Gpu, GpuHealth
+
+GPU = "nvidia.com/gpu"
 
 PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))
 QUADS = ((0, 1, 2, 3), (4, 5, 6, 7))
@@ -69,6 +72,19 @@ def unbound(name: str, gpus: int, *, at: float = 0.0, allocated: Sequence[int] =
     )
 
 
+def shaped(pod: NodePod, *containers: tuple[str, int], given: dict[str, list[int]]) -> NodePod:
+    """``pod`` with app containers (name, GPUs) and what the named ones were given."""
+    grants = tuple(ContainerGrant(n, tuple(uuid(i) for i in ids)) for n, ids in given.items())
+    return NodePod(
+        **{
+            **{f: getattr(pod, f) for f in pod.__dataclass_fields__},
+            "containers": tuple(PodContainer(n, Role.APP, ((GPU, c),)) for n, c in containers),
+            "grants": grants,
+            "allocated": tuple(uuid(i) for ids in given.values() for i in ids),
+        }
+    )
+
+
 @dataclass
 class MatchCase:
     name: str
@@ -87,16 +103,25 @@ MATCH_CASES = [
         "a fully allocated pod is done", [bound("a", [0], allocated=[0]), bound("b", [1])], 1, "b"
     ),
     MatchCase(
-        "counts only the chosen GPUs not yet allocated",
-        [bound("a", [0, 1, 2, 3], allocated=[0, 1])],
+        "the next container of a pod part-way through",
+        [shaped(bound("a", [0, 1, 2]), ("c1", 1), ("c2", 2), given={"c1": [0]})],
         2,
         "a",
     ),
     MatchCase(
-        "without UUIDs: chosen indices less allocated",
-        [bound("a", [0, 1, 2], allocated=[0], by_uuid=False)],
-        2,
+        "a pod part-way through before an older one",
+        [
+            bound("old", [5], at=0),
+            shaped(bound("a", [0, 1], at=9), ("c1", 1), ("c2", 1), given={"c1": [0]}),
+        ],
+        1,
         "a",
+    ),
+    MatchCase(
+        "not a container already given its GPUs",
+        [shaped(bound("a", [0, 1, 2]), ("c1", 1), ("c2", 2), given={"c1": [0]})],
+        1,
+        None,
     ),
     MatchCase(
         "bound pods before unbound ones, even younger",
@@ -105,32 +130,36 @@ MATCH_CASES = [
         "young",
     ),
     MatchCase("an unbound pod needing that many", [unbound("u", 2)], 2, "u"),
-    MatchCase("an unbound pod's remainder", [unbound("u", 4, allocated=[0, 1])], 2, "u"),
+    MatchCase(
+        "an unbound pod's next container",
+        [shaped(unbound("u", 4), ("c1", 2), ("c2", 2), given={"c1": [0, 1]})],
+        2,
+        "u",
+    ),
     MatchCase("unbound oldest first", [unbound("b", 1, at=3), unbound("a", 1, at=4)], 1, "b"),
 ]
 
 
 @pytest.mark.parametrize("case", MATCH_CASES, ids=[c.name for c in MATCH_CASES])
 def test_match_pod(case: MatchCase) -> None:
-    pod = match_pod(case.pods, case.size)
-    assert (pod.name if pod else None) == case.expected
+    match = match_pod(case.pods, case.size, resource=GPU)
+    assert (match.pod.name if match else None) == case.expected
 
 
 @pytest.mark.parametrize(
-    ("pod", "size", "expected"),
+    ("pod", "expected"),
     [
-        (bound("a", [4, 5]), None, (uuid(4), uuid(5))),
-        (bound("a", [4, 5]), 1, (uuid(4),)),
-        (bound("a", [4, 5], allocated=[4]), None, (uuid(5),)),
-        (bound("a", [4, 5], by_uuid=False), None, (uuid(4), uuid(5))),
-        (bound("a", [4, 9], by_uuid=False), None, None),  # index 9 is not on this node
-        (unbound("u", 2), None, None),
+        (bound("a", [4, 5]), (uuid(4), uuid(5))),
+        (bound("a", [4, 5], allocated=[4]), (uuid(4), uuid(5))),
+        (bound("a", [4, 5], by_uuid=False), (uuid(4), uuid(5))),
+        (bound("a", [4, 9], by_uuid=False), None),  # index 9 is not on this node
+        (unbound("u", 2), None),
     ],
-    ids=["uuids", "first size", "less allocated", "indices mapped", "unknown index", "unbound"],
+    ids=["uuids", "all of them", "indices mapped", "unknown index", "unbound"],
 )
-def test_chosen_uuids(pod: NodePod, size: int | None, expected: tuple[str, ...] | None) -> None:
+def test_chosen_uuids(pod: NodePod, expected: tuple[str, ...] | None) -> None:
     by_index = {g.index: g.uuid for g in gpus()}
-    assert chosen_uuids(pod, by_index, size) == expected
+    assert chosen_uuids(pod, by_index) == expected
 
 
 @pytest.mark.parametrize(
@@ -177,9 +206,16 @@ GRANT_CASES = [
         "bound: its chosen GPUs, not those asked for", [bound("a", [4, 5])], [0, 1], (4, 5), "a"
     ),
     GrantCase(
-        "bound: the rest of a half-allocated pod",
-        [bound("a", [4, 5, 6, 7], allocated=[4, 5])],
+        "bound: the second container gets the rest",
+        [shaped(bound("a", [4, 5, 6, 7]), ("c1", 2), ("c2", 2), given={"c1": [4, 5]})],
         [0, 1],
+        (6, 7),
+        "a",
+    ),
+    GrantCase(
+        "bound: the next container takes the chosen GPUs the kubelet named",
+        [shaped(bound("a", [4, 5, 6, 7]), ("c1", 2), ("c2", 2), given={})],
+        [7, 6],
         (6, 7),
         "a",
     ),
@@ -204,7 +240,9 @@ GRANT_CASES = [
 
 @pytest.mark.parametrize("case", GRANT_CASES, ids=[c.name for c in GRANT_CASES])
 def test_grant(case: GrantCase) -> None:
-    result = grant(case.pods, gpus(sick=case.sick), PAIRS, [uuid(i) for i in case.requested])
+    result = grant(
+        case.pods, gpus(sick=case.sick), PAIRS, [uuid(i) for i in case.requested], resource=GPU
+    )
     assert result.uuids == tuple(uuid(i) for i in case.expected)
     assert (result.pod.name if result.pod else None) == case.pod
 
@@ -234,7 +272,7 @@ def test_grant_refuses(
     pods: list[NodePod], requested: list[int], sick: tuple[int, ...], message: str
 ) -> None:
     with pytest.raises(AllocationError, match=message):
-        grant(pods, gpus(sick=sick), PAIRS, [uuid(i) for i in requested])
+        grant(pods, gpus(sick=sick), PAIRS, [uuid(i) for i in requested], resource=GPU)
 
 
 def ids(*indices: int) -> list[str]:
@@ -298,5 +336,6 @@ def test_preferred(case: PreferredCase) -> None:
         available=ids(*case.available),
         must_include=ids(*case.must),
         size=case.size,
+        resource=GPU,
     )
     assert answer == tuple(uuid(i) for i in case.expected)

@@ -4,13 +4,15 @@ it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from extender.devices import Gpu, GpuHealth, MigSlice
 from extender.devices.allocation import AllocationError, NodePod
+from extender.devices.containers import ContainerGrant, PodContainer, Role
 from extender.devices.mig_allocation import grant_mig, match_mig_pod, preferred_mig
+from extender.devices.mig_slices import resource_name
 from extender.devices.pods import node_pod
 from tests.mig_builders import mig_pod
 from tests.nvml_builders import mig_uuid
@@ -80,6 +82,17 @@ def pod(
     )
 
 
+def two_containers(found: NodePod, *, given: str) -> NodePod:
+    """``found`` as two containers of one P1 device each, the first given ``given``."""
+    asks = ((resource_name(P1), 1),)
+    return replace(
+        found,
+        containers=(PodContainer("c1", Role.APP, asks), PodContainer("c2", Role.APP, asks)),
+        grants=(ContainerGrant("c1", (given,)),),
+        allocated=(given,),
+    )
+
+
 PROFILE_OF = {M[0]: P1, M[1]: P1, M[2]: P1, M[3]: P2}
 
 
@@ -90,7 +103,7 @@ PROFILE_OF = {M[0]: P1, M[1]: P1, M[2]: P1, M[3]: P2}
         ([pod("a", {P1: 2}, [M[0], M[1]])], P1, 2, "a"),
         ([pod("a", {P1: 2}, [M[0], M[1]])], P1, 1, None),
         ([pod("a", {P1: 1, P2: 1}, [M[0], M[3]])], P2, 1, "a"),
-        ([pod("a", {P1: 2}, [M[0], M[1]], allocated=(M[0],))], P1, 1, "a"),
+        ([two_containers(pod("a", {P1: 2}, [M[0], M[1]]), given=M[0])], P1, 1, "a"),
         ([pod("a", {P1: 1}, [M[0]], allocated=(M[0],))], P1, 1, None),
         ([pod("b", {P1: 1}, [M[1]], at=2), pod("a", {P1: 1}, [M[0]], at=1)], P1, 1, "a"),
         ([pod("old", {P1: 1}, at=0), pod("young", {P1: 1}, [M[0]], at=5)], P1, 1, "young"),

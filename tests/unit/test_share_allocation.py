@@ -13,6 +13,7 @@ import pytest
 from extender import names
 from extender.config import SHARE_PRESETS, ShareResources
 from extender.devices.allocation import AllocationError, NodePod, in_use
+from extender.devices.containers import ContainerGrant, PodContainer, Role
 from extender.devices.gpus import Gpu, GpuHealth
 from extender.devices.pods import node_pod
 from extender.devices.share_allocation import (
@@ -78,6 +79,17 @@ def share(
         shares=len(ids or ()) if shares is None else shares,
         share_memory_mib=memory,
         share_cores=cores,
+    )
+
+
+def two_containers(pod: NodePod, *, given: int) -> NodePod:
+    """``pod`` as two containers of one share each, the first given GPU ``given``."""
+    asks = ((names.SHARE_COUNT_RESOURCE, 1),)
+    return replace(
+        pod,
+        containers=(PodContainer("c1", Role.APP, asks), PodContainer("c2", Role.APP, asks)),
+        grants=(ContainerGrant("c1", (uuid(given),)),),
+        allocated=(uuid(given),),
     )
 
 
@@ -249,7 +261,7 @@ MATCH_CASES = [
     MatchCase("not another size", [share("a", [0, 1])], 1, None),
     MatchCase("oldest bind first", [share("b", [1], at=2), share("a", [0], at=1)], 1, "a"),
     MatchCase("a given share is done", [share("a", [0], allocated=[0]), share("b", [1])], 1, "b"),
-    MatchCase("the rest of a share", [share("a", [0, 1], allocated=[0])], 1, "a"),
+    MatchCase("the next container's share", [two_containers(share("a", [0, 1]), given=0)], 1, "a"),
     MatchCase(
         "placed before unplaced, even younger",
         [share("old", None, shares=1, at=0), share("young", [2], at=5)],
@@ -286,7 +298,7 @@ GRANT_CASES = [
     ),
     GrantCase(
         "the next container gets the rest",
-        [share("a", [1, 2], allocated=[1])],
+        [two_containers(share("a", [1, 2]), given=1)],
         slots((0, 0)),
         (2,),
         "a",
