@@ -1,18 +1,23 @@
 """The kubelet's side of the device-plugin API, for tests: a real ``Registration`` gRPC server
 on ``kubelet.sock`` (:class:`FakeKubelet`, asyncio), the same run on a thread of its own for
 synchronous tests (:class:`KubeletThread`), and the calls the kubelet's device manager makes
-(:class:`KubeletClient`)."""
+(:class:`KubeletClient`, which :class:`tests.device_manager.DeviceManager` drives as the
+kubelet does), and plugins served on a thread for such tests (:class:`ServedPlugins`)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 
 from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from app.agent.registration import Endpoint, serve
+
+T = TypeVar("T")
 
 WAIT_S = 5.0  # every wait in these tests is bounded by this
 
@@ -78,28 +83,80 @@ class KubeletThread:
         self._loop.close()  # its self-pipe sockets, or the garbage collector warns of them
 
 
+class ServedPlugins:
+    """Device plugins served, and registered with a :class:`FakeKubelet`, from an event loop
+    of their own, so that a synchronous test plays the kubelet against them; :meth:`stop`
+    stops them as an agent's exit would."""
+
+    def __init__(
+        self, directory: Path, plugins: Sequence[tuple[api_pb2_grpc.DevicePluginServicer, Endpoint]]
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.kubelet = FakeKubelet(directory)
+        self._call(self.kubelet.start())
+        self._tasks = [self._call(self._start(plugin, endpoint)) for plugin, endpoint in plugins]
+        self._call(self.kubelet.registered(len(plugins)))
+
+    async def _start(
+        self, plugin: api_pb2_grpc.DevicePluginServicer, endpoint: Endpoint
+    ) -> asyncio.Task[None]:
+        return asyncio.create_task(serve(plugin, endpoint))
+
+    def _call(self, coroutine: Coroutine[object, object, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(WAIT_S + 1)
+
+    def stop(self) -> None:
+        async def cancel() -> None:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.kubelet.stop()
+
+        self._call(cancel())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(WAIT_S)
+        self._loop.close()
+
+
 class KubeletClient:
     """The device manager's calls to a plugin's socket."""
 
     def __init__(self, socket: Path) -> None:
         self._channel = grpc.insecure_channel(f"unix://{socket}")
         self._stub = api_pb2_grpc.DevicePluginStub(self._channel)
+        self.answers: list[api_pb2.ContainerAllocateResponse] = []  # every Allocate's
 
     def close(self) -> None:
         self._channel.close()
 
-    def allocate(self, device_ids: list[str]) -> tuple[str, ...]:
+    def allocate(self, device_ids: Sequence[str]) -> tuple[str, ...]:
         """NVIDIA_VISIBLE_DEVICES of one container's allocation."""
         return tuple(self.allocate_envs(device_ids)["NVIDIA_VISIBLE_DEVICES"].split(","))
 
-    def allocate_envs(self, device_ids: list[str]) -> dict[str, str]:
+    def allocate_envs(self, device_ids: Sequence[str]) -> dict[str, str]:
         """The environment of one container's allocation."""
+        return dict(self.allocate_answer(device_ids).envs)
+
+    def allocate_answer(self, device_ids: Sequence[str]) -> api_pb2.ContainerAllocateResponse:
+        """One container's whole answer (environment, device nodes, mounts)."""
         request = api_pb2.AllocateRequest(
             container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=device_ids)]
         )
         answer = self._stub.Allocate(request, timeout=WAIT_S)
         (container,) = answer.container_responses
-        return dict(container.envs)
+        self.answers.append(container)
+        return container
+
+    def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
+        """GetPreferredAllocation of one container (tests.device_manager.Plugin)."""
+        ask = api_pb2.ContainerPreferredAllocationRequest(
+            available_deviceIDs=available, must_include_deviceIDs=must, allocation_size=size
+        )
+        request = api_pb2.PreferredAllocationRequest(container_requests=[ask])
+        answer = self._stub.GetPreferredAllocation(request, timeout=WAIT_S)
+        return list(answer.container_responses[0].deviceIDs)
 
     def devices(self) -> Iterator[dict[str, str]]:
         """ListAndWatch: each list the plugin sends, as {device id: health}."""

@@ -7,7 +7,9 @@ differs between GPUs: identity, PCI address, NUMA node, links. Every other answe
 
 ``python -m tests.nvml_builders > tests/fixtures/nvml/hgx-8-nvlink.json`` rebuilds the HGX
 fixture, and ``python -m tests.nvml_builders h100-mig > tests/fixtures/nvml/h100-mig.json``
-the MIG one; a unit test checks each committed file is what this module builds.
+the MIG one, ``... hgx-8-minors > tests/fixtures/nvml/hgx-8-minors.json`` the HGX node with
+device node minors that are not its indices; a unit test checks each committed file is what
+this module builds.
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvml"
 H100_SINGLE = FIXTURES / "h100-single.json"
+H200_SINGLE = FIXTURES / "h200-single.json"  # recorded by scripts/device-check
 HGX_8_NVLINK = FIXTURES / "hgx-8-nvlink.json"
+HGX_8_MINORS = FIXTURES / "hgx-8-minors.json"
+MIG_MINORS = FIXTURES / "mig-minors.txt"  # recorded on an H200: gpu0 and gpu1's lines
 H100_MIG = FIXTURES / "h100-mig.json"
 
 NOT_SUPPORTED = {"error": "Not Supported", "code": 3}
@@ -43,8 +48,12 @@ class GpuSpec:
     links: tuple[str, ...] = ()
     p2p: frozenset[int] = frozenset()
     # In MIG mode when given: (profile, UUID) per MIG device index, None where none is
-    # configured; the GPU answers as an H100 in MIG mode does (no utilisation).
+    # configured; the GPU answers as an H100 in MIG mode does (no utilisation). MIG device
+    # index m is GPU instance m + 1, compute instance 0.
     migs: tuple[tuple[str, str] | None, ...] | None = None
+    # Its device node's minor number (/dev/nvidia<minor>); None: its index, as on the
+    # recorded H100.
+    minor: int | None = None
 
 
 def bus_id(bus: str) -> str:
@@ -86,14 +95,8 @@ def recording(specs: Sequence[GpuSpec]) -> dict[str, Any]:
             entry = {"call": call, "device": index, **rest}
             if call in ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkRemotePciInfo"):
                 continue  # written below, per link
-            if call == "nvmlDeviceGetUUID":
-                entry["ok"] = f"GPU-5e1ec7ed-0000-4000-8000-{index:012x}"
-            elif call == "nvmlDeviceGetSerial":
-                entry["ok"] = str(1652824014976 + index)
-            elif call == "nvmlDeviceGetPciInfo":
-                entry["ok"] = _pci(spec.bus)
-            elif call in ("nvmlDeviceGetMinorNumber", "nvmlDeviceGetBoardId"):
-                entry["ok"] = index
+            if call in _IDENTITY:
+                entry["ok"] = _IDENTITY[call](index, spec)
             elif call == "nvmlDeviceGetNumaNodeId" and spec.numa is not None:
                 entry = {"call": call, "device": index, "args": [], "ok": spec.numa}
             elif spec.migs is not None and call in _IN_MIG_MODE:
@@ -105,6 +108,15 @@ def recording(specs: Sequence[GpuSpec]) -> dict[str, Any]:
             calls.append(entry)
     return {"calls": calls}
 
+
+# What differs between GPUs of a built node: identity, PCI address, device node.
+_IDENTITY: dict[str, Callable[[int, GpuSpec], Any]] = {
+    "nvmlDeviceGetUUID": lambda index, _: f"GPU-5e1ec7ed-0000-4000-8000-{index:012x}",
+    "nvmlDeviceGetSerial": lambda index, _: str(1652824014976 + index),
+    "nvmlDeviceGetPciInfo": lambda _, spec: _pci(spec.bus),
+    "nvmlDeviceGetMinorNumber": lambda index, spec: index if spec.minor is None else spec.minor,
+    "nvmlDeviceGetBoardId": lambda index, _: index,
+}
 
 # The calls a GPU in MIG mode answers otherwise than the recorded H100 (MIG off) did.
 _IN_MIG_MODE = (
@@ -130,8 +142,16 @@ def _in_mig_mode(
         at = {"device": index, "args": [mig]}
         uuid = {"ok": device[1]} if device else NOT_FOUND
         name = {"ok": f"NVIDIA H100 80GB HBM3 MIG {device[0]}"} if device else NOT_FOUND
+        instance = {"ok": mig + 1} if device else NOT_FOUND
+        compute = {"ok": 0} if device else NOT_FOUND
         entries.append({"call": "nvmlDeviceGetMigDeviceHandleByIndex.uuid", **at, **uuid})
         entries.append({"call": "nvmlDeviceGetMigDeviceHandleByIndex.name", **at, **name})
+        entries.append(
+            {"call": "nvmlDeviceGetMigDeviceHandleByIndex.gpuInstanceId", **at, **instance}
+        )
+        entries.append(
+            {"call": "nvmlDeviceGetMigDeviceHandleByIndex.computeInstanceId", **at, **compute}
+        )
     return entries
 
 
@@ -166,17 +186,28 @@ def _pairs(index: int, specs: Sequence[GpuSpec]) -> list[dict[str, Any]]:
 HGX_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 
 
-def hgx_8_nvlink() -> dict[str, Any]:
+# Where the driver numbered the device nodes otherwise than NVML's PCI order, as on many
+# real machines: GPU i's node is /dev/nvidia<HGX_MINORS[i]>.
+HGX_MINORS = (2, 3, 0, 1, 6, 7, 4, 5)
+
+
+def hgx_8_nvlink(minors: Sequence[int | None] = (None,) * 8) -> dict[str, Any]:
     """Eight GPUs in two NVLink quads, [0-3] on NUMA node 0 and [4-7] on 1: each GPU's 18
-    links, six to each of the three others of its quad."""
+    links, six to each of the three others of its quad; device node minors as given."""
     specs = []
     for index, bus in enumerate(HGX_BUSES):
         quad = range(0, 4) if index < 4 else range(4, 8)
         peers = [HGX_BUSES[j] for j in quad if j != index]
         links = tuple(peers[link // 6] for link in range(LINKS))
         p2p = frozenset(j for j in quad if j != index)
-        specs.append(GpuSpec(bus=bus, numa=index // 4, links=links, p2p=p2p))
+        specs.append(GpuSpec(bus=bus, numa=index // 4, links=links, p2p=p2p, minor=minors[index]))
     return recording(specs)
+
+
+def hgx_8_minors() -> dict[str, Any]:
+    """:func:`hgx_8_nvlink` with device node minors that are not the indices
+    (:data:`HGX_MINORS`)."""
+    return hgx_8_nvlink(HGX_MINORS)
 
 
 def mig_uuid(gpu: int, mig: int) -> str:
@@ -197,15 +228,16 @@ H100_MIG_LAYOUT: tuple[tuple[str, str] | None, ...] = (
 
 
 def h100_mig() -> dict[str, Any]:
-    """Two H100s on PCIe: GPU 0 in MIG mode (:data:`H100_MIG_LAYOUT`), GPU 1 whole."""
-    return recording([GpuSpec(bus="18", migs=H100_MIG_LAYOUT), GpuSpec(bus="2a")])
+    """Two H100s on PCIe: GPU 0 in MIG mode (:data:`H100_MIG_LAYOUT`), GPU 1 whole; their
+    device nodes swapped (GPU 0 is /dev/nvidia1), so that a node named by index is wrong."""
+    return recording([GpuSpec(bus="18", migs=H100_MIG_LAYOUT, minor=1), GpuSpec(bus="2a", minor=0)])
 
 
 def dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=1) + "\n"
 
 
-BUILT = {"hgx-8-nvlink": hgx_8_nvlink, "h100-mig": h100_mig}
+BUILT = {"hgx-8-nvlink": hgx_8_nvlink, "hgx-8-minors": hgx_8_minors, "h100-mig": h100_mig}
 
 if __name__ == "__main__":
     sys.stdout.write(dumps(BUILT[sys.argv[1] if len(sys.argv) > 1 else "hgx-8-nvlink"]()))

@@ -20,14 +20,14 @@ import pytest
 from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from app.agent.discovery import read_node
 from app.agent.memory import MemoryLedger, StaticDevices
-from app.agent.mig_plugin import WholeGpus, mig_plugins
+from app.agent.mig_plugin import WholeGpus, mig_plugins, read_mig_minors
 from app.agent.plugin import DevicePlugin
 from app.agent.registration import Endpoint, serve
 from app.agent.replay import ReplayBackend
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import GpuHealth
 from tests.kubelet import WAIT_S, FakeKubelet
-from tests.nvml_builders import H100_MIG, mig_uuid
+from tests.nvml_builders import H100_MIG, MIG_MINORS, mig_uuid
 
 T = TypeVar("T")
 P1, P2 = "1g.10gb", "2g.20gb"
@@ -67,7 +67,9 @@ class Node:
         )
         self.servers = [
             (DevicePlugin(WholeGpus(self.devices), self.ledger), self.endpoint),
-            *mig_plugins(self.devices, self.ledger, self.endpoint),
+            *mig_plugins(
+                self.devices, self.ledger, self.endpoint, caps=read_mig_minors(MIG_MINORS)
+            ),
         ]
 
     def socket(self, resource: str) -> Path:
@@ -168,7 +170,14 @@ def test_a_bound_pod_gets_the_mig_devices_schedext_chose_and_they_are_recorded(
         assert small.envs["NVIDIA_VISIBLE_DEVICES"] == f"{M[2]},{M[1]}"
         assert big.envs["NVIDIA_VISIBLE_DEVICES"] == M[3]
         assert [d.host_path for d in small.devices] == [
-            "/dev/nvidia0",  # the GPU the MIG devices are on
+            # The GPU the MIG devices are on: GPU 0, whose device node is nvidia1 (its minor).
+            "/dev/nvidia1",
+            # Their capability nodes: GPU instances 3 and 2 (MIG device indices 2 and 1),
+            # compute instance 0 of each, numbered as the recorded driver's mig-minors says.
+            "/dev/nvidia-caps/nvidia-cap165",
+            "/dev/nvidia-caps/nvidia-cap166",
+            "/dev/nvidia-caps/nvidia-cap156",
+            "/dev/nvidia-caps/nvidia-cap157",
             "/dev/nvidiactl",
             "/dev/nvidia-uvm",
             "/dev/nvidia-uvm-tools",

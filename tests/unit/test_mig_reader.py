@@ -33,12 +33,15 @@ def test_a_gpu_in_mig_mode_reads_with_its_mig_devices_and_the_other_whole() -> N
     _, gpus = read_node(mig_replay())
     sliced, whole = gpus
     assert sliced.mig_enabled
+    # MIG device index m is GPU instance m + 1, compute instance 0 in the fixture.
     assert sliced.migs == (
-        MigSlice(P1, M[0]),
-        MigSlice(P1, M[1]),
-        MigSlice(P1, M[2]),
-        MigSlice(P2, M[3]),
+        MigSlice(P1, M[0], 1, 0),
+        MigSlice(P1, M[1], 2, 0),
+        MigSlice(P1, M[2], 3, 0),
+        MigSlice(P2, M[3], 4, 0),
     )
+    # Device nodes by minor: the fixture's GPU 0 is /dev/nvidia1, GPU 1 /dev/nvidia0.
+    assert (sliced.device_node, whole.device_node) == ("nvidia1", "nvidia0")
     assert sliced.health.healthy
     assert (whole.mig_enabled, whole.migs) == (False, ())
     # A GPU in MIG mode reports no utilisation: its sample is its memory in use alone.
@@ -50,7 +53,7 @@ def test_a_mig_device_whose_name_or_uuid_cannot_be_read_is_left_out() -> None:
     nvml.set_answer(replay.MIG_NAME, device=0, args=[0], ok="NVIDIA H100 80GB HBM3")
     nvml.set_answer(replay.MIG_UUID, device=0, args=[3], error=(999, "Unknown Error"))
     _, gpus = read_node(nvml)
-    assert gpus[0].migs == (MigSlice(P1, M[1]), MigSlice(P1, M[2]))
+    assert gpus[0].migs == (MigSlice(P1, M[1], 2, 0), MigSlice(P1, M[2], 3, 0))
     assert gpus[0].health.healthy  # an unreadable MIG device is no fault of the GPU
 
 
@@ -82,6 +85,13 @@ def test_the_published_document_carries_the_mig_devices() -> None:
     _, gpus = read_node(mig_replay())
     document = encode_topology(Topology(gpus=gpus))
     read = decode_topology(document, 1)  # the node's one whole GPU: allocatable under mixed
-    # Device node minors stay on the node: only its device plugin answers with them.
-    assert read.gpus == tuple(replace(gpu, minor=None) for gpu in gpus)
+    # Device node minors and instance ids stay on the node: only its plugins use them.
+    assert read.gpus == tuple(
+        replace(
+            gpu,
+            minor=None,
+            migs=tuple(replace(m, gpu_instance=None, compute_instance=None) for m in gpu.migs),
+        )
+        for gpu in gpus
+    )
     assert read.mig_gpus() == (0,)

@@ -26,10 +26,14 @@ from extender.devices.gpus import HEALTHY, GpuHealth, GpuUse
 from extender.devices.links import nvlink_groups
 from tests.nvml_builders import (
     H100_SINGLE,
+    H200_SINGLE,
+    HGX_8_MINORS,
     HGX_8_NVLINK,
+    HGX_MINORS,
     GpuSpec,
     bus_id,
     dumps,
+    hgx_8_minors,
     hgx_8_nvlink,
     recording,
 )
@@ -350,3 +354,46 @@ def test_nvml_failing_to_start_says_what_to_check(monkeypatch: pytest.MonkeyPatc
         "NVML could not start: Driver Not Loaded; is the NVIDIA driver installed and the "
         "container run with the nvidia runtime?"
     )
+
+
+def test_the_committed_minors_fixture_is_what_the_builder_builds() -> None:
+    assert HGX_8_MINORS.read_text() == dumps(hgx_8_minors())
+
+
+@pytest.mark.parametrize(
+    ("fixture", "minors", "nodes"),
+    [
+        (HGX_8_NVLINK, list(range(8)), [f"nvidia{i}" for i in range(8)]),
+        (HGX_8_MINORS, list(HGX_MINORS), [f"nvidia{m}" for m in HGX_MINORS]),
+        (H200_SINGLE, [0], ["nvidia0"]),
+    ],
+    ids=["minors = indices", "minors != indices", "recorded H200"],
+)
+def test_each_gpu_reads_with_its_device_node_minor(
+    fixture: Path, minors: list[int], nodes: list[str]
+) -> None:
+    _, gpus = read_node(ReplayBackend(fixture))
+    assert [g.minor for g in gpus] == minors
+    assert [g.device_node for g in gpus] == nodes
+
+
+def test_a_minor_nvml_cannot_tell_falls_back_to_the_index() -> None:
+    nvml = ReplayBackend(HGX_8_MINORS)
+    nvml.set_answer(replay.MINOR, device=2, error=(3, "Not Supported"))
+    _, gpus = read_node(nvml)
+    assert (gpus[2].minor, gpus[2].device_node) == (None, "nvidia2")
+    assert gpus[2].health.healthy  # an unknown minor is no fault of the GPU
+
+
+def test_the_recorded_h200_reads_as_the_machine_it_was() -> None:
+    driver, gpus = read_node(ReplayBackend(H200_SINGLE))
+    (gpu,) = gpus
+    assert (driver, gpu.model, gpu.memory_mib) == ("580.159.04", "NVIDIA H200", 143771)
+    assert (gpu.numa_node, gpu.mig_enabled, gpu.health) == (None, False, HEALTHY)
+
+
+def test_the_recorder_keeps_the_minors_the_replay_answers() -> None:
+    recorder = Recorder(ReplayBackend(HGX_8_MINORS))
+    record_node(recorder)
+    replayed = ReplayBackend(calls=json.loads(json.dumps(recorder.document()))["calls"])
+    assert [g.minor for g in read_node(replayed)[1]] == list(HGX_MINORS)
