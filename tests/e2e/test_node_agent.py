@@ -31,6 +31,9 @@ import httpx
 import pytest
 import yaml
 
+from extender.devices.containers import parse_grants
+from tests.builders import with_containers
+from tests.device_manager import Container, DeviceManager
 from tests.e2e.conftest import ROOT, Cluster, eventually, scheduler_config
 from tests.e2e.harness import ApiError as HarnessApiError
 from tests.e2e.harness import ControlPlane, free_port, pod_manifest
@@ -126,6 +129,12 @@ def annotations(cluster: Cluster, pod: str) -> dict[str, str]:
     return found
 
 
+def recorded(cluster: Cluster, pod: str) -> dict[str, tuple[str, ...]]:
+    """The pod's allocation record, by container."""
+    grants = parse_grants(annotations(cluster, pod).get("schedext.io/gpu-allocated"))
+    return {g.container: g.uuids for g in grants}
+
+
 def allocate_when_seen(client: KubeletClient, device_ids: list[str]) -> tuple[str, ...]:
     """Allocate, retried while the agent's pod watch has not seen the bound pod yet (the
     kubelet retries a failed admission the same way)."""
@@ -184,10 +193,7 @@ def test_the_agent_gives_each_container_exactly_the_gpus_schedext_chose(
         assert [list(first), list(second)] == [chosen["a"], chosen["b"]]
         for pod in "ab":
             eventually(
-                lambda pod=pod: (
-                    annotations(cluster, pod).get("schedext.io/gpu-allocated")
-                    == ",".join(chosen[pod])
-                ),
+                lambda pod=pod: recorded(cluster, pod) == {"main": tuple(chosen[pod])},
                 message=f"allocation of {pod} not recorded",
             )
         client.close()
@@ -226,6 +232,71 @@ def test_the_agent_gives_each_container_exactly_the_gpus_schedext_chose(
         assert unhealthy.startswith("XID 79")
         print(agent.usage())  # noqa: T201
         client.close()
+    finally:
+        kubelet.stop()
+
+
+# (name, [(container, role, GPUs)], what each container gets, as positions in the pod's
+# chosen GPUs)
+SHAPES = [
+    ("init-app", [("setup", "init", 1), ("main", "app", 1)], {"setup": (0,), "main": (0,)}),
+    ("two", [("a", "app", 1), ("b", "app", 1)], {"a": (0,), "b": (1,)}),
+    ("sidecar", [("side", "sidecar", 1), ("main", "app", 1)], {"side": (0,), "main": (1,)}),
+    (
+        "big-init",
+        [("setup", "init", 2), ("a", "app", 1), ("b", "app", 1)],
+        {"setup": (0, 1), "a": (0,), "b": (1,)},
+    ),
+]
+
+
+def test_every_pod_shape_gets_exactly_its_gpus_across_an_agent_restart(
+    cluster: Cluster, agent: AgentProcess, plugin_dir: Path
+) -> None:
+    """The kubelet's own Allocate sequence (tests/device_manager.py) for pods schedext bound,
+    the agent killed between two containers of each pod and started again: every container
+    gets exactly its GPUs, no GPU is in two pods, and the records on the pods say so."""
+    cluster.node(NODE, gpus=8, model=H100, memory_mib=81559)
+    kubelet = KubeletThread(plugin_dir)
+    registrations = 2
+    try:
+        agent.start()
+        kubelet.registered(registrations)
+        eventually(
+            lambda: inventory_node(cluster)["gpus"][7]["uuid"] == uuid(7),
+            message="schedext did not take the agent's UUIDs",
+        )
+        client = KubeletClient(plugin_dir / "schedext-gpu.sock")
+        books = DeviceManager([uuid(i) for i in range(8)], client)
+        for name, shape, expected in SHAPES:
+            manifest = pod_manifest(name)
+            with_containers(manifest, [(c, role, {"nvidia.com/gpu": n}) for c, role, n in shape])
+            cluster.api.create_pod(cluster.namespace, manifest)
+            assert cluster.wait_bound(name) == NODE
+            chosen = annotations(cluster, name)["schedext.io/gpu-uuids"].split(",")
+            containers = [Container(c, n, role) for c, role, n in shape]
+            # The agent waits for its pod watch to show a pod it is asked for.
+            answers = books.admit(name, containers, after=1)
+            client.close()
+            agent.kill()  # between two containers of the pod
+            agent.start()
+            registrations += 2
+            kubelet.registered(registrations)
+            client = KubeletClient(plugin_dir / "schedext-gpu.sock")
+            books.plugin = client
+            answers |= books.admit(name, containers)
+            want = {c: tuple(chosen[i] for i in positions) for c, positions in expected.items()}
+            assert answers == want, name
+            assert {u for got in answers.values() for u in got} == set(chosen)
+            assert recorded(cluster, name) == want
+        # No GPU in two pods, in the kubelet's books as in what the agent answered.
+        held = [(pod, u) for (pod, _), ids in books.books.items() for u in ids]
+        owners: dict[str, set[str]] = {}
+        for pod, u in held:
+            owners.setdefault(u, set()).add(pod)
+        assert all(len(pods) == 1 for pods in owners.values()), owners
+        client.close()
+        print(agent.usage())  # noqa: T201
     finally:
         kubelet.stop()
 
@@ -315,11 +386,22 @@ def test_the_agent_offers_shares_and_gives_each_the_gpu_schedext_chose(
             "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
         }
         eventually(
-            lambda: (
-                annotations(cluster, "s1").get("schedext.io/gpu-allocated")
-                == chosen["schedext.io/gpu-uuids"]
-            ),
+            lambda: recorded(cluster, "s1") == {"main": (chosen["schedext.io/gpu-uuids"],)},
             message="share allocation not recorded",
+        )
+
+        # A share in one container and none in the other: the share's container gets it.
+        two = pod_manifest("s2")
+        asked = {SHARE_MEMORY: "10240", SHARE_CORES: "10", SHARE_COUNT: "1"}
+        with_containers(two, [("main", "app", {}), ("gpu", "app", asked)])
+        cluster.api.create_pod(cluster.namespace, two)
+        assert cluster.wait_bound("s2") == NODE
+        picked = annotations(cluster, "s2")["schedext.io/gpu-uuids"]
+        got = eventually(lambda: _allocate_share(client, [f"{picked}::9"]), message="refused")
+        assert got["NVIDIA_VISIBLE_DEVICES"] == picked
+        eventually(
+            lambda: recorded(cluster, "s2") == {"gpu": (picked,)},
+            message="the share's container not recorded",
         )
 
         # Bound without schedext: no GPU was chosen for it, and the agent guesses none.
