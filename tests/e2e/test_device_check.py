@@ -1,0 +1,42 @@
+"""scripts/device-check's dry run: the accelerator machine's checks, run here with the GPU
+steps skipped (and saying why) and the throughput runs at a toy size, so that the script a
+lent machine runs first cannot rot unseen between the sessions that have one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+from tests.e2e.conftest import ROOT
+
+
+def test_the_dry_run_runs_every_step_and_says_which_it_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "device-check"), "--dry-run", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "SCHEDEXT_DEVICE_CHECK_SIZE": "--reps 1 --nodes 8 --pods 16"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    steps = {step["step"]: step for step in summary["steps"]}
+    assert list(steps) == ["gpu-tier", "nvml-record", "throughput", "throughput-mix"]
+    for name in ("gpu-tier", "nvml-record"):
+        assert steps[name]["skipped"] == "NVML does not start here (no NVIDIA driver)"
+    for name in ("throughput", "throughput-mix"):
+        assert (steps[name]["rc"], steps[name]["timed_out"]) == (0, False), steps[name]
+    # Two files come back from the machine: the summary, and one archive of the rest.
+    assert sorted(p.name for p in out.iterdir()) == ["device-check.tar.gz", "summary.json"]
+    with tarfile.open(out / "device-check.tar.gz") as archive:
+        figures = json.load(archive.extractfile("throughput.json"))  # type: ignore[arg-type]
+        mix = json.load(archive.extractfile("throughput-mix.json"))  # type: ignore[arg-type]
+    assert {run["kind"] for run in figures["runs"]} >= {"A", "B", "P", "G"}
+    assert mix["mix"]["gpu_share"] == 0.2
+    assert "skipped: NVML does not start here" in done.stderr
