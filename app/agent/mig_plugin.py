@@ -221,14 +221,22 @@ def mig_endpoint(whole: Endpoint, profile: str) -> Endpoint:
 
 
 def mig_plugins(
-    devices: Devices, ledger: PodLedger, whole: Endpoint, *, caps: Mapping[str, int] | None = None
+    devices: Devices,
+    ledger: PodLedger,
+    whole: Endpoint,
+    *,
+    caps: Mapping[str, int] | None = None,
+    wait_s: float = 5.0,
 ) -> list[tuple[MigPlugin, Endpoint]]:
     """A plugin and its endpoint per MIG profile this node's GPUs have now; ``caps``: the
-    driver's capability minors (:func:`read_mig_minors`)."""
+    driver's capability minors (:func:`read_mig_minors`); ``wait_s`` as :class:`MigPlugin`."""
     profiles = sorted({d.profile for d in mig_devices(devices.current())})
     lock = asyncio.Lock()
     return [
-        (MigPlugin(profile, devices, ledger, lock=lock, caps=caps), mig_endpoint(whole, profile))
+        (
+            MigPlugin(profile, devices, ledger, lock=lock, caps=caps, wait_s=wait_s),
+            mig_endpoint(whole, profile),
+        )
         for profile in profiles
     ]
 

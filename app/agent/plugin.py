@@ -24,7 +24,13 @@ import grpc
 
 from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from app.agent.ports import Devices, PodLedger
-from extender.devices.allocation import AllocationError, Grant, grant, preferred
+from extender.devices.allocation import (
+    AllocationError,
+    Grant,
+    NoPodWaitingError,
+    grant,
+    preferred,
+)
 from extender.devices.gpus import Gpu
 from extender.names import GPU_ALLOCATED, GPU_RESOURCE
 
@@ -203,12 +209,18 @@ def _device(gpu: Gpu) -> api_pb2.Device:
 async def until_seen(
     decide: Callable[[], T], *, seen: Callable[[T], bool], wait_s: float, poll_s: float
 ) -> T:
-    """``decide()``, asked again every ``poll_s`` while its answer is for a pod not ``seen``
-    yet, until ``wait_s`` has passed: the kubelet may call ``Allocate`` for a pod a moment
-    before this node's pod watch shows it bound. The last answer is the one returned."""
+    """``decide()``, asked again every ``poll_s`` while no pod it has seen waits for the
+    request (its answer is not ``seen``, or it raises :class:`NoPodWaitingError`), until
+    ``wait_s`` has passed: the kubelet may call ``Allocate`` for a pod a moment before this
+    node's pod watch shows it bound. The last answer (or error) is the one returned."""
     deadline = time.monotonic() + wait_s
     while True:
-        answer = decide()
-        if seen(answer) or time.monotonic() >= deadline:
-            return answer
+        try:
+            answer = decide()
+        except NoPodWaitingError:
+            if time.monotonic() >= deadline:
+                raise
+        else:
+            if seen(answer) or time.monotonic() >= deadline:
+                return answer
         await asyncio.sleep(poll_s)

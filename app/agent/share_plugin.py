@@ -12,21 +12,19 @@ fallback, and refusing would fail the pod's admission for good.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 
 import grpc
 
 from app.agent.deviceplugin.v1beta1 import api_pb2
 from app.agent.mps import CONTAINER_PIPE_DIRECTORY, CONTAINER_SHM, MpsLayout
-from app.agent.plugin import CONTROL_DEVICES, HEALTHY, UNHEALTHY, DevicePlugin
+from app.agent.plugin import CONTROL_DEVICES, HEALTHY, UNHEALTHY, DevicePlugin, until_seen
 from app.agent.ports import Devices, PodLedger
 from extender.devices.allocation import AllocationError
 from extender.devices.gpus import Gpu
 from extender.devices.share_allocation import (
-    NoShareWaitingError,
     ShareGrant,
     grant_share,
     preferred_share,
@@ -123,7 +121,14 @@ class SharePlugin(DevicePlugin):
         async with self._lock:
             for ask in request.container_requests:
                 try:
-                    granted = await self._grant_share(list(ask.devices_ids))
+                    # A share has no fallback: while no share pod waits, the watch gets until
+                    # wait_s to show it, and then the request is refused.
+                    granted = await until_seen(
+                        partial(self._grant_share, list(ask.devices_ids)),
+                        seen=lambda _: True,
+                        wait_s=self._wait_s,
+                        poll_s=self._poll_s,
+                    )
                 except AllocationError as error:
                     log.warning("share allocation refused", extra={"reason": str(error)})
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
@@ -146,23 +151,14 @@ class SharePlugin(DevicePlugin):
                 answers.append(self._share_answer(granted))
         return api_pb2.AllocateResponse(container_responses=answers)
 
-    async def _grant_share(self, requested: list[str]) -> ShareGrant:
-        """The core's grant; while no share pod waits for this request, the pod watch gets
-        until ``wait_s`` to show it."""
-        deadline = time.monotonic() + self._wait_s
-        while True:
-            try:
-                return grant_share(
-                    self._ledger.pods(),
-                    self._devices.current(),
-                    self._handle,
-                    requested,
-                    one_gpu=self._mps is not None,
-                )
-            except NoShareWaitingError:
-                if time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(self._poll_s)
+    def _grant_share(self, requested: Sequence[str]) -> ShareGrant:
+        return grant_share(
+            self._ledger.pods(),
+            self._devices.current(),
+            self._handle,
+            requested,
+            one_gpu=self._mps is not None,
+        )
 
     def _share_answer(self, granted: ShareGrant) -> api_pb2.ContainerAllocateResponse:
         answer = self._answer(self._devices.current(), granted.uuids)

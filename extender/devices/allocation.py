@@ -43,6 +43,7 @@ __all__ = [
     "AllocationError",
     "Grant",
     "Match",
+    "NoPodWaitingError",
     "NodePod",
     "chosen_uuids",
     "fresh_chosen",
@@ -112,6 +113,12 @@ class AllocationError(ValueError):
     """Why an ``Allocate`` cannot be answered (the RPC's status message, for ``kubectl
     describe``): the kubelet then fails the container, and retries it, rather than start it
     on GPUs it may not have."""
+
+
+class NoPodWaitingError(AllocationError):
+    """No pod on the node waits for this request, and the devices the kubelet named may not
+    be given to a pod nobody has seen: the pod watch may not have shown the pod yet (the
+    caller may wait for it), or nobody asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +248,7 @@ def grant(
     if match is None:
         if all(u in healthy and u not in used for u in requested):
             return Grant(None, tuple(requested))
-        raise AllocationError(
+        raise NoPodWaitingError(
             f"no pod on this node awaits {size} GPUs, and the requested devices "
             f"{list(requested)} are not all healthy and free"
         )

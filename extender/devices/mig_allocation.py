@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.devices.allocation import AllocationError, Grant, NodePod
+from extender.devices.allocation import AllocationError, Grant, NodePod, NoPodWaitingError
 from extender.devices.containers import (
     ContainerGrant,
     NextContainer,
@@ -185,7 +185,7 @@ def grant_mig(
     if found is None:
         if all(u in healthy and u not in used for u in requested):
             return Grant(None, tuple(requested))
-        raise AllocationError(
+        raise NoPodWaitingError(
             f"no pod on this node awaits {size} MIG {profile} devices, and the requested "
             f"devices {list(requested)} are not all healthy and free"
         )

@@ -20,7 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.devices.allocation import AllocationError, NodePod, chosen_uuids, fresh_chosen
+from extender.devices.allocation import (
+    AllocationError,
+    NodePod,
+    NoPodWaitingError,
+    chosen_uuids,
+    fresh_chosen,
+)
 from extender.devices.containers import ContainerAsk, NextContainer, next_container
 from extender.devices.gpus import Gpu
 from extender.devices.share_handle import ShareHandle, slot_gpu
@@ -43,7 +49,7 @@ THREAD_PERCENTAGE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 PIPE_DIRECTORY_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 
 
-class NoShareWaitingError(AllocationError):
+class NoShareWaitingError(NoPodWaitingError):
     """No share pod on the node waits for this many of the handle's IDs: the pod watch may
     not have shown it yet (the caller may wait for it), or nobody asked."""
 

@@ -71,7 +71,7 @@ class Harness:
             stop_grace_s=0.1,
             register_timeout_s=1.0,
         )
-        self.plugin = DevicePlugin(devices, ledger)
+        self.plugin = DevicePlugin(devices, ledger, wait_s=0.2)
 
     @contextlib.asynccontextmanager
     async def stub(self) -> AsyncIterator[api_pb2_grpc.DevicePluginStub]:
@@ -291,6 +291,47 @@ def test_a_size_nobody_needs_is_refused_clearly(directory: Path) -> None:
         )
 
     run(directory, scenario, pods=[bound("a", [0, 1], at=1)])
+
+
+class LaggingLedger(MemoryLedger):
+    """A pod watch that shows ``late`` only after the plugin first looked, as when the kubelet
+    admits a pod a moment before the agent's watch shows it bound."""
+
+    def __init__(self, late: NodePod, pods: Sequence[NodePod]) -> None:
+        super().__init__(pods)
+        self._late: NodePod | None = late
+
+    def pods(self) -> Sequence[NodePod]:
+        seen = super().pods()
+        if self._late is not None:
+            self.add(self._late)
+            self._late = None
+        return seen
+
+
+def test_an_allocate_before_the_watch_shows_the_pod_waits_for_it(directory: Path) -> None:
+    """Without the wait, the kubelet's own pick (GPUs 0 and 1, free) would be given to a pod
+    schedext bound to GPUs 4 and 5, and recorded nowhere."""
+    late = bound("late", [4, 5], at=2)
+
+    async def main() -> None:
+        harness = Harness(directory, StaticDevices(node_gpus(), PAIRS), LaggingLedger(late, []))
+        harness.plugin = DevicePlugin(harness.devices, harness.ledger, wait_s=WAIT_S)
+        await harness.kubelet.start()
+        task = asyncio.create_task(serve(harness.plugin, harness.endpoint))
+        try:
+            await harness.kubelet.registered()
+            assert await harness.allocate(0, 1) == ids(4, 5)
+            held = harness.ledger.get("uid-late")
+            assert held is not None
+            assert held.allocated == ids(4, 5)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(task, WAIT_S)
+            await harness.kubelet.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
 
 
 def test_registers_again_when_the_kubelet_restarts(directory: Path) -> None:

@@ -66,9 +66,13 @@ class Node:
             register_timeout_s=1.0,
         )
         self.servers = [
-            (DevicePlugin(WholeGpus(self.devices), self.ledger), self.endpoint),
+            (DevicePlugin(WholeGpus(self.devices), self.ledger, wait_s=0.2), self.endpoint),
             *mig_plugins(
-                self.devices, self.ledger, self.endpoint, caps=read_mig_minors(MIG_MINORS)
+                self.devices,
+                self.ledger,
+                self.endpoint,
+                caps=read_mig_minors(MIG_MINORS),
+                wait_s=0.2,
             ),
         ]
 

@@ -68,7 +68,7 @@ class Agent:
         ]
         if any(g.mig_enabled for g in self.gpus):
             caps = read_mig_minors(MIG_MINORS)
-            plugins += mig_plugins(devices, ledger, endpoint, caps=caps)
+            plugins += mig_plugins(devices, ledger, endpoint, caps=caps, wait_s=0.2)
             self.sockets[MIG] = mig_endpoint(endpoint, P1).socket
         else:
             shares = replace(endpoint, socket_name="shares.sock", resource_name=SHARES)

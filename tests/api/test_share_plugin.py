@@ -93,7 +93,7 @@ class Harness:
         self.shares = replace(
             self.whole, socket_name="schedext-gpu-shares.sock", resource_name=HANDLE.resource
         )
-        self.whole_plugin = DevicePlugin(self.devices, ledger)
+        self.whole_plugin = DevicePlugin(self.devices, ledger, wait_s=0.2)
         self.share_plugin = SharePlugin(self.devices, ledger, HANDLE, mps=mps, wait_s=0.5)
 
     @contextlib.asynccontextmanager
