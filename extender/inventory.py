@@ -57,7 +57,14 @@ _T = TypeVar("_T")
 
 def _gpu_shape(spec: NodeSpec) -> tuple[object, ...]:
     """What of a node's spec decides where its holdings sit: a change re-applies them."""
-    return (spec.gpu_count, spec.gpu_groups, spec.gpu_uuids, spec.gpu_mig, spec.mig_slices)
+    return (
+        spec.gpu_count,
+        spec.gpu_groups,
+        spec.gpu_uuids,
+        spec.gpu_mig,
+        spec.mig_slices,
+        spec.gpu_in_use,  # a pod placed without schedext is counted where the kubelet says
+    )
 
 
 class InventoryConflictError(Exception):
@@ -98,6 +105,9 @@ class Inventory:
         self._spec_derived, self._held_derived = Derived(), Derived()
         # Nodes whose agent documents were not read, and why (Node events and a metric).
         self._problems: dict[str, tuple[str, ...]] = {}
+        # Slots with GPUs in use outside schedext's placements (the gpu_in_use column > 0):
+        # the filter weighs that reason only when there are some.
+        self._in_use_slots: set[int] = set()
 
     # ----------------------------------------------------------------- reads
 
@@ -154,11 +164,22 @@ class Inventory:
 
     @property
     def problems(self) -> Mapping[str, tuple[str, ...]]:
-        """Per node, why its topology or live-use annotation was ignored (read-only)."""
+        """Per node, why its topology, live-use or drift annotation was ignored (read-only)."""
         return MappingProxyType(self._problems)
+
+    @property
+    def gpus_in_use(self) -> bool:
+        """Whether some node has GPUs in use outside schedext's placements (its agent's
+        drift): only then does the filter look for them."""
+        return bool(self._in_use_slots)
 
     def node_names(self) -> list[str]:
         return list(self._slots)
+
+    def spec(self, name: str) -> NodeSpec | None:
+        """The node's spec alone (cheaper than :meth:`node` when only that is needed)."""
+        slot = self._slots.get(name)
+        return None if slot is None else self._state(slot).spec
 
     def node(self, name: str) -> NodeView | None:
         slot = self._slots.get(name)
@@ -221,7 +242,9 @@ class Inventory:
 
     def upsert_node(self, spec: NodeSpec) -> bool:
         """Add or update a node; False when nothing that matters changed."""
-        problems = tuple(p for p in (spec.topology_problem, spec.use_problem) if p)
+        problems = tuple(
+            p for p in (spec.topology_problem, spec.use_problem, spec.drift_problem) if p
+        )
         if problems:
             self._problems[spec.name] = problems
         else:
@@ -276,6 +299,7 @@ class Inventory:
         self.layout += 1
         self.nodes_version += 1
         self._states[slot] = None
+        self._in_use_slots.discard(slot)
         self._cols.clear(slot)
         self._mig.write(slot, {}, 0)
         self._free_slots.append(slot)
@@ -412,6 +436,12 @@ class Inventory:
         cols.gpu_mig[slot] = len(spec.gpu_mig)
         self._mig.write(slot, state.mig.view(spec).counts(), len(cols.alive))
         cols.gpu_free[slot] = len(free)
+        outside = len(state.outside_ids())
+        cols.gpu_in_use[slot] = outside
+        if outside:
+            self._in_use_slots.add(slot)
+        else:
+            self._in_use_slots.discard(slot)
         if spec.gpu_groups:
             free_set = set(free)
             cols.max_group_free[slot] = max(
