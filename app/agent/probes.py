@@ -75,6 +75,12 @@ def _drift(stats: DriftStats | None) -> Iterator[Metric]:
     writes = GaugeMetricFamily(
         "schedext_agent_drift_writes", "Drift annotation patches sent since the agent started."
     )
+    allocatable = GaugeMetricFamily(
+        "schedext_agent_kubelet_allocatable_devices",
+        "Devices of the agent's resources the kubelet may allocate, as its PodResources last "
+        "said (0 for a resource the agent serves: the kubelet has not taken that plugin).",
+        labels=["resource"],
+    )
     if stats is not None:
         if stats.up is not None:
             up.add_metric([], 1 if stats.up else 0)
@@ -83,7 +89,9 @@ def _drift(stats: DriftStats | None) -> Iterator[Metric]:
         for kind, count in stats.kinds:
             drift.add_metric([kind], count)
         writes.add_metric([], stats.writes)
-    yield from (up, reads, failures, drift, writes)
+        for resource, count in stats.allocatable:
+            allocatable.add_metric([resource], count)
+    yield from (up, reads, failures, drift, writes, allocatable)
 
 
 def metrics_registry(state: AgentState) -> CollectorRegistry:

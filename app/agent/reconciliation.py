@@ -65,6 +65,9 @@ class DriftStats:
     writes: int  # drift annotation patches sent
     # Entries of the current drift by kind: the in-use causes, "stale" and "released".
     kinds: tuple[tuple[str, int], ...]
+    # What the kubelet may allocate of the agent's resources, as last read (GetAllocatable
+    # Resources): 0 for a resource the agent serves means the kubelet has not taken its plugin.
+    allocatable: tuple[tuple[str, int], ...] = ()
 
 
 class DriftPublisher:
@@ -134,6 +137,7 @@ class Reconciler:
         self._wake = asyncio.Event()
         self._up: bool | None = None
         self._reads = self._failures = 0
+        self._allocatable: dict[str, int] = {}
         self._told: frozenset[tuple[str, ...]] = frozenset()  # entries events have named
 
     async def start(self) -> None:
@@ -173,6 +177,7 @@ class Reconciler:
         async with self._lock:
             try:
                 listed = await self._source.list()
+                allocatable = await self._source.allocatable()
             except PodResourcesError as error:
                 self._failures += 1
                 if self._up is not False:
@@ -187,6 +192,11 @@ class Reconciler:
                 log.info("the kubelet's PodResources answers again", extra={"node": self._node})
             self._up = True
             self._reads += 1
+            self._allocatable = {
+                name: count
+                for name, count in allocatable.items()
+                if self._resources.unit(name, "") is not None
+            }
             gpus = self._gpus()
             drift = find_drift(
                 listed,
@@ -239,6 +249,7 @@ class Reconciler:
             failures=self._failures,
             writes=self._publisher.writes,
             kinds=tuple(kinds.items()),
+            allocatable=tuple(sorted(self._allocatable.items())),
         )
 
 

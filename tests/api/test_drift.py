@@ -424,10 +424,16 @@ def test_the_drift_event_names_the_node_and_what_is_new(
     loop.run(agent.reconciler.close())
 
 
-def test_allocatable_devices_are_read_by_resource(
+def test_allocatable_devices_are_read_by_resource_and_exported_for_the_agents_own(
     kubelet: PodResourcesThread, loop: asyncio.Runner
 ) -> None:
     kubelet.kubelet.allocatable = {GPU: [uuid(i) for i in range(4)], "example.com/nic": ["x"]}
     reader = KubeletPodResources(kubelet.kubelet.socket)
     assert loop.run(reader.allocatable()) == {GPU: 4, "example.com/nic": 1}
     loop.run(reader.close())
+    agent = AgentSide(kubelet.kubelet.socket)
+    loop.run(agent.reconciler.reconcile_now())
+    text = agent.metrics()
+    assert f'schedext_agent_kubelet_allocatable_devices{{resource="{GPU}"}} 4.0' in text
+    assert "example.com/nic" not in text
+    loop.run(agent.reconciler.close())
