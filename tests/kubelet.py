@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -62,8 +63,8 @@ class KubeletThread:
         self.kubelet = FakeKubelet(directory)
         self._call(self.kubelet.start())
 
-    def _call(self, coroutine: object, timeout: float = WAIT_S) -> object:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
+    def _call(self, coroutine: Coroutine[Any, Any, object], timeout: float = WAIT_S) -> object:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         return future.result(timeout + 1)
 
     def registered(self, count: int = 1) -> api_pb2.RegisterRequest:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -82,8 +83,8 @@ class PodResourcesThread:
         self.kubelet = FakePodResources(socket)
         self._call(self.kubelet.start())
 
-    def _call(self, coroutine: object) -> object:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
+    def _call(self, coroutine: Coroutine[Any, Any, object]) -> object:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         return future.result(WAIT_S + 1)
 
     def set(self, listed: Sequence[KubeletDevices]) -> None:
