@@ -130,7 +130,7 @@ class Reconciler:
     ) -> None:
         self._source, self._ledger, self._gpus = source, ledger, gpus
         self._publisher, self._events = publisher, events
-        self._node, self._resources = node, resources
+        self._node, self.resources = node, resources
         self._interval_s, self._grace_s, self._wall = interval_s, grace_s, wall
         self.drift = NO_DRIFT
         self._lock = asyncio.Lock()
@@ -195,14 +195,14 @@ class Reconciler:
             self._allocatable = {
                 name: count
                 for name, count in allocatable.items()
-                if self._resources.unit(name, "") is not None
+                if self.resources.unit(name, "") is not None
             }
             gpus = self._gpus()
             drift = find_drift(
                 listed,
                 self._ledger.pods(),
                 gpus,
-                resources=self._resources,
+                resources=self.resources,
                 now=self._wall(),
                 grace_s=self._grace_s,
                 missing=self.drift.missing,
@@ -272,7 +272,8 @@ class ReconciledLedger:
         self._ledger, self._reconciler = ledger, reconciler
 
     def pods(self) -> Sequence[NodePod]:
-        return ledger_view(self._ledger.pods(), self._reconciler.drift)
+        reconciler = self._reconciler
+        return ledger_view(self._ledger.pods(), reconciler.drift, whole=reconciler.resources.gpu)
 
     async def record(self, pod: NodePod, uuids: tuple[str, ...]) -> None:
         await self._ledger.record(pod, uuids)

@@ -230,20 +230,24 @@ def _stale(
     return tuple(sorted(stale)), still
 
 
-def ledger_view(pods: Sequence[NodePod], drift: Drift) -> tuple[NodePod, ...]:
+def ledger_view(
+    pods: Sequence[NodePod], drift: Drift, *, whole: str = names.GPU_RESOURCE
+) -> tuple[NodePod, ...]:
     """The pods the agent's allocation decisions should see, given ``drift``: without the
     pods whose records are released (their devices are free as far as the kubelet knows),
-    and with a stand-in for each pod only the kubelet knows, holding what the kubelet says it
-    holds, so that the agent never picks those devices for another pod. A stand-in never
-    waits for an ``Allocate`` (it holds as many devices as it asks for).
+    and with a stand-in for each pod only the kubelet knows, holding the whole GPUs (of the
+    ``whole`` resource) and MIG devices the kubelet says it holds, so that the agent never
+    picks those for another pod. A stand-in never waits for an ``Allocate`` (it holds as many
+    devices as it asks for).
 
-    Devices a known pod holds against its record (``not-given``) are left to the pod: the
-    agent granted it others, which is what the container got."""
+    A share an unknown pod holds is left out: its GPU may carry other shares. Devices a known
+    pod holds against its record (``not-given``) are left to the pod: the agent granted it
+    others, which is what the container got."""
     released = drift.released()
     kept = [pod for pod in pods if pod.uid not in released]
     foreign: dict[str, list[str]] = {}
     for use in drift.in_use:
-        if use.cause is Cause.UNKNOWN_POD:
+        if use.cause is Cause.UNKNOWN_POD and (use.mig or use.resource == whole):
             foreign.setdefault(use.pod, []).append(use.uuid)
     for key, uuids in sorted(foreign.items()):
         namespace, _, name = key.partition("/")

@@ -267,6 +267,13 @@ def test_the_ledger_view_drops_released_records_and_stands_in_for_unknown_pods()
     assert (stand_in.namespace, stand_in.name, stand_in.allocated) == ("ml", "ghost", (uuid(3),))
 
 
+def test_a_share_an_unknown_pod_holds_leaves_its_gpu_to_other_shares() -> None:
+    found = drift([listed("s").devices(SHARES, f"{uuid(2)}::5")], [])
+    assert ledger_view([], found, whole=GPU) == ()
+    mig = drift([listed("m").devices(MIG, "MIG-a")], [])
+    assert [p.allocated for p in ledger_view([], mig, whole=GPU)] == [("MIG-a",)]
+
+
 def test_the_agent_never_picks_a_gpu_the_kubelet_says_an_unknown_pod_holds() -> None:
     found = drift([listed("ghost").gpus(0)], [])
     newcomer = NodePod(uid="n", namespace="ml", name="new", gpus=1)
