@@ -153,7 +153,13 @@ class Reconciler:
         """Until cancelled: a read every ``interval_s``, and at once when nudged."""
         await self.start()
         while True:
-            await self.reconcile_now()
+            try:
+                await self.reconcile_now()
+            except Exception as error:  # noqa: BLE001 - reconciliation never stops the agent
+                log.warning(
+                    "reconciliation with the kubelet failed",
+                    extra={"node": self._node, "error": f"{type(error).__name__}: {error}"},
+                )
             # asyncio.timeout, not wait_for: see the runner's publish loop.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval_s):

@@ -26,7 +26,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from app.agent.memory import MemoryLedger
-from app.agent.pod_resources import KubeletPodResources
+from app.agent.pod_resources import KubeletPodResources, PodResources
 from app.agent.probes import AgentState, metrics_registry
 from app.agent.reconciliation import DriftPublisher, ReconciledLedger, Reconciler
 from app.cluster import ClusterSource
@@ -214,14 +214,16 @@ def loop() -> Iterator[asyncio.Runner]:
 class AgentSide:
     """The agent's reconciliation as the runner wires it, on a fake Node API."""
 
-    def __init__(self, socket: Path, *, deadline_s: float = 2.0) -> None:
+    def __init__(
+        self, socket: Path, *, deadline_s: float = 2.0, source: PodResources | None = None
+    ) -> None:
         self.clock = Clock()
         self.node_api = AgentNodeApi()
         self.ledger = MemoryLedger([RUNNING_LEDGER, GONE_LEDGER])
         self.events = RecordedEvents()
         self.publisher = DriftPublisher(self.node_api.api(), NODE)
         self.reconciler = Reconciler(
-            KubeletPodResources(socket, deadline_s=deadline_s),
+            source or KubeletPodResources(socket, deadline_s=deadline_s),
             self.ledger,
             lambda: GPUS,
             self.publisher,
@@ -437,3 +439,38 @@ def test_allocatable_devices_are_read_by_resource_and_exported_for_the_agents_ow
     assert f'schedext_agent_kubelet_allocatable_devices{{resource="{GPU}"}} 4.0' in text
     assert "example.com/nic" not in text
     loop.run(agent.reconciler.close())
+
+
+class _Broken:
+    """A reader failing as no PodResources reader should: with an error it does not know."""
+
+    async def list(self) -> tuple[KubeletDevices, ...]:
+        raise RuntimeError("a bug")
+
+    async def allocatable(self) -> dict[str, int]:
+        return {}
+
+    async def close(self) -> None:
+        return None
+
+
+def test_an_unexpected_failure_never_stops_the_agent(
+    loop: asyncio.Runner, socket_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = AgentSide(socket_dir / "absent.sock", source=_Broken())
+
+    async def two_rounds() -> None:
+        task = asyncio.create_task(agent.reconciler.run())
+        await asyncio.sleep(0)
+        agent.reconciler.nudge()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+        assert not task.done()
+        task.cancel()
+
+    with caplog.at_level(logging.WARNING, logger="schedext.agent.drift"):
+        loop.run(two_rounds())
+    failures = [r for r in caplog.records if r.getMessage().startswith("reconciliation")]
+    assert failures
+    assert failures[0].__dict__["error"] == "RuntimeError: a bug"
+    assert "Traceback" not in caplog.text
