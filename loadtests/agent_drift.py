@@ -170,6 +170,8 @@ def main() -> int:
     )
     parser.add_argument("--pods", type=int, default=7, help="one-GPU pods on the node (7)")
     args = parser.parse_args()
+    # Stopped from outside: the control plane and the agent are still stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="drift-"))  # short: unix socket paths
     with ControlPlane(bin_dir=find_binaries()) as cp:
         run(cp, work, cluster(cp, args.pods), args)
