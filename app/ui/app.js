@@ -130,7 +130,7 @@
     if (gpu.reserved) classes.push("reserved");
     let title;
     if (outside) {
-      title = `GPU ${gpu.index}: ${gpu.inUse}`;
+      title = gpu.inUse; // names the GPU already
     } else if (held) {
       title = `GPU ${gpu.index}: ${gpu.holder}${gpu.reserved ? " (reserved, bind in progress)" : ""}`;
     } else if (share) {
