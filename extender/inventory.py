@@ -56,15 +56,10 @@ _T = TypeVar("_T")
 
 
 def _gpu_shape(spec: NodeSpec) -> tuple[object, ...]:
-    """What of a node's spec decides where its holdings sit: a change re-applies them."""
-    return (
-        spec.gpu_count,
-        spec.gpu_groups,
-        spec.gpu_uuids,
-        spec.gpu_mig,
-        spec.mig_slices,
-        spec.gpu_in_use,  # a pod placed without schedext is counted where the kubelet says
-    )
+    """What of a node's spec decides where its holdings sit: a change re-applies them (the
+    drift too: a pod placed without schedext is counted where the kubelet says)."""
+    shape = (spec.gpu_count, spec.gpu_groups, spec.gpu_uuids, spec.gpu_mig, spec.mig_slices)
+    return (*shape, spec.gpu_in_use)
 
 
 class InventoryConflictError(Exception):
@@ -105,9 +100,6 @@ class Inventory:
         self._spec_derived, self._held_derived = Derived(), Derived()
         # Nodes whose agent documents were not read, and why (Node events and a metric).
         self._problems: dict[str, tuple[str, ...]] = {}
-        # Slots with GPUs in use outside schedext's placements (the gpu_in_use column > 0):
-        # the filter weighs that reason only when there are some.
-        self._in_use_slots: set[int] = set()
 
     # ----------------------------------------------------------------- reads
 
@@ -170,8 +162,8 @@ class Inventory:
     @property
     def gpus_in_use(self) -> bool:
         """Whether some node has GPUs in use outside schedext's placements (its agent's
-        drift): only then does the filter look for them."""
-        return bool(self._in_use_slots)
+        drift): only then does the filter look for them (one pass over a column)."""
+        return bool(self.arrays.gpu_in_use.any())
 
     def node_names(self) -> list[str]:
         return list(self._slots)
@@ -299,7 +291,6 @@ class Inventory:
         self.layout += 1
         self.nodes_version += 1
         self._states[slot] = None
-        self._in_use_slots.discard(slot)
         self._cols.clear(slot)
         self._mig.write(slot, {}, 0)
         self._free_slots.append(slot)
@@ -436,12 +427,7 @@ class Inventory:
         cols.gpu_mig[slot] = len(spec.gpu_mig)
         self._mig.write(slot, state.mig.view(spec).counts(), len(cols.alive))
         cols.gpu_free[slot] = len(free)
-        outside = len(state.outside_ids())
-        cols.gpu_in_use[slot] = outside
-        if outside:
-            self._in_use_slots.add(slot)
-        else:
-            self._in_use_slots.discard(slot)
+        cols.gpu_in_use[slot] = len(state.outside_ids())
         if spec.gpu_groups:
             free_set = set(free)
             cols.max_group_free[slot] = max(
