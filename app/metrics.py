@@ -4,7 +4,7 @@ scrape time (so the hot path pays nothing for them)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -203,6 +203,21 @@ class _Children:
         return child
 
 
+def _unreadable(problems: Mapping[str, tuple[str, ...]]) -> GaugeMetricFamily:
+    unreadable = GaugeMetricFamily(
+        "schedext_node_annotations_unreadable",
+        "Nodes whose agent annotation was not read (malformed or a newer version), by "
+        "annotation; such a node is used without it.",
+        labels=["annotation"],
+    )
+    for annotation in (names.GPU_TOPOLOGY, names.GPU_USE, names.GPU_DRIFT):
+        count = sum(
+            1 for why in problems.values() if any(p.startswith(annotation + ":") for p in why)
+        )
+        unreadable.add_metric([annotation], count)
+    return unreadable
+
+
 class _InventoryCollector(Collector):
     def __init__(self, scheduler: Callable[[], Scheduler | None]) -> None:
         self._scheduler = scheduler
@@ -228,6 +243,12 @@ class _InventoryCollector(Collector):
             "GPUs the node agents marked unhealthy (never handed out), by model.",
             labels=["model"],
         )
+        outside = GaugeMetricFamily(
+            "schedext_inventory_gpus_in_use_outside",
+            "GPUs the node agents report in use by containers schedext did not place (the "
+            "kubelet's PodResources; held, never handed out), by model.",
+            labels=["model"],
+        )
         share_memory = GaugeMetricFamily(
             "schedext_gpu_share_memory_mib",
             "GPU memory (MiB) by model: held by GPU shares, and free for a share on the "
@@ -249,28 +270,17 @@ class _InventoryCollector(Collector):
             free.add_metric([label], int(a.gpu_free[on_model].sum()))
             bad = a.gpu_total[on_model] - a.gpu_healthy[on_model]
             unhealthy.add_metric([label], int(bad.sum()))
+            outside.add_metric([label], int(a.gpu_in_use[on_model].sum()))
             share_memory.add_metric([label, "held"], int(a.share_memory_held[on_model].sum()))
             share_memory.add_metric([label, "free"], int(share_free[on_model].sum()))
             shared.add_metric([label], int(a.share_devices[on_model].sum()))
         yield total
         yield free
         yield unhealthy
+        yield outside
         yield share_memory
         yield shared
-        unreadable = GaugeMetricFamily(
-            "schedext_node_annotations_unreadable",
-            "Nodes whose agent annotation was not read (malformed or a newer version), by "
-            "annotation; such a node is used without it.",
-            labels=["annotation"],
-        )
-        for annotation in (names.GPU_TOPOLOGY, names.GPU_USE):
-            count = sum(
-                1
-                for why in inventory.problems.values()
-                if any(p.startswith(annotation + ":") for p in why)
-            )
-            unreadable.add_metric([annotation], count)
-        yield unreadable
+        yield _unreadable(inventory.problems)
         pending = GaugeMetricFamily(
             "schedext_pending_pods", "Pending pods remembered between filter and bind."
         )

@@ -1,8 +1,9 @@
 """Warning events on the nodes whose agent annotations schedext could not read.
 
 A malformed or newer-version ``schedext.io/gpu-topology`` is read as "no topology" (the node
-stays usable); the operator learns of it here, once per new problem, on the Node itself
-(``kubectl describe node``), and from the ``schedext_node_annotations_unreadable`` gauge."""
+stays usable), and a ``schedext.io/gpu-drift`` as "no drift"; the operator learns of it here,
+once per new problem, on the Node itself (``kubectl describe node``), and from the
+``schedext_node_annotations_unreadable`` gauge."""
 
 from __future__ import annotations
 

@@ -46,6 +46,9 @@ class NodeArrays(NamedTuple):
     # in extender.mig_state.MigColumns).
     gpu_mig: IntArray
     gpu_free: IntArray
+    # GPUs the node agent reports in use by containers schedext did not place, which no pod
+    # schedext knows holds (NodeState.outside_ids): not free, and the reason why not.
+    gpu_in_use: IntArray
     # Most free GPUs inside one NVLink/NUMA group; NO_TOPOLOGY when the node publishes none.
     max_group_free: IntArray
     cpu_alloc: IntArray

@@ -6,12 +6,14 @@ lowest score as prioritize's compact answer is).
 Filter answers with one message per reason, naming the pod's need only, so that
 kube-scheduler can aggregate thousands of rejected nodes; explain is asked about one pod, so a
 node rejected for a share's room gets its own detail (:func:`extender.shares.share_detail`:
-the largest free memory and on which GPU)."""
+the largest free memory and on which GPU). Each node also says where its kubelet disagrees
+with schedext's placements (its agent's drift), whether or not the pod fits."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from extender.devices.drift import describe
 from extender.gang import OPEN, GangCoordinator, GangGate
 from extender.inventory import Inventory
 from extender.model import (
@@ -98,6 +100,7 @@ def explain_pod(
             reason=failed.get(node, ""),
             resolvable=node in failed and node not in unresolvable,
             score=scores.get(node),
+            drift=_drift(inventory, node),
         )
         for node in names
     )
@@ -112,6 +115,14 @@ def explain_pod(
         nodes=nodes,
         quota=quota(request) if quota is not None and held is None else None,
     )
+
+
+def _drift(inventory: Inventory, node: str) -> tuple[str, ...]:
+    """Where the node's kubelet and schedext disagree (its agent's drift), GPUs by index."""
+    spec = inventory.spec(node)
+    if spec is None or not spec.drift:
+        return ()
+    return describe(spec.drift, {uuid: i for i, uuid in enumerate(spec.gpu_uuids)})
 
 
 def _share_details(

@@ -56,8 +56,10 @@ _T = TypeVar("_T")
 
 
 def _gpu_shape(spec: NodeSpec) -> tuple[object, ...]:
-    """What of a node's spec decides where its holdings sit: a change re-applies them."""
-    return (spec.gpu_count, spec.gpu_groups, spec.gpu_uuids, spec.gpu_mig, spec.mig_slices)
+    """What of a node's spec decides where its holdings sit: a change re-applies them (the
+    drift too: a pod placed without schedext is counted where the kubelet says)."""
+    shape = (spec.gpu_count, spec.gpu_groups, spec.gpu_uuids, spec.gpu_mig, spec.mig_slices)
+    return (*shape, spec.gpu_in_use)
 
 
 class InventoryConflictError(Exception):
@@ -154,11 +156,22 @@ class Inventory:
 
     @property
     def problems(self) -> Mapping[str, tuple[str, ...]]:
-        """Per node, why its topology or live-use annotation was ignored (read-only)."""
+        """Per node, why its topology, live-use or drift annotation was ignored (read-only)."""
         return MappingProxyType(self._problems)
+
+    @property
+    def gpus_in_use(self) -> bool:
+        """Whether some node has GPUs in use outside schedext's placements (its agent's
+        drift): only then does the filter look for them (one pass over a column)."""
+        return bool(self.arrays.gpu_in_use.any())
 
     def node_names(self) -> list[str]:
         return list(self._slots)
+
+    def spec(self, name: str) -> NodeSpec | None:
+        """The node's spec alone (cheaper than :meth:`node` when only that is needed)."""
+        slot = self._slots.get(name)
+        return None if slot is None else self._state(slot).spec
 
     def node(self, name: str) -> NodeView | None:
         slot = self._slots.get(name)
@@ -221,7 +234,9 @@ class Inventory:
 
     def upsert_node(self, spec: NodeSpec) -> bool:
         """Add or update a node; False when nothing that matters changed."""
-        problems = tuple(p for p in (spec.topology_problem, spec.use_problem) if p)
+        problems = tuple(
+            p for p in (spec.topology_problem, spec.use_problem, spec.drift_problem) if p
+        )
         if problems:
             self._problems[spec.name] = problems
         else:
@@ -412,6 +427,7 @@ class Inventory:
         cols.gpu_mig[slot] = len(spec.gpu_mig)
         self._mig.write(slot, state.mig.view(spec).counts(), len(cols.alive))
         cols.gpu_free[slot] = len(free)
+        cols.gpu_in_use[slot] = len(state.outside_ids())
         if spec.gpu_groups:
             free_set = set(free)
             cols.max_group_free[slot] = max(

@@ -46,6 +46,9 @@ class MigView:
     holders: tuple[str | None, ...] = ()  # per slot: the UID of the pod holding it
     anonymous: tuple[tuple[str, int], ...] = ()  # per profile: devices held unplaced
     unhealthy: frozenset[int] = frozenset()  # GPU indices
+    # Slot positions the node agent reports in use by containers schedext did not place (the
+    # kubelet's PodResources), held by no pod schedext knows: never free.
+    outside: frozenset[int] = frozenset()
 
     def busy(self) -> dict[int, int]:
         """Per GPU index, its MIG devices held by a named pod."""
@@ -61,7 +64,10 @@ class MigView:
         candidates = [
             (slot.gpu, position)
             for position, (slot, holder) in enumerate(zip(self.slots, self.holders, strict=True))
-            if holder is None and slot.profile == profile and slot.gpu not in self.unhealthy
+            if holder is None
+            and slot.profile == profile
+            and slot.gpu not in self.unhealthy
+            and position not in self.outside
         ]
         ordered = pick_slices(candidates, self.busy(), len(candidates)) or ()
         taken = dict(self.anonymous).get(profile, 0)
@@ -143,6 +149,11 @@ class MigState:
             holders=tuple(self.holders),
             anonymous=tuple(sorted(self.anonymous.items())),
             unhealthy=frozenset(i for i, _ in spec.gpu_unhealthy if i in mig),
+            outside=frozenset(
+                i
+                for i, slot in enumerate(self.slots)
+                if slot.uuid in spec.mig_in_use and self.holders[i] is None
+            ),
         )
 
     def taken(self, spec: NodeSpec, uuids: tuple[str, ...], uid: str) -> list[str]:

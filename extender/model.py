@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from extender.choices import Choice
 from extender.devices.document import UseSample
+from extender.devices.drift import Drift
 
 
 class WorkloadClass(Enum):
@@ -94,6 +95,15 @@ class PodRequest(Demand):
         return self.devices > 0 or bool(self.mig) or self.workload is WorkloadClass.GPU_INTENSIVE
 
 
+class GpuInUse(NamedTuple):
+    """A GPU the node agent reports in use by a container that schedext's placements do not
+    account for (the kubelet's PodResources; extender.devices.drift): never free."""
+
+    gpu: int  # its index
+    pod: str  # namespace/name, as the kubelet names it
+    why: str  # the sentence filter and explain show
+
+
 class MigSlot(NamedTuple):
     """One MIG device of a node: the GPU it is on (NVML index), its profile and UUID."""
 
@@ -129,6 +139,13 @@ class NodeSpec:
     # not count and nothing hands out whole; and their MIG devices (see extender.mig).
     gpu_mig: tuple[int, ...] = ()
     mig_slices: tuple[MigSlot, ...] = ()
+    # The node agent's drift document (None: none published, or unreadable, and why): the
+    # GPUs in use that schedext does not account for, by index (where the node publishes
+    # UUIDs), and the MIG devices likewise, by UUID. Both are held: never handed out.
+    drift: Drift | None = None
+    drift_problem: str | None = None
+    gpu_in_use: tuple[GpuInUse, ...] = ()
+    mig_in_use: frozenset[str] = frozenset()
 
     @property
     def gpu_healthy(self) -> int:
@@ -235,6 +252,9 @@ class Reason(IntEnum):
     # namespace over its quota's max; or over its min, borrowing what the rule does not lend.
     QUOTA_MAX = 28
     QUOTA_BORROW = 29
+    # The node agent reports GPUs in use by containers schedext did not place (the kubelet's
+    # PodResources): without them too few are free. Evicting other pods may still help.
+    GPU_IN_USE = 30
 
     @property
     def resolvable(self) -> bool:
@@ -266,6 +286,7 @@ PRECEDENCE: tuple[Reason, ...] = (
     Reason.IP_EXHAUSTED,
     Reason.QUOTA_MAX,
     Reason.QUOTA_BORROW,
+    Reason.GPU_IN_USE,
     Reason.GPU_FREE,
     Reason.GPU_SHARE_MEMORY,
     Reason.GPU_SHARE_CORES,
@@ -285,6 +306,7 @@ RANKED: tuple[Reason, ...] = (Reason.FITS, *PRECEDENCE)
 
 _RESOLVABLE = frozenset(
     {
+        Reason.GPU_IN_USE,
         Reason.GPU_FREE,
         Reason.GPU_SHARE_MEMORY,
         Reason.GPU_SHARE_CORES,
@@ -391,6 +413,8 @@ class NodeExplanation:
     reason: str = ""
     resolvable: bool = False  # preemption could help on this node
     score: int | None = None  # a node it fits: prioritize's 0-10 for it, as schedext gives it
+    # Where the kubelet and schedext disagree on the node (extender.devices.drift.describe).
+    drift: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,10 @@ GPU_MEMORY_LABEL: Final = "nvidia.com/gpu.memory"
 # (on change), and live use (at a bounded rate).
 GPU_TOPOLOGY: Final = "schedext.io/gpu-topology"
 GPU_USE: Final = "schedext.io/gpu-use"
+# Published by the node agent (extender.devices.drift_document), on change only: where the
+# kubelet's PodResources disagree with what schedext placed (GPUs in use that schedext does not
+# account for, which the extender treats as held; records of pods the kubelet no longer lists).
+GPU_DRIFT: Final = "schedext.io/gpu-drift"
 
 # Gangs (scheduler-plugins coscheduling compatible).
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"

@@ -42,6 +42,15 @@ class NodeView:
         """Whether some pod holds a share of GPU ``index``."""
         return index < len(self.share_memory) and self.share_memory[index] > 0
 
+    def outside(self) -> set[int]:
+        """The GPUs in use by containers schedext did not place (the node agent's drift) that
+        no pod schedext knows holds: no eviction frees them."""
+        return {
+            use.gpu
+            for use in self.spec.gpu_in_use
+            if use.gpu < len(self.holders) and self.holders[use.gpu] is None
+        }
+
 
 @dataclass(slots=True)
 class Applied:
@@ -80,15 +89,34 @@ class NodeState:
     def free_ids(self) -> list[int]:
         """Indices free for a whole-GPU pod: no pod holds them or a share of them, and the node
         agent has not marked them unhealthy (an unhealthy GPU is never handed out, and still
-        counts as held by a pod that has it). A GPU in MIG mode is never free whole."""
-        unhealthy = {index for index, _ in self.spec.gpu_unhealthy}
-        unhealthy.update(self.spec.gpu_mig)
+        counts as held by a pod that has it) nor reported them in use by a container
+        schedext did not place. A GPU in MIG mode is never free whole."""
+        closed = {index for index, _ in self.spec.gpu_unhealthy}
+        closed.update(self.spec.gpu_mig)
+        closed.update(use.gpu for use in self.spec.gpu_in_use)
         free = [
             i
             for i, h in enumerate(self.holders)
-            if h is None and not self.sharers[i] and i not in unhealthy
+            if h is None and not self.sharers[i] and i not in closed
         ]
         return free[: max(0, len(free) - self.anonymous)]
+
+    def outside_ids(self) -> list[int]:
+        """The GPUs the node agent reports in use (the kubelet's PodResources) that no holding
+        of schedext's accounts for: healthy, whole, held by no pod schedext knows. What the
+        drift alone takes from the node's free GPUs."""
+        closed = {index for index, _ in self.spec.gpu_unhealthy}
+        closed.update(self.spec.gpu_mig)
+        return sorted(
+            {
+                use.gpu
+                for use in self.spec.gpu_in_use
+                if use.gpu < len(self.holders)
+                and self.holders[use.gpu] is None
+                and not self.sharers[use.gpu]
+                and use.gpu not in closed
+            }
+        )
 
     def share_room(self, free: list[int] | None = None) -> list[tuple[int, int]]:
         """Per GPU index, the (memory MiB, cores percent) a new share has there; NO_ROOM for
@@ -124,7 +152,7 @@ class NodeState:
             return
         ids: tuple[int, ...] = ()
         anonymous = holding.gpus
-        wanted = self._by_uuid(holding) or holding.gpu_ids
+        wanted = self._by_uuid(holding) or holding.gpu_ids or self._reported(holding)
         if (
             wanted is not None
             and len(wanted) == holding.gpus
@@ -184,6 +212,12 @@ class NodeState:
             share_memory=holding.share_memory_mib,
             share_cores=holding.share_cores,
         )
+
+    def _reported(self, holding: Holding) -> tuple[int, ...] | None:
+        """Where the kubelet says a pod without schedext's annotation holds its GPUs (the node
+        agent's drift): such a pod is then counted there, not on assumed indices."""
+        reported = sorted({use.gpu for use in self.spec.gpu_in_use if use.pod == holding.key})
+        return tuple(reported) or None
 
     def _by_uuid(self, holding: Holding) -> tuple[int, ...] | None:
         """The holding's GPUs by the UUIDs bind wrote, where the node published UUIDs: indices

@@ -5,7 +5,10 @@ discovery labels; NVLink/NUMA domains, GPU UUIDs and health from an optional
 ``schedext.io/gpu-topology`` annotation that the node agent publishes (or a person writes:
 ``{"groups": [[0, 1, 2, 3], [4, 5, 6, 7]]}``), and live use from ``schedext.io/gpu-use``
 (:mod:`extender.devices.document`). GPUs in MIG mode and their MIG devices come from the same
-topology document (see :mod:`extender.mig` for how they count beside allocatable).
+topology document (see :mod:`extender.mig` for how they count beside allocatable). Where the
+kubelet disagrees with schedext's placements comes from ``schedext.io/gpu-drift``
+(:mod:`extender.devices.drift_document`): its GPUs in use are mapped to indices through the
+UUIDs the topology publishes, and held.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from extender.devices.document import (
     decode_topology,
     decode_use,
 )
+from extender.devices.drift import Drift, in_use_text
+from extender.devices.drift_document import decode_drift
 from extender.fields import JSONObject
-from extender.model import NodeSpec
+from extender.model import GpuInUse, NodeSpec
 from extender.quantity import MAX_MAGNITUDE, QuantityError, parse_quantity
 
-__all__ = ["node_spec", "parse_topology", "read_topology", "read_use"]
+__all__ = ["node_spec", "parse_topology", "read_drift", "read_topology", "read_use"]
 
 
 # What the API server allows in a node name (a DNS subdomain). Names are checked on the way in
@@ -52,6 +57,7 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
     shape = mig.node_gpus(allocatable_gpus, topology)
     indices = shape.gpu_count + len(shape.gpu_mig)
     use, use_problem = read_use(annotations.get(names.GPU_USE), indices)
+    drift, drift_problem = read_drift(annotations.get(names.GPU_DRIFT))
     memory_label = labels.get(names.GPU_MEMORY_LABEL, "")
     return NodeSpec(
         name=name if _NODE_NAME.fullmatch(name) else "",
@@ -70,6 +76,10 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
         use_problem=use_problem,
         gpu_mig=shape.gpu_mig,
         mig_slices=shape.mig_slices,
+        drift=drift,
+        drift_problem=drift_problem,
+        gpu_in_use=_gpus_in_use(drift, shape.gpu_uuids),
+        mig_in_use=frozenset(u.uuid for u in drift.in_use if u.mig) if drift else frozenset(),
     )
 
 
@@ -106,6 +116,33 @@ def read_use(raw: str | None, gpu_count: int) -> tuple[UseSample | None, str | N
         return decode_use(raw, gpu_count), None
     except DocumentError as error:
         return None, f"{names.GPU_USE}: {error}"
+
+
+def read_drift(raw: str | None) -> tuple[Drift | None, str | None]:
+    """The node agent's drift document, and why it was rejected if it was: a malformed or
+    newer-version document reads as "no drift" (the node stays as schedext sees it)."""
+    if raw is None:
+        return None, None
+    try:
+        return decode_drift(raw), None
+    except DocumentError as error:
+        return None, f"{names.GPU_DRIFT}: {error}"
+
+
+def _gpus_in_use(drift: Drift | None, uuids: tuple[str, ...]) -> tuple[GpuInUse, ...]:
+    """The drift's GPUs in use by index, one entry per GPU and pod; those the node does not
+    name by UUID are left out (explain still shows them)."""
+    if drift is None or not uuids:
+        return ()
+    index_of = {uuid: i for i, uuid in enumerate(uuids)}
+    found = {
+        (index_of[u.uuid], u.pod): GpuInUse(
+            index_of[u.uuid], u.pod, in_use_text(u, index_of[u.uuid])
+        )
+        for u in drift.in_use
+        if not u.mig and u.uuid in index_of
+    }
+    return tuple(found[key] for key in sorted(found))
 
 
 _NO_TOPOLOGY = Topology(groups=(), version=0)

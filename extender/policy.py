@@ -64,7 +64,13 @@ def node_reasons(
     ranks = col(_spec_ranks(inventory, request, config))
     held: list[tuple[npt.NDArray[np.bool_], Reason]] = []
     if request.gpus:
-        held.append((col(a.gpu_free) < request.gpus, Reason.GPU_FREE))
+        short = col(a.gpu_free) < request.gpus
+        held.append((short, Reason.GPU_FREE))
+        if inventory.gpus_in_use:
+            # Short only by the GPUs the kubelet says containers schedext did not place hold:
+            # say so, rather than "fewer free" (Reason.GPU_IN_USE ranks first).
+            outside = col(a.gpu_free) + col(a.gpu_in_use) >= request.gpus
+            held.append((short & outside, Reason.GPU_IN_USE))
     if request.shares:
         room = room_counts(inventory, request)  # for the whole cluster, kept for prioritize
         held.append((col(room.memory) < request.shares, Reason.GPU_SHARE_MEMORY))
@@ -212,7 +218,7 @@ def _messages(
         Reason.GPU_MODEL: f"schedext: GPU model is not {gpu_model}",
         Reason.GPU_MEMORY: f"schedext: GPU memory under {gpu_memory_mib} MiB",
         Reason.GPU_TOTAL: f"schedext: node has fewer than {devices} GPUs",
-        # Replaced per node by _name_unhealthy, which names the GPUs and why.
+        # Replaced per node by _name_gpus, which names the GPUs and why.
         Reason.GPU_UNHEALTHY: f"schedext: fewer than {devices} healthy GPUs",
         Reason.GPU_SHARE_SIZE: (
             f"schedext: a {share_mib} MiB GPU share is larger than the node's GPUs "
@@ -227,6 +233,8 @@ def _messages(
         ),
         Reason.CPU_TOTAL: f"schedext: node has under {_cpu(cpu_milli)} CPU",
         Reason.GPU_FREE: f"schedext: fewer than {gpus} free GPUs",
+        # Replaced per node by _name_gpus, which names the GPUs and who holds them.
+        Reason.GPU_IN_USE: f"schedext: fewer than {gpus} free GPUs, some in use outside schedext",
         Reason.CPU_FREE: f"schedext: under {_cpu(cpu_milli)} CPU free",
     }
     if mig:
@@ -257,7 +265,7 @@ def filter_ids(
     messages = reason_messages(request, config, inventory)
     if isinstance(node_names, PackedNames):
         verdict = _packed_verdict(node_names, codes, messages)
-        return _name_unhealthy(verdict, inventory, request), ids.compress(fits)
+        return _name_gpus(verdict, inventory, request), ids.compress(fits)
     # One stable sort by reason and one C-level gather of the names, then a slice per reason:
     # no Python step per node, and the passed nodes keep their input order.
     order = np.argsort(codes, kind="stable")
@@ -283,33 +291,58 @@ def filter_ids(
             )
         )
     verdict = FilterVerdict(passed=passed, rejections=tuple(rejections))
-    return _name_unhealthy(verdict, inventory, request), ids[fits]
+    return _name_gpus(verdict, inventory, request), ids[fits]
 
 
-def _name_unhealthy(
-    verdict: FilterVerdict, inventory: Inventory, request: PodRequest
-) -> FilterVerdict:
-    """Each node turned away for unhealthy GPUs gets its own message naming them and why
-    ("GPU 3 unhealthy: XID 79: GPU fell off the bus"): the operator must see which device to
-    replace. Such nodes are few, so a group per node costs nothing that matters."""
-    if not any(r.reason is Reason.GPU_UNHEALTHY for r in verdict.rejections):
+_NAMED = frozenset({Reason.GPU_UNHEALTHY, Reason.GPU_IN_USE})
+
+
+def _name_gpus(verdict: FilterVerdict, inventory: Inventory, request: PodRequest) -> FilterVerdict:
+    """Each node turned away for unhealthy GPUs, or for GPUs in use by containers schedext
+    did not place, gets its own message naming them and why ("GPU 3 unhealthy: XID 79: GPU
+    fell off the bus", "GPU 3 in use by a container schedext did not place (kubelet: ...)"):
+    the operator must see which device to replace or which pod to look at. Such nodes are
+    few, so a group per node costs nothing that matters."""
+    if not any(r.reason in _NAMED for r in verdict.rejections):
         return verdict
     rejections: list[Rejection] = []
     for rejection in verdict.rejections:
-        if rejection.reason is not Reason.GPU_UNHEALTHY:
+        if rejection.reason not in _NAMED:
             rejections.append(rejection)
             continue
         for name in rejection.nodes:
             view = inventory.node(name)
-            spec = view.spec if view is not None else None
-            bad = spec.gpu_unhealthy if spec is not None else ()
-            gpus = "; ".join(f"GPU {index} unhealthy: {why}" for index, why in bad)
-            healthy = spec.gpu_healthy if spec is not None else 0
-            message = f"schedext: {gpus} ({healthy} healthy, pod needs {request.devices})"
+            message = (
+                _unhealthy_message(view, request)
+                if rejection.reason is Reason.GPU_UNHEALTHY
+                else _in_use_message(view, request)
+            )
             rejections.append(
-                Rejection(message, resolvable=False, nodes=[name], reason=Reason.GPU_UNHEALTHY)
+                Rejection(
+                    message,
+                    resolvable=rejection.reason.resolvable,
+                    nodes=[name],
+                    reason=rejection.reason,
+                )
             )
     return FilterVerdict(passed=verdict.passed, rejections=tuple(rejections))
+
+
+def _unhealthy_message(view: NodeView | None, request: PodRequest) -> str:
+    spec = view.spec if view is not None else None
+    bad = spec.gpu_unhealthy if spec is not None else ()
+    gpus = "; ".join(f"GPU {index} unhealthy: {why}" for index, why in bad)
+    healthy = spec.gpu_healthy if spec is not None else 0
+    return f"schedext: {gpus} ({healthy} healthy, pod needs {request.devices})"
+
+
+def _in_use_message(view: NodeView | None, request: PodRequest) -> str:
+    if view is None:
+        return f"schedext: fewer than {request.gpus} free GPUs"
+    outside = view.outside()
+    named = "; ".join(dict.fromkeys(u.why for u in view.spec.gpu_in_use if u.gpu in outside))
+    free = len(view.free_gpu_ids)
+    return f"schedext: {named} ({free} free, pod needs {request.gpus})"
 
 
 def _packed_verdict(names: PackedNames, codes: CodeArray, messages: list[str]) -> FilterVerdict:

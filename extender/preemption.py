@@ -295,15 +295,20 @@ def _free_after(view: NodeView, victims: Sequence[Holding]) -> list[int]:
             for index in victim.gpu_ids or ():
                 if 0 <= index < len(shared):
                     shared[index] -= victim.share_memory_mib
-    # Unhealthy GPUs and GPUs in MIG mode are never free whole.
+    # Unhealthy GPUs, GPUs in MIG mode and GPUs in use by containers schedext did not place
+    # (no eviction of schedext's frees them) are never free whole.
     closed = {index for index, _ in view.spec.gpu_unhealthy} | set(view.spec.gpu_mig)
+    closed.update(view.outside())
     free = [
         i
         for i, holder in enumerate(view.holders)
         if (holder is None or holder in gone) and shared[i] <= 0 and i not in closed
     ]
-    # A victim without readable indices was counted as that many anonymous GPUs.
-    anonymous = view.anonymous_gpus - sum(h.devices for h in victims if h.gpu_ids is None)
+    # A victim without readable indices was counted as that many anonymous GPUs (unless the
+    # kubelet's report placed it: it then holds its indices).
+    anonymous = view.anonymous_gpus - sum(
+        h.devices for h in victims if h.gpu_ids is None and h.uid not in view.holders
+    )
     return free[: max(0, len(free) - max(0, anonymous))]
 
 

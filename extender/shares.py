@@ -183,7 +183,10 @@ def room_after(view: NodeView, victims: Sequence[Holding]) -> list[tuple[int, in
                     memory[index] -= victim.share_memory_mib
                     cores[index] -= victim.share_cores
     unhealthy = {index for index, _ in view.spec.gpu_unhealthy} | set(view.spec.gpu_mig)
-    anonymous = view.anonymous_gpus - sum(v.devices for v in victims if v.gpu_ids is None)
+    unhealthy.update(view.outside())
+    anonymous = view.anonymous_gpus - sum(
+        v.devices for v in victims if v.gpu_ids is None and v.uid not in view.holders
+    )
     usable = [
         i
         for i, holder in enumerate(view.holders)

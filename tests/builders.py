@@ -21,6 +21,8 @@ from extender.devices import (
     encode_topology,
     encode_use,
 )
+from extender.devices.drift import Drift
+from extender.devices.drift_document import encode_drift
 
 _uids = itertools.count(1)
 
@@ -330,10 +332,12 @@ def agent_annotations(
     uuids: Sequence[str] | None = None,
     use: dict[int, tuple[int, int]] | None = None,
     use_at: float = 1_000_000.0,
+    drift: Drift | None = None,
 ) -> dict[str, str]:
     """The node agent's annotations, written by its own encoders: its topology document
     (UUIDs, health, groups) and, with
-    ``use`` ({index: (utilisation %, MiB used)}), a live-use sample taken at ``use_at``."""
+    ``use`` ({index: (utilisation %, MiB used)}), a live-use sample taken at ``use_at``; with
+    ``drift``, its drift document."""
     bad = unhealthy or {}
     ids = list(uuids) if uuids is not None else [f"{uuid_prefix}-{i}" for i in range(gpus)]
     topology = Topology(
@@ -353,6 +357,8 @@ def agent_annotations(
             at=use_at, gpus=tuple(GpuUse(i, u, m) for i, (u, m) in sorted(use.items()))
         )
         annotations[names.GPU_USE] = encode_use(sample)
+    if drift is not None:
+        annotations[names.GPU_DRIFT] = encode_drift(drift)
     return annotations
 
 

@@ -10,7 +10,7 @@ import asyncio
 import threading
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -67,8 +67,8 @@ class KubeletThread:
         self.kubelet = FakeKubelet(directory)
         self._call(self.kubelet.start())
 
-    def _call(self, coroutine: object, timeout: float = WAIT_S) -> object:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
+    def _call(self, coroutine: Coroutine[Any, Any, object], timeout: float = WAIT_S) -> object:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         return future.result(timeout + 1)
 
     def registered(self, count: int = 1) -> api_pb2.RegisterRequest:
@@ -144,7 +144,7 @@ class KubeletClient:
         request = api_pb2.AllocateRequest(
             container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=device_ids)]
         )
-        answer = self._stub.Allocate(request, timeout=WAIT_S)
+        answer: api_pb2.AllocateResponse = self._stub.Allocate(request, timeout=WAIT_S)
         (container,) = answer.container_responses
         self.answers.append(container)
         return container

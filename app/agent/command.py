@@ -64,6 +64,19 @@ def add_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
         type=Path,
         help="the driver's MIG capability minors (default /proc/driver/nvidia-caps/mig-minors)",
     )
+    agent.add_argument(
+        "--reconcile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compare the kubelet's PodResources with the agent's records (publish the drift)",
+    )
+    agent.add_argument(
+        "--pod-resources-socket", type=Path, help="the kubelet's PodResources socket"
+    )
+    agent.add_argument("--reconcile-s", type=float, help="seconds between PodResources reads")
+    agent.add_argument(
+        "--stale-grace-s", type=float, help="seconds before a stale record is released"
+    )
     agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     agent.set_defaults(handler=run)
 
@@ -75,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
             "node_name", "kubeconfig", "resource_name", "device_plugin_dir", "socket_name",
             "poll_s", "probe_port", "probe_host", "nvml_replay", "log_level", "shares",
             "share_preset", "share_slots", "share_socket_name", "mps", "mps_dir", "mig_minors",
+            "reconcile", "pod_resources_socket", "reconcile_s", "stale_grace_s",
         )
         if (value := getattr(args, key)) is not None
     }  # fmt: skip
@@ -125,6 +139,7 @@ async def _serve(settings: AgentSettings, nvml: Nvml) -> int:
         ready=agent.ready,
         gpus=lambda: agent.devices.current() if agent.devices is not None else (),
         writes=lambda: agent.publisher.writes,
+        drift=lambda: agent.reconciler.stats() if agent.reconciler is not None else None,
     )
     from aiohttp import web  # noqa: PLC0415
 

@@ -8,31 +8,34 @@ from collections.abc import Callable, Iterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from app.agent.reconciliation import DriftStats
 from extender.devices import Gpu
 
 __all__ = ["AgentState", "metrics_registry", "probe_app"]
 
 
 class AgentState:
-    """What the probes read: readiness, the GPUs, and the Node writes so far."""
+    """What the probes read: readiness, the GPUs, the Node writes so far, and reconciliation
+    with the kubelet (None: off)."""
 
     def __init__(
         self,
         ready: Callable[[], bool],
         gpus: Callable[[], tuple[Gpu, ...]],
         writes: Callable[[], int],
+        drift: Callable[[], DriftStats | None] = lambda: None,
     ) -> None:
-        self.ready, self.gpus, self.writes = ready, gpus, writes
+        self.ready, self.gpus, self.writes, self.drift = ready, gpus, writes, drift
 
 
 class _Collector(Collector):
     def __init__(self, state: AgentState) -> None:
         self._state = state
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         gpus = GaugeMetricFamily(
             "schedext_agent_gpus", "GPUs on this node, by health.", labels=["health"]
         )
@@ -46,6 +49,49 @@ class _Collector(Collector):
         )
         writes.add_metric([], self._state.writes())
         yield writes
+        yield from _drift(self._state.drift())
+
+
+def _drift(stats: DriftStats | None) -> Iterator[Metric]:
+    """Reconciliation with the kubelet's PodResources (families without samples when off)."""
+    up = GaugeMetricFamily(
+        "schedext_agent_podresources_up",
+        "Whether the kubelet's PodResources answered the last read (1) or not (0).",
+    )
+    reads = CounterMetricFamily(
+        "schedext_agent_podresources_reads", "Reads of the kubelet's PodResources that answered."
+    )
+    failures = CounterMetricFamily(
+        "schedext_agent_podresources_failures",
+        "Reads of the kubelet's PodResources that failed (no socket, no answer in time).",
+    )
+    drift = GaugeMetricFamily(
+        "schedext_agent_gpu_drift",
+        "Devices in use that schedext does not account for, by cause (unknown-pod, "
+        "not-given, not-placed), and records of pods the kubelet no longer lists (stale, "
+        "released), as last read.",
+        labels=["kind"],
+    )
+    writes = GaugeMetricFamily(
+        "schedext_agent_drift_writes", "Drift annotation patches sent since the agent started."
+    )
+    allocatable = GaugeMetricFamily(
+        "schedext_agent_kubelet_allocatable_devices",
+        "Devices of the agent's resources the kubelet may allocate, as its PodResources last "
+        "said (0 for a resource the agent serves: the kubelet has not taken that plugin).",
+        labels=["resource"],
+    )
+    if stats is not None:
+        if stats.up is not None:
+            up.add_metric([], 1 if stats.up else 0)
+        reads.add_metric([], stats.reads)
+        failures.add_metric([], stats.failures)
+        for kind, count in stats.kinds:
+            drift.add_metric([kind], count)
+        writes.add_metric([], stats.writes)
+        for resource, count in stats.allocatable:
+            allocatable.add_metric([resource], count)
+    yield from (up, reads, failures, drift, writes, allocatable)
 
 
 def metrics_registry(state: AgentState) -> CollectorRegistry:

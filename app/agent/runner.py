@@ -14,7 +14,11 @@ What runs, as tasks of one event loop (plus the XID watch's own thread):
   A health change goes to ListAndWatch at once and to the Node's topology document, which
   the extender's node watch turns into "never hand out this GPU";
 - an XID event marks its GPU unhealthy at once. XIDs are sticky: the GPU stays unhealthy until
-  the agent restarts (after the node's GPUs were reset or replaced).
+  the agent restarts (after the node's GPUs were reset or replaced);
+- with ``reconcile`` on, once the node's pods are listed: the kubelet's PodResources are read
+  every ``reconcile_s`` and compared with the ledger; the drift goes on the Node
+  (:mod:`app.agent.reconciliation`), and the plugins allocate from the ledger as the drift
+  corrects it (:attr:`Agent.allocations`).
 """
 
 from __future__ import annotations
@@ -34,10 +38,14 @@ from app.agent.node_publisher import NodePublisher
 from app.agent.nvml import Nvml, NvmlError
 from app.agent.plugin import DevicePlugin
 from app.agent.pod_ledger import ApiPodLedger, node_pods_resource
+from app.agent.pod_resources import KubeletPodResources, PodResources
+from app.agent.ports import PodLedger
+from app.agent.reconciliation import DriftPublisher, ReconciledLedger, Reconciler
 from app.agent.registration import Endpoint, serve
 from app.agent.settings import AgentSettings
 from app.agent.sharing import Shares
 from app.agent.xid_watch import GpuFault, XidWatch
+from app.events import ApiEventRecorder
 from app.kube.api import KubeApi
 from app.kube.errors import ApiError
 from app.kube.watch import WatchHooks, watch_forever
@@ -58,6 +66,7 @@ class Agent:
         api: KubeApi,
         *,
         wall: Callable[[], float] = time.time,
+        pod_resources: PodResources | None = None,
     ) -> None:
         self.settings, self._nvml, self._api, self._wall = settings, nvml, api, wall
         self.ledger = ApiPodLedger(
@@ -76,6 +85,32 @@ class Agent:
         self._driver = ""
         self._faults: dict[int, GpuHealth] = {}  # sticky: from XID events
         self.published = asyncio.Event()  # the topology is on the Node
+        # Reconciliation with the kubelet (None: off); the plugins allocate from its view.
+        self.events = ApiEventRecorder(api)
+        self.reconciler = self._reconciler(pod_resources) if settings.reconcile else None
+        self.allocations: PodLedger = (
+            self.ledger
+            if self.reconciler is None
+            else ReconciledLedger(self.ledger, self.reconciler)
+        )
+
+    def _reconciler(self, source: PodResources | None) -> Reconciler:
+        settings = self.settings
+        return Reconciler(
+            source
+            or KubeletPodResources(
+                settings.pod_resources_socket, deadline_s=settings.pod_resources_deadline_s
+            ),
+            self.ledger,
+            lambda: self.devices.current() if self.devices is not None else (),
+            DriftPublisher(self._api, settings.node_name),
+            self.events,
+            node=settings.node_name,
+            resources=settings.drift_resources(),
+            interval_s=settings.reconcile_s,
+            grace_s=settings.stale_grace_s,
+            wall=self._wall,
+        )
 
     @property
     def endpoint(self) -> Endpoint:
@@ -119,10 +154,10 @@ class Agent:
         # The whole-GPU resource never serves a GPU in MIG mode: its MIG devices have their
         # own resources, one plugin per profile (NVIDIA's "mixed" strategy).
         plugin = DevicePlugin(
-            WholeGpus(self.devices), self.ledger, resource=self.settings.resource_name
+            WholeGpus(self.devices), self.allocations, resource=self.settings.resource_name
         )
         caps = read_mig_minors(self.settings.mig_minors) if any(g.migs for g in gpus) else {}
-        migs = mig_plugins(self.devices, self.ledger, self.endpoint, caps=caps)
+        migs = mig_plugins(self.devices, self.allocations, self.endpoint, caps=caps)
         tasks = [
             asyncio.create_task(self._publish_forever(), name="agent-publish"),
             asyncio.create_task(
@@ -136,18 +171,21 @@ class Agent:
             ),
         ]
         xids.start()
+        await self.events.start()
         try:
             if self.shares is not None:  # MPS daemons up before a share is handed out
                 tasks += [asyncio.create_task(c) for c in await self.shares.prepare(self.devices)]
             # The plugin registers only once the node's pods (and their allocation records)
             # are listed: a restarted agent must know what it gave out before it gives more.
             await _first(self.ledger.listed.wait(), tasks)
+            if self.reconciler is not None:  # compared with a listed ledger only
+                tasks.append(asyncio.create_task(self.reconciler.run(), name="agent-reconcile"))
             tasks.append(asyncio.create_task(serve(plugin, self.endpoint), name="agent-plugin"))
             for mig, endpoint in migs:
                 name = f"agent-mig-{mig.profile}"
                 tasks.append(asyncio.create_task(serve(mig, endpoint), name=name))
             if self.shares is not None:
-                shares = self.shares.plugin(self.devices, self.ledger)
+                shares = self.shares.plugin(self.devices, self.allocations)
                 tasks.append(
                     asyncio.create_task(serve(shares, self.shares.endpoint), name="agent-shares")
                 )
@@ -161,6 +199,9 @@ class Agent:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await asyncio.to_thread(xids.stop, 5.0)
+            await self.events.stop()
+            if self.reconciler is not None:
+                await self.reconciler.close()
 
     # ------------------------------------------------------------------ health
 

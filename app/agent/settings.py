@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from extender import names
 from extender.config import SHARE_PRESETS, ShareResources
+from extender.devices.drift import SETTLE_S, DriftResources
 from extender.devices.share_handle import ShareHandle, ShareHandleError, share_handle
 
 __all__ = ["AgentSettings"]
@@ -69,6 +70,17 @@ class AgentSettings(BaseSettings):
     # container needs (extender.devices.device_nodes). Unreadable: the container runtime
     # adds those nodes from NVIDIA_VISIBLE_DEVICES, as before.
     mig_minors: Path = Path("/proc/driver/nvidia-caps/mig-minors")
+    # Reconciliation with the kubelet's PodResources API (README "Drift"): its socket (the
+    # DaemonSet mounts the kubelet's pod-resources directory), how often it is read (and at
+    # once when a device plugin nudges it), how long one read may take, and how long a record
+    # of a pod the kubelet no longer lists is kept before the agent releases it. A missing or
+    # slow socket only turns reconciliation off until it answers.
+    reconcile: bool = True
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    reconcile_s: float = Field(default=30.0, gt=0)
+    pod_resources_deadline_s: float = Field(default=2.0, gt=0, le=60)
+    # At least the settling time: a record is not even reported before that.
+    stale_grace_s: float = Field(default=120.0, ge=SETTLE_S)
 
     @model_validator(mode="after")
     def _refresh_after_interval(self) -> AgentSettings:
@@ -112,3 +124,8 @@ class AgentSettings(BaseSettings):
 
     def share_handle(self) -> ShareHandle:
         return share_handle(self.share_resources(), self.resource_name, slots=self.share_slots)
+
+    def drift_resources(self) -> DriftResources:
+        """The resources whose devices the agent reconciles: those it serves."""
+        share = self.share_handle().resource if self.shares else None
+        return DriftResources(gpu=self.resource_name, share=share)

@@ -89,6 +89,8 @@ def explanation_text(answer: JSON) -> str:
         score = node.get("score")
         detail = f"score {score}" if score is not None else node["reason"] or ""
         lines.append(f"  {node['node']:<{width}}  {verdict:<4}  {detail}".rstrip())
+        # Where the node's kubelet disagrees with schedext (its agent's drift).
+        lines.extend(f"  {'':<{width}}  drift {line}" for line in node.get("drift") or ())
     if answer["state"] != "bound":
         lines.append(f"{len(answer['fits'])} of {len(answer['nodes'])} nodes fit")
     return "\n".join(lines)
@@ -98,7 +100,8 @@ def explanation_text(answer: JSON) -> str:
 
 DEVICE_LEGEND = (
     "DEVICES: one mark per GPU, by index: U used whole, R reserved by a bind in progress, "
-    "S shared, X unhealthy, . free; | between NVLink groups"
+    "S shared, K in use by a container schedext did not place (the kubelet says), "
+    "X unhealthy, . free; | between NVLink groups"
 )
 
 
@@ -112,6 +115,8 @@ def device_map(gpus: Sequence[JSON]) -> str:
             marks.append("X")
         elif gpu.get("holder"):
             marks.append("R" if gpu.get("reserved") else "U")
+        elif gpu.get("inUse"):
+            marks.append("K")
         elif gpu.get("share"):
             marks.append("S")
         else:
@@ -177,12 +182,19 @@ def nodes_table(inventory: JSON) -> str:
     if anonymous:
         # Held by pods bound without schedext's GPU annotation: counted, index unknown.
         summary += f", {anonymous} held by pods placed without schedext (index unknown)"
+    outside = sum(1 for n in gpu_nodes for g in n["gpus"] if g.get("inUse") and not g.get("holder"))
+    if outside:
+        summary += f", {outside} in use by containers schedext did not place (kubelet)"
     others = len(inventory["nodes"]) - len(gpu_nodes)
     if others:
         summary += f"; {others} node{'s' if others != 1 else ''} without GPUs not listed"
     parts.append(summary)
     if rows:
         parts.append(DEVICE_LEGEND)
+    drift = _drift_lines(inventory["nodes"])
+    if drift:
+        parts.append("\nwhere the kubelet and schedext disagree (the node agents' drift):")
+        parts.extend(drift)
     pools = inventory.get("pools", [])
     if pools:
         pool_rows = [
@@ -199,6 +211,16 @@ def nodes_table(inventory: JSON) -> str:
         pool_headers = ("POOL", "ALLOCATED", "FREE", "SIZE", "NODE SELECTOR", "PROBLEM")
         parts.append("\n" + table(pool_headers, pool_rows))
     return "\n".join(parts)
+
+
+def _drift_lines(nodes: Sequence[JSON]) -> list[str]:
+    """Per node, each drift sentence, and a drift document schedext could not read."""
+    lines = []
+    for node in nodes:
+        lines += [f"  {node['name']}: {line}" for line in node.get("drift") or ()]
+        if node.get("driftProblem"):
+            lines.append(f"  {node['name']}: not read: {node['driftProblem']}")
+    return lines
 
 
 # ----------------------------------------------------------------------------- gangs

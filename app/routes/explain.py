@@ -53,6 +53,8 @@ def answer(service: Service, namespace: str, name: str) -> tuple[int, dict[str, 
                 "reason": n.reason or None,
                 "resolvable": n.resolvable,
                 "score": n.score,
+                # Where the node's kubelet disagrees with schedext (its agent's drift).
+                "drift": list(n.drift),
             }
             for n in explanation.nodes
         ],

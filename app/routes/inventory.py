@@ -12,7 +12,11 @@ then does the namespace lend and borrow it). ``shadowedQuotas``: second quotas o
 namespace, which do not apply, each with the one that does (``by``).
 
 Per node, ``pools`` names the IP pools whose node selector picks it, and ``mig`` its MIG
-devices per profile (``devices`` on healthy GPUs, ``free``). ``pending`` lists the pending
+devices per profile (``devices`` on healthy GPUs, ``free``). ``drift`` lists, one sentence
+each, where the node's kubelet disagrees with schedext's placements (its agent's
+``schedext.io/gpu-drift``), and per GPU ``inUse`` says who the kubelet says uses it when that
+is not accounted for (null otherwise): such a GPU is held. ``driftProblem`` says why the
+drift document was not read, if it was not. ``pending`` lists the pending
 pods schedext knows (the first :data:`PENDING_LISTED` by namespace and name; ``pendingPods``
 counts them all), each with what it asks for.
 
@@ -32,6 +36,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.service import Service
+from extender.devices.drift import describe
 from extender.model import Holding, HoldingKind, PodRequest
 from extender.node_state import NodeView
 from extender.quotas import Kind, QuotaSpec
@@ -64,6 +69,9 @@ def document(service: Service) -> dict[str, Any]:
         group_of = {i: g for g, members in enumerate(view.spec.gpu_groups) for i in members}
         uuids = view.spec.gpu_uuids
         unhealthy = dict(view.spec.gpu_unhealthy)
+        in_use: dict[int, list[str]] = {}
+        for outside in view.spec.gpu_in_use:
+            in_use.setdefault(outside.gpu, []).append(outside.why)
         sample = view.spec.gpu_use
         use = {
             u.index: {"utilisation": u.utilisation, "memoryUsedMiB": u.memory_used_mib}
@@ -82,6 +90,7 @@ def document(service: Service) -> dict[str, Any]:
                         "holder": holders[uid].key if uid in holders else None,
                         "reserved": uid in holders and holders[uid].kind.value == "reserved",
                         "unhealthy": unhealthy.get(index),
+                        "inUse": "; ".join(in_use[index]) if index in in_use else None,
                         "use": use.get(index),
                         "share": _share(view, index, holders),
                     }
@@ -98,6 +107,8 @@ def document(service: Service) -> dict[str, Any]:
                 "cpuMilli": {"allocatable": view.spec.cpu_milli, "free": view.cpu_free},
                 "topologyProblem": view.spec.topology_problem,
                 "useProblem": view.spec.use_problem,
+                "drift": list(_drift(view)),
+                "driftProblem": view.spec.drift_problem,
                 "useSampledAt": sample.at if sample is not None else None,
             }
         )
@@ -154,6 +165,13 @@ def document(service: Service) -> dict[str, Any]:
         "pending": [_pending(r) for r in service.scheduler.pending_pods(PENDING_LISTED)],
         "reservations": service.scheduler.reservation_count,
     }
+
+
+def _drift(view: NodeView) -> tuple[str, ...]:
+    spec = view.spec
+    if not spec.drift:
+        return ()
+    return describe(spec.drift, {uuid: i for i, uuid in enumerate(spec.gpu_uuids)})
 
 
 def _share(view: NodeView, index: int, holders: dict[str, Holding]) -> dict[str, Any] | None:

@@ -98,9 +98,10 @@
 
   // The scheduler counts GPUs of pods bound without schedext's annotation but cannot know
   // their indices; it assumes they sit on the highest free indices, and so does the page.
-  // A GPU that pods hold shares of is not free for a whole-GPU pod either.
+  // A GPU that pods hold shares of is not free for a whole-GPU pod either, nor one the node's
+  // kubelet reports in use by a container schedext did not place.
   function anonymousIndices(node) {
-    const free = node.gpus.filter((g) => g.holder === null && !g.share).map((g) => g.index);
+    const free = node.gpus.filter((g) => g.holder === null && !g.share && !g.inUse).map((g) => g.index);
     const count = Math.min(node.anonymousGpus || 0, free.length);
     return new Set(count > 0 ? free.slice(free.length - count) : []);
   }
@@ -122,10 +123,15 @@
   function gpuCell(gpu, anonymous, node) {
     const held = gpu.holder !== null;
     const share = gpu.share;
-    const classes = ["gpu-cell", held ? "held" : share ? "shared" : anonymous ? "anonymous" : "free"];
+    // In use by a container schedext did not place, as the node's kubelet reports it: held.
+    const outside = !held && Boolean(gpu.inUse);
+    const state = held ? "held" : outside ? "outside" : share ? "shared" : anonymous ? "anonymous" : "free";
+    const classes = ["gpu-cell", state];
     if (gpu.reserved) classes.push("reserved");
     let title;
-    if (held) {
+    if (outside) {
+      title = gpu.inUse; // names the GPU already
+    } else if (held) {
       title = `GPU ${gpu.index}: ${gpu.holder}${gpu.reserved ? " (reserved, bind in progress)" : ""}`;
     } else if (share) {
       const pods = share.pods.map((p) => p.pod).join(", ");
@@ -148,6 +154,7 @@
         "data-holder": held ? gpu.holder : "",
         "data-reserved": gpu.reserved ? "true" : "false",
         "data-anonymous": anonymous ? "true" : "false",
+        "data-outside": outside ? "true" : "false",
         "data-shared": share ? "true" : "false",
       },
       el("span", { class: "gpu-index", "aria-hidden": "true", text: gpu.index }),
@@ -338,6 +345,20 @@
     }
     if (node.topologyProblem) {
       card.append(el("p", { class: "topology-problem", role: "note", text: `Topology: ${node.topologyProblem}` }));
+    }
+    // Where the node's kubelet and schedext disagree (its agent's drift), one line each.
+    const drift = node.drift || [];
+    if (drift.length > 0) {
+      card.append(
+        el(
+          "ul",
+          { class: "node-drift", "aria-label": `Drift on ${node.name}`, "data-count": drift.length },
+          ...drift.map((line) => el("li", { class: "drift-line", text: line })),
+        ),
+      );
+    }
+    if (node.driftProblem) {
+      card.append(el("p", { class: "topology-problem", role: "note", text: `Drift: ${node.driftProblem}` }));
     }
     if (node.anonymousGpus > 0) {
       card.append(

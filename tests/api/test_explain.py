@@ -39,6 +39,7 @@ def test_explain_gives_every_nodes_verdict_for_a_pending_pod(demo: RunningServer
         "reason": "schedext: fewer than 2 free GPUs",
         "resolvable": True,
         "score": None,
+        "drift": [],
     }
     # the node it fits has the score prioritize gives it, absolute (0-10)
     assert by_node["gpu-node-a"]["reason"] is None

@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from extender.devices.containers import parse_grants
+from extender.devices.drift import KubeletDevices
 from tests.builders import with_containers
 from tests.device_manager import Container, DeviceManager
 from tests.e2e.conftest import ROOT, Cluster, eventually, scheduler_config
@@ -41,6 +42,7 @@ from tests.e2e.harness import KubeApi as HarnessKubeApi
 from tests.e2e.kubeapply import Kube, documents
 from tests.fake_mps import FakeMps
 from tests.kubelet import KubeletClient, KubeletThread
+from tests.pod_resources import PodResourcesThread
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 RECORDING = ROOT / "tests" / "fixtures" / "nvml" / "hgx-8-nvlink.json"
@@ -296,6 +298,61 @@ def test_every_pod_shape_gets_exactly_its_gpus_across_an_agent_restart(
             owners.setdefault(u, set()).add(pod)
         assert all(len(pods) == 1 for pods in owners.values()), owners
         client.close()
+        print(agent.usage())  # noqa: T201
+    finally:
+        kubelet.stop()
+
+
+def test_the_drift_the_agent_publishes_reaches_schedexts_decisions(
+    cluster: Cluster, agent: AgentProcess, plugin_dir: Path
+) -> None:
+    """The kubelet's PodResources (a stand-in on a unix socket) say a pod nobody placed holds
+    GPU 7: the agent writes that on its Node, and schedext never offers GPU 7 again."""
+    cluster.node(NODE, gpus=8, model=H100, memory_mib=81559)
+    socket = plugin_dir / "pod-resources.sock"
+    kubelet = PodResourcesThread(socket)
+    try:
+        kubelet.set([KubeletDevices("ml", "ghost", "main", "nvidia.com/gpu", (uuid(7),))])
+        agent.start("--pod-resources-socket", str(socket), "--reconcile-s", "0.5")
+        published = eventually(
+            lambda: (cluster.api.get_node(NODE)["metadata"].get("annotations") or {}).get(
+                "schedext.io/gpu-drift"
+            ),
+            message="no drift published",
+        )
+        (used,) = json.loads(published)["inUse"]
+        assert (used["uuid"], used["pod"], used["cause"]) == (uuid(7), "ml/ghost", "unknown-pod")
+        why = "GPU 7 in use by a container schedext did not place (kubelet: ml/ghost/main)"
+        eventually(
+            lambda: inventory_node(cluster)["gpus"][7]["inUse"] == why,
+            message="schedext did not take the drift",
+        )
+
+        # All eight: kube-scheduler's own fit passes, schedext says which GPU and whose.
+        cluster.pod("eight", gpus=8)
+
+        def failed_scheduling() -> str:
+            events = cluster.events("eight")
+            messages = [e.get("message", "") for e in events if e["reason"] == "FailedScheduling"]
+            return next((m for m in messages if "schedext" in m), "")
+
+        message = eventually(failed_scheduling, timeout=60, message="no FailedScheduling")
+        assert why in message
+        # Seven fit, never on GPU 7.
+        cluster.pod("seven", gpus=7)
+        assert cluster.wait_bound("seven") == NODE
+        assert cluster.gpu_ids("seven") == list(range(7))
+
+        def warning() -> dict[str, Any] | None:
+            events = cluster.api.apply_raw("GET", "/api/v1/namespaces/default/events")["items"]
+            return next(
+                (e for e in events if e["involvedObject"].get("name") == NODE
+                 and e["reason"] == "GpuDrift"),
+                None,
+            )  # fmt: skip
+
+        event = eventually(warning, message="no GpuDrift event on the node")
+        assert (event["type"], event["message"]) == ("Warning", why)
         print(agent.usage())  # noqa: T201
     finally:
         kubelet.stop()

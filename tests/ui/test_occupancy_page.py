@@ -18,11 +18,13 @@ from fastapi import FastAPI, Response
 
 from app.routes import ui
 from extender import names
+from extender.devices.drift import Cause, Drift, InUse, StaleRecord
 from tests.api.server import RunningServer, running
 from tests.builders import (
     A100,
     H100,
     T4,
+    agent_annotations,
     bound_ip_pod,
     elastic_quota,
     gang_pod,
@@ -379,3 +381,25 @@ def wait_for_reservations(server: RunningServer, count: int, *, within_s: float 
             return
         time.sleep(0.02)
     raise AssertionError(f"the inventory never showed {count} reservation(s) within {within_s} s")
+
+
+def test_a_gpu_the_kubelet_says_is_in_use_outside_schedext_is_drawn_held_with_the_drift(
+    tmp_path: Path,
+) -> None:
+    used = InUse("GPU-n-3", "ml/ghost", "main", names.GPU_RESOURCE, Cause.UNKNOWN_POD)
+    stale = StaleRecord("ml/gone", "u", ("GPU-n-1",), 1_000_000.0, released=False)
+    annotations = agent_annotations(4, drift=Drift(in_use=(used,), stale=(stale,)))
+    node = make_node("g", gpus=4, model=H100, annotations=annotations)
+    with snapshot_server(tmp_path, nodes=[node]) as server:
+        page = render(server, tmp_path)
+    card = cards_by_node(page)["g"]
+    (outside,) = [cell for cell in card.all("gpu-cell") if cell["data-outside"] == "true"]
+    assert outside["data-index"] == "3"
+    assert outside["title"] == (
+        "GPU 3 in use by a container schedext did not place (kubelet: ml/ghost/main)"
+    )
+    assert card.one("gpu-free").text() == "3/4 GPUs free"
+    assert [line.text() for line in card.all("drift-line")] == [
+        "GPU 3 in use by a container schedext did not place (kubelet: ml/ghost/main)",
+        "stale record: ml/gone holds GPU 1 but the kubelet no longer lists it (not yet released)",
+    ]

@@ -46,6 +46,11 @@ MAP_CASES = [
     ),
     MapCase("an unhealthy GPU still held shows unhealthy", [gpu(holder="a/p", unhealthy="x")], "X"),
     MapCase(
+        "in use by a container schedext did not place; held where schedext pinned it",
+        [gpu(inUse="GPU 0 in use by ..."), gpu(holder="a/p", inUse="GPU 1 in use by a/p")],
+        "KU",
+    ),
+    MapCase(
         "NVLink groups apart",
         [gpu(0, holder="a/p"), gpu(0), gpu(1), gpu(1, share={"memoryMiB": 1})],
         "U.|.S",
@@ -117,3 +122,37 @@ def test_a_quota_row_per_resource_says_whether_the_team_borrows() -> None:
     assert lines[2].split() == ["team-a", "q", "cpu", "0", "2", "none", "no"]
     assert lines[3] == "not applied: team-a/late (team-a/q applies instead)"
     assert tables.quotas_table({"quotas": [], "shadowedQuotas": []}) == "no team quotas"
+
+
+DRIFT = "GPU 1 in use by a container schedext did not place (kubelet: ml/ghost/main)"
+
+
+def test_the_nodes_table_counts_and_lists_the_drift() -> None:
+    node = {
+        "name": "g", "gpuModel": "H100", "freeGpus": 1, "sharedGpus": 0, "gpuMemoryMiB": None,
+        "cpuMilli": {"free": 1000, "allocatable": 2000},
+        "gpus": [gpu(), gpu(inUse=DRIFT)],
+        "drift": [DRIFT], "driftProblem": None,
+    }  # fmt: skip
+    odd = {**node, "name": "h", "gpus": [gpu()], "drift": [],
+           "driftProblem": "schedext.io/gpu-drift: version 2 is not supported"}  # fmt: skip
+    lines = tables.nodes_table({"nodes": [node, odd], "pools": []}).splitlines()
+    assert lines[1].split()[4] == ".K"
+    assert lines[3].endswith(", 1 in use by containers schedext did not place (kubelet)")
+    assert lines[-3:] == [
+        "where the kubelet and schedext disagree (the node agents' drift):",
+        f"  g: {DRIFT}",
+        "  h: not read: schedext.io/gpu-drift: version 2 is not supported",
+    ]
+
+
+def test_an_explanation_shows_each_nodes_drift_under_its_verdict() -> None:
+    answer = {
+        "pod": "ml/p", "state": "pending", "node": None, "request": {"gpus": 2},
+        "group": None, "groupReason": None, "fits": [],
+        "nodes": [{"node": "g", "fits": False, "reason": f"schedext: {DRIFT} (1 free, pod needs 2)",
+                   "resolvable": True, "score": None, "drift": [DRIFT]}],
+    }  # fmt: skip
+    lines = tables.explanation_text(answer).splitlines()
+    assert lines[2] == f"  g  busy  schedext: {DRIFT} (1 free, pod needs 2)"
+    assert lines[3] == f"     drift {DRIFT}"

@@ -1,0 +1,1 @@
+"""The kubelet PodResources API, as generated from the upstream proto."""

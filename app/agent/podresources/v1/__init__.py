@@ -1,0 +1,1 @@
+"""PodResources API v1: upstream api.proto and its stubs (scripts/gen-deviceplugin)."""
