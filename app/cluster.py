@@ -66,6 +66,8 @@ IPPOOLS = Resource(name="ippools", path=f"{SCHEDEXT_PATH}/ippools", optional=Tru
 IPCLAIMS = Resource(name="ipclaims", path=f"{SCHEDEXT_PATH}/ipclaims", optional=True)
 STATEFULSETS = Resource(name="statefulsets", path="/apis/apps/v1/statefulsets")
 RESOURCES = (NODES, PODS, PODGROUPS, ELASTICQUOTAS, IPPOOLS, IPCLAIMS, STATEFULSETS)
+# The resources whose events may free what a pod turned away waits for.
+_FREEING = frozenset(r.name for r in (NODES, PODS, ELASTICQUOTAS, IPPOOLS, IPCLAIMS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,15 +186,16 @@ class ClusterSource:
 
         def progress_callback(name: str) -> Callable[[], None]:
             progress = functools.partial(service.metrics.watch_progress, name)
-            if name not in (PODS.name, IPCLAIMS.name, IPPOOLS.name):
+            if name not in _FREEING:
                 return progress
 
             def freeing_progress() -> None:
                 progress()
                 if name == PODS.name:
                     service.victims.pods_changed()  # filters waiting for victims look again
-                # A pod, claim or pool event may have freed an address that pods wait for,
-                # or a preemptor's room.
+                # The event may have freed what pods filter turned away wait for (GPUs, a
+                # share's room, a MIG device, an address, quota headroom), or a preemptor's
+                # room (see extender.capacity_waits).
                 service.requeue_waiters()
 
             return freeing_progress

@@ -5,7 +5,8 @@ out or gave its reservations back, an address claimed for a StatefulSet identity
 ElasticQuota that cannot apply. And the one pod write that is not an Event: the
 ``schedext.io/requeued-at`` annotation on a pod filter turned away, once what it waited for
 is there: a gang member turned away for missing members, once they exist; a pod turned away
-for an address, once schedext sees its pool free one (see extender.address_waits).
+for an address, GPUs, a share's room, a MIG device or quota headroom, once schedext sees it
+freed (see extender.capacity_waits).
 kube-scheduler retries a pod an extender rejected only on a cluster event it sees, and an
 update of the pod itself is one.
 

@@ -49,6 +49,7 @@ class GangWaiters:
                     "gang quorum",
                     extra={"group": event.group, "requeued": [pod for pod, _ in event.pods]},
                 )
+                self._metrics.requeued("gang", len(event.pods))
                 for pod, uid in event.pods:
                     self._events.requeue(pod, uid)
                 continue

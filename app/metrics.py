@@ -116,6 +116,15 @@ class Metrics:
             "Filter calls waiting now for the watch to show victims gone.",
             registry=self.registry,
         )
+        self._requeues = Counter(
+            "schedext_requeues_total",
+            "Pods sent back to kube-scheduler (the schedext.io/requeued-at nudge), by what they "
+            "waited for: gpu, share, mig, address or quota once schedext's watch saw it freed, "
+            "gang (a gang member, once its group had its members), preemptor (once its victims "
+            "were seen gone).",
+            ["kind"],
+            registry=self.registry,
+        )
         self._watch_progress: dict[str, float] = {}
         # Label children resolved once: .labels() costs a lock and a dict lookup per call.
         self._verb_latency = {verb: self._latency.labels(verb) for verb in VERBS}
@@ -177,6 +186,10 @@ class Metrics:
 
     def gang_event(self, outcome: str) -> None:
         self._gang_events.labels(outcome).inc()
+
+    def requeued(self, kind: str, count: int) -> None:
+        """``count`` pods sent back to kube-scheduler, having waited for ``kind``."""
+        self._requeues.labels(kind).inc(count)
 
     def victim_wait_started(self) -> None:
         self._victim_waiting.inc()

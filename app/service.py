@@ -41,29 +41,60 @@ class Service:
     readiness: Readiness = field(default_factory=Readiness)
     clock: Callable[[], float] = time.monotonic
     description: str = ""  # where the inventory comes from, for logs and the root page
+    # The timer that sends the retries the core held back, and when (see requeue_waiters).
+    _requeue_timer: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
+    _requeue_at: float | None = field(default=None, init=False, repr=False)
 
     def core(self, call: Callable[[Scheduler], _T]) -> _T:
         """Ask the core something that may record gang events (a bind plan, an expiry): the
         events are performed before this returns or raises (see :meth:`GangWaiters.run`), and
-        so are the retries of pods waiting for an address it freed."""
+        so are the retries of pods waiting for what it freed (a reservation given back)."""
         try:
             return self.gangs.run(self.scheduler, call)
         finally:
             self.requeue_waiters()
 
     def requeue_waiters(self) -> None:
-        """Have kube-scheduler retry the pods filter turned away for an address whose pool
-        schedext has since seen free one (see extender.address_waits), and the preemptors
-        whose victims it has seen go (see extender.evictions). Called after every core call
-        and every watch event, so that the retry follows the freeing at once."""
-        for what, due in (
-            ("address freed", self.scheduler.take_address_requeues()),
-            ("victims gone", self.scheduler.take_preemptor_requeues()),
-        ):
-            if due:
-                log.info(what, extra={"requeued": [pod for pod, _ in due]})
-                for pod, uid in due:
-                    self.events.requeue(pod, uid)
+        """Have kube-scheduler retry the pods filter turned away for what schedext has since
+        seen freed: GPUs, a share's room, a MIG device, an address, quota headroom (see
+        extender.capacity_waits); and the preemptors whose victims it has seen go (see
+        extender.evictions). Called after every core call and every watch event, so that the
+        retry follows the freeing at once; a retry the core holds back (one per pod per
+        second) is sent by a timer when its time comes."""
+        now = self.clock()
+        nudges = self.scheduler.take_capacity_requeues(now)
+        for kind in dict.fromkeys(nudge.kind for nudge in nudges):
+            due = [(n.pod, n.uid) for n in nudges if n.kind is kind]
+            self._requeue(f"{kind.value} freed", kind.value, due)
+        self._requeue("victims gone", "preemptor", self.scheduler.take_preemptor_requeues())
+        self._requeue_later(now)
+
+    def _requeue(self, what: str, kind: str, due: list[tuple[str, str]]) -> None:
+        if due:
+            log.info(what, extra={"requeued": [pod for pod, _ in due]})
+            self.metrics.requeued(kind, len(due))
+            for pod, uid in due:
+                self.events.requeue(pod, uid)
+
+    def _requeue_later(self, now: float) -> None:
+        """Call :meth:`requeue_waiters` again when the core's next held-back retry is due
+        (unless a timer already will, as soon)."""
+        due = self.scheduler.next_requeue_at()
+        if due is None or (self._requeue_at is not None and self._requeue_at <= due):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # outside the service's loop (a test calling it directly)
+            return
+        if self._requeue_timer is not None:
+            self._requeue_timer.cancel()
+        self._requeue_at = due
+        # A little after its time, so that the core finds it due.
+        self._requeue_timer = loop.call_later(max(0.0, due - now) + 0.005, self._requeue_due)
+
+    def _requeue_due(self) -> None:
+        self._requeue_timer = self._requeue_at = None
+        self.requeue_waiters()
 
     def settle(self) -> None:
         """The inventory is loaded and will live as long as the process: take it out of the

@@ -230,6 +230,12 @@ class PolicySettings(_Group):
     # topology spread), for kube-scheduler's Score plugins to choose from; also how many nodes
     # tied for the best a shortlist keeps. 0: as shortlist, and no tie kept.
     shortlist_preferred: int = Field(default=8, ge=0, le=1000)
+    # A pod filter turned away for GPUs, a share's memory or cores, a MIG device, an address
+    # or quota headroom is sent back to kube-scheduler (the schedext.io/requeued-at nudge)
+    # when schedext's watch sees that freed: kube-scheduler's own retry may have come before
+    # schedext's watch saw it. How many waiting pods one freeing sends back, the longest
+    # waiting first; a pod is sent back at most once a second. Each is one pod patch.
+    requeue_per_event: int = Field(default=8, ge=1, le=1000)
 
     @field_validator("cpu_intensive_min_cpu")
     @classmethod
@@ -259,6 +265,7 @@ class PolicySettings(_Group):
             share_weight=self.shares.weight,
             shortlist=self.shortlist,
             shortlist_preferred=self.shortlist_preferred,
+            requeue_per_event=self.requeue_per_event,
         )
 
     @model_validator(mode="after")

@@ -111,6 +111,10 @@ class PolicyConfig:
     # for kube-scheduler to weigh them.
     shortlist: int = 0
     shortlist_preferred: int = 0
+    # How many of the pods filter turned away for what a freeing gives back (GPUs, a share's
+    # room, a MIG device, an address, quota headroom) one freeing sends back to kube-scheduler,
+    # the longest waiting first (see extender.capacity_waits).
+    requeue_per_event: int = 8
 
     def shortlist_size(self, *, soft_preferences: bool) -> int:
         """How many feasible nodes filter answers for a pod; 0: all of them."""
@@ -141,3 +145,5 @@ class PolicyConfig:
             raise ValueError("shortlist must be >= 0 (0: answer every feasible node)")
         if self.live_use_stale_s <= 0:
             raise ValueError("live_use_stale_s must be > 0")
+        if self.requeue_per_event < 1:
+            raise ValueError("requeue_per_event must be >= 1")

@@ -33,6 +33,7 @@ from extender.requests import (
     statefulset_identity,
 )
 from extender.statefulsets import StatefulSetBook
+from extender.wakeups import WakeUps
 
 __all__ = ["Books", "Intake", "NodeRelist", "PodRelist", "QuotaRelist", "SpecRelist"]
 
@@ -43,7 +44,7 @@ Spec = TypeVar("Spec")
 class Books:
     """What cluster events change: the inventory (nodes, holdings, addresses), the pending
     pods, the gangs' members and groups, preempt's approvals, StatefulSet identities, the
-    team quotas."""
+    team quotas, the pods waiting for something to be freed."""
 
     inventory: Inventory
     pending: PendingPods
@@ -54,6 +55,7 @@ class Books:
     gpu_resource: str
     shares: ShareResources
     quotas: QuotaBook
+    wakeups: WakeUps
 
 
 class Intake:
@@ -84,7 +86,7 @@ class Intake:
     def delete_pod(self, uid: str) -> None:
         b = self._books
         b.inventory.remove_holding(uid)
-        b.inventory.addresses.waits.forget(uid)
+        b.wakeups.pod_gone(uid, b.pending.get(uid))
         b.pending.forget(uid)
         b.evictions.placed(uid)
         b.departures.placed(uid)
@@ -153,11 +155,13 @@ class Intake:
             raise
         if spec is not None:
             self._books.quotas.upsert(spec)
+            self._books.wakeups.quotas_changed()
 
     def delete_quota(self, obj: JSONObject) -> None:
         meta = fields.obj(obj, "metadata")
         namespace = fields.text(meta, "namespace") or "default"
         self._books.quotas.delete(namespace, fields.text(meta, "name"))
+        self._books.wakeups.quotas_changed()
 
     def quota_relist(self) -> QuotaRelist:
         return QuotaRelist(self._books)
@@ -193,6 +197,7 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
     if holding is not None:
         b.inventory.upsert_holding(holding)
         b.pending.forget(uid)
+        b.wakeups.forget(uid)
         b.gangs.track(uid, holding.group, None)
         b.evictions.placed(uid)
         b.departures.placed(uid)
@@ -203,6 +208,7 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
     phase = fields.text(fields.obj(pod, "status"), "phase")
     if fields.text(fields.obj(pod, "spec"), "nodeName") or phase in ("Succeeded", "Failed"):
         b.pending.forget(uid)
+        b.wakeups.forget(uid)
         b.gangs.forget(uid)
         b.statefulsets.forget_pod(uid)
         return
@@ -295,6 +301,7 @@ class QuotaRelist:
 
     def commit(self) -> None:
         self._books.quotas.replace(self._specs)
+        self._books.wakeups.quotas_changed()
 
 
 class SpecRelist(Generic[Spec]):

@@ -21,6 +21,7 @@ from typing import TypeVar
 import numpy as np
 
 from extender import names
+from extender.capacity_waits import Vacancies
 from extender.columns import (
     NO_TOPOLOGY,
     BoolArray,
@@ -74,7 +75,9 @@ class Inventory:
         rack_label: str = names.RACK_LABEL,
         zone_label: str = names.ZONE_LABEL,
         use_stale_s: float = 300.0,
+        vacancies: Vacancies | None = None,
     ) -> None:
+        self._vacancies = vacancies  # told what may have made room
         self._rack_label, self._zone_label, self._use_stale_s = rack_label, zone_label, use_stale_s
         self._now = 0.0  # the latest wall-clock time age_use() was given
         self._topology_ids: dict[str, int] = {"": 0}
@@ -256,6 +259,7 @@ class Inventory:
                 self._write_use(state, state.free_ids())
                 self._changed()
                 return True
+            old = state.spec
             gpu_shape_same = _gpu_shape(state.spec) == _gpu_shape(spec)
             if state.spec.gpu_model != spec.gpu_model:
                 self._models.count(state.spec.gpu_model, -1)
@@ -265,6 +269,8 @@ class Inventory:
             if not gpu_shape_same:
                 self._rebuild(state)
             self._sync(state)
+            if self._vacancies is not None:
+                self._vacancies.node_changed(old, spec)
             return True
         slot = self._free_slots.pop() if self._free_slots else self._cols.append()
         state = NodeState(spec=spec, slot=slot, holders=[None] * spec.gpu_indices)
@@ -279,6 +285,8 @@ class Inventory:
         for uid in self._holdings_by_node.get(spec.name, {}):
             state.apply(self._holdings[uid])
         self._sync(state)
+        if self._vacancies is not None:
+            self._vacancies.node_changed(None, spec)
         return True
 
     def remove_node(self, name: str) -> bool:
@@ -360,6 +368,9 @@ class Inventory:
         if holding is not None:
             self._unrecord(holding)
             self.removals += 1
+            slot = self._slots.get(holding.node)
+            if self._vacancies is not None:
+                self._vacancies.vacated(holding, None if slot is None else self._state(slot).spec)
         return holding
 
     def replace_bound(

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from extender import fields
-from extender.address_waits import AddressWaits
 from extender.fields import JSONObject
 from extender.model import ClaimPolicy
 
@@ -229,8 +228,10 @@ class AddressBook:
         self._taken_counts: dict[str, int] = {}
         self.version = 0
         self.pools_version = 0  # bumped only when pools change (node masks depend on them)
-        # The pods filter turned away for an address, nudged when their pool frees one.
-        self.waits = AddressWaits()
+        # Until the next take_freed: the addresses pods stopped holding (by pool), and the
+        # pools created or changed (see extender.capacity_waits).
+        self._vacated: dict[Address, str] = {}
+        self._changed: set[str] = set()
 
     # ------------------------------------------------------------------ pools
 
@@ -247,15 +248,14 @@ class AddressBook:
     def replace_pools(self, pools: Iterable[IPPoolSpec]) -> None:
         self._pools = {p.name: p for p in pools}
         self._taken_counts = {name: self._count_taken(p) for name, p in self._pools.items()}
-        for name in self._pools:
-            self.waits.changed(name)
+        self._changed.update(self._pools)
         self._pools_changed()
 
     def upsert_pool(self, pool: IPPoolSpec) -> None:
         if self._pools.get(pool.name) != pool:
             self._pools[pool.name] = pool
             self._taken_counts[pool.name] = self._count_taken(pool)
-            self.waits.changed(pool.name)
+            self._changed.add(pool.name)
             self._pools_changed()
 
     def remove_pool(self, name: str) -> None:
@@ -327,7 +327,7 @@ class AddressBook:
     def remove_claim(self, name: str) -> None:
         claim = self._drop_claim(name)
         if claim is not None:
-            self.waits.vacated(claim.pool, claim.value)
+            self._vacated[claim.value] = claim.pool
 
     def _drop_claim(self, name: str) -> IPClaimSpec | None:
         claim = self._claims.pop(name, None)
@@ -362,13 +362,19 @@ class AddressBook:
             if address not in self._claims_by_address:
                 self._untake(use.pool, address)
             # Freed even when a claim keeps it: the claim's own identity may be waiting for it.
-            self.waits.vacated(use.pool, address)
+            self._vacated[address] = use.pool
             self.version += 1
 
-    def take_waiting(self) -> list[tuple[str, str]]:
-        """(namespace/name, uid) of the waiting pods whose pool freed an address or changed
-        since the last call (see :mod:`extender.address_waits`)."""
-        return self.waits.take(self._pods.__contains__)
+    def take_freed(self) -> list[str]:
+        """The pools that freed an address since the last call, once per address, and those
+        created or changed (see :mod:`extender.capacity_waits`). An address vacated and held
+        again by a pod since (its holding rewritten, or another pod taking it) frees nothing;
+        one a claim keeps is freed for the claim's own identity."""
+        freed = [pool for address, pool in self._vacated.items() if address not in self._pods]
+        freed += sorted(self._changed)
+        self._vacated.clear()
+        self._changed.clear()
+        return freed
 
     def address_of(self, uid: str) -> Address | None:
         return self._by_uid.get(uid)

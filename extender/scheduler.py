@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from extender import binding, fields, policy, scoring, shortlist
-from extender.addressing import ip_context, waits_for_address
+from extender.capacity_waits import Nudge, WaitBook
 from extender.choices import ChoiceBook
 from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
@@ -45,6 +45,7 @@ from extender.requests import PodRequestError, pod_request
 from extender.scoring import ScoreArray
 from extender.statefulsets import StatefulSetBook
 from extender.tally import amounts
+from extender.wakeups import WakeUps
 
 __all__ = ["Scheduler"]
 
@@ -70,10 +71,16 @@ class Scheduler(Intake):
         self._scorers = scoring.weights(config)
         self._reservation_ttl = reservation_ttl
         self._gang_victims = gang_victims
+        self._quotas = QuotaBook()
+        # The pods filter turned away, sent back when what they wait for is freed (see
+        # extender.capacity_waits): the inventory tells it what it frees.
+        book = WaitBook(per_event=config.requeue_per_event, capacity=pending_capacity)
+        self._wakeups = WakeUps(book, self._quotas)
         self._inventory = Inventory(
             rack_label=config.rack_label,
             zone_label=config.zone_label,
             use_stale_s=config.live_use_stale_s,
+            vacancies=self._wakeups,
         )
         self._pending = PendingPods(pending_capacity)
         self._gangs = GangCoordinator(
@@ -88,7 +95,6 @@ class Scheduler(Intake):
         # How the pods schedext rated were placed: offers are made at filter or prioritize
         # and taken at bind, so the few in flight matter, not every pending pod.
         self._choices = ChoiceBook(capacity=min(pending_capacity, 1024))
-        self._quotas = QuotaBook()
         # What reclaim's earlier approvals may be taking away while the watch lags.
         self._departures = Departures(ttl_s=victim_memory_s, capacity=pending_capacity)
         super().__init__(
@@ -102,6 +108,7 @@ class Scheduler(Intake):
                 gpu_resource=config.gpu_resource,
                 shares=config.shares,
                 quotas=self._quotas,
+                wakeups=self._wakeups,
             )
         )
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the
@@ -140,6 +147,7 @@ class Scheduler(Intake):
             return gate.verdict
         hold = self._quota_hold(request)
         if hold is not None:
+            self._wakeups.held_back(request, hold)
             return policy.reject_all(node_names, hold.message, hold.reason)
         verdict, passed_ids = self._judge(request, node_names, gate)
         size = self.config.shortlist_size(soft_preferences=request.soft_preferences)
@@ -151,8 +159,8 @@ class Scheduler(Intake):
             )
             self._choices.offer(request.uid, passed_ids, scores, self._inventory.layout)
         self._last_passed = (verdict.passed, passed_ids, self._inventory.layout)
-        if not verdict.passed and request.ip is not None:
-            self._wait_for_address(request, verdict)
+        if not verdict.passed:
+            self._wakeups.turned_away(self._inventory, request, verdict)
         return verdict
 
     def prioritize(self, pod: JSONObject, node_names: Sequence[str]) -> ScoreArray:
@@ -306,12 +314,16 @@ class Scheduler(Intake):
     def pod_groups(self) -> list[PodGroupSpec]:
         return self._gangs.book.specs()
 
-    def take_address_requeues(self) -> list[tuple[str, str]]:
-        """(namespace/name, uid) of the pods filter turned away for an address whose pool has
-        since freed one (or changed), still pending: the shell has kube-scheduler retry them,
-        which it would not do on its own (see extender.address_waits)."""
-        due = self._inventory.addresses.take_waiting()
-        return [(pod, uid) for pod, uid in due if self._pending.get(uid) is not None]
+    def take_capacity_requeues(self, now: float) -> list[Nudge]:
+        """The pods filter turned away, still pending, whose wait schedext has since seen
+        end: an address, GPUs, a share's room, a MIG device or quota headroom freed. The
+        shell has kube-scheduler retry them, which it may not do on its own (see
+        extender.capacity_waits), and calls again at :meth:`next_requeue_at`."""
+        return self._wakeups.take(now, self._inventory, self._pending)
+
+    def next_requeue_at(self) -> float | None:
+        """When a retry held back (one per pod per second) is due; None when none is."""
+        return self._wakeups.next_at()
 
     def take_preemptor_requeues(self) -> list[tuple[str, str]]:
         """(namespace/name, uid) of the preemptors, still pending, whose victims on some node
@@ -332,15 +344,6 @@ class Scheduler(Intake):
         return self._statefulsets.claims_to_release(self._inventory.addresses.claims())
 
     # -------------------------------------------------------------- internals
-
-    def _wait_for_address(self, request: PodRequest, verdict: FilterVerdict) -> None:
-        """Remember a pod turned away for an address, under the pools it asks for."""
-        if not request.uid or not waits_for_address({r.reason for r in verdict.rejections}):
-            return
-        context = ip_context(self._inventory, request)
-        if context is not None:
-            pools = [pool.name for pool in context.pools] + list(context.missing_pools)
-            self._inventory.addresses.waits.wait(pools, request.uid, request.key)
 
     def _judge(
         self, request: PodRequest, node_names: Sequence[str], gate: GangGate

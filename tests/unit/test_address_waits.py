@@ -1,10 +1,12 @@
 """Pods turned away for an address are sent back to kube-scheduler once schedext's own books
 free one in their pool: kube-scheduler's own retry, on the deletion it sees, can reach filter
-before schedext's watch has given the address back (see extender.address_waits)."""
+before schedext's watch has given the address back (see extender.capacity_waits: addresses are
+one kind of its waits)."""
 
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 from app.main import create_app
 from app.service import Service
 from app.settings import load_settings
-from extender.address_waits import AddressWaits
+from extender.capacity_waits import WaitKind
 from extender.model import Reason
 from extender.scheduler import Scheduler
 from tests.builders import (
@@ -55,6 +57,16 @@ def cluster(
     for pod in pods:
         scheduler.upsert_pod(pod)
     return scheduler
+
+
+_clock = itertools.count(step=10)  # seconds apart: never within a pod's one nudge a second
+
+
+def requeued(scheduler: Scheduler) -> list[tuple[str, str]]:
+    """(namespace/name, uid) of the pods sent back for an address now."""
+    nudges = scheduler.take_capacity_requeues(float(next(_clock)))
+    assert {n.kind for n in nudges} <= {WaitKind.ADDRESS}
+    return [(n.pod, n.uid) for n in nudges]
 
 
 def turned_away(scheduler: Scheduler, pod: dict[str, Any] = WAITER) -> None:
@@ -105,23 +117,23 @@ def test_a_pod_turned_away_for_a_pool_is_retried_when_schedext_sees_an_address_f
 ) -> None:
     scheduler = cluster()
     turned_away(scheduler)
-    assert scheduler.take_address_requeues() == []  # nothing freed yet
+    assert requeued(scheduler) == []  # nothing freed yet
     then(scheduler)
-    assert scheduler.take_address_requeues() == expected
-    assert scheduler.take_address_requeues() == []  # sent back once
+    assert requeued(scheduler) == expected
+    assert requeued(scheduler) == []  # sent back once
 
 
 def test_a_pod_turned_away_again_waits_again() -> None:
     scheduler = cluster()
     turned_away(scheduler)
     scheduler.delete_pod("h1")
-    assert scheduler.take_address_requeues() == WAITING
+    assert requeued(scheduler) == WAITING
     taker = ip_pod("taker", pool="small", uid="taker")
     scheduler.filter(taker, NODES)
     scheduler.plan_bind(uid="taker", namespace="default", name="taker", node="a1", now=0)
     turned_away(scheduler)  # its retry came after another pod took the address
     scheduler.delete_pod("h2")
-    assert scheduler.take_address_requeues() == WAITING
+    assert requeued(scheduler) == WAITING
 
 
 def test_a_bind_that_gives_its_reservation_back_frees_the_address() -> None:
@@ -131,7 +143,7 @@ def test_a_bind_that_gives_its_reservation_back_frees_the_address() -> None:
     plan = scheduler.plan_bind(uid="taker", namespace="default", name="taker", node="a1", now=0)
     turned_away(scheduler)
     scheduler.abort_bind(plan)
-    assert scheduler.take_address_requeues() == WAITING
+    assert requeued(scheduler) == WAITING
 
 
 def test_a_pod_that_waits_for_gpus_where_its_pool_has_room_is_not_retried_for_addresses() -> None:
@@ -148,19 +160,19 @@ def test_a_pod_that_waits_for_gpus_where_its_pool_has_room_is_not_retried_for_ad
         Reason.IP_NOT_IN_POOL,  # b1, with a free GPU
     }
     scheduler.delete_pod("h")
-    assert scheduler.take_address_requeues() == []
+    assert requeued(scheduler) == []
 
 
 def test_a_pod_filter_let_through_or_bound_since_is_not_retried() -> None:
     scheduler = cluster(pods=HOLDERS[1:])
     assert scheduler.filter(WAITER, NODES).passed == NODES
     scheduler.delete_pod("h2")
-    assert scheduler.take_address_requeues() == []
+    assert requeued(scheduler) == []
     scheduler = cluster()
     turned_away(scheduler)
     scheduler.upsert_pod(bound_ip_pod("w", node="a1", ip="10.30.0.9", pool="", uid="w"))
     scheduler.delete_pod("h1")
-    assert scheduler.take_address_requeues() == []  # bound meanwhile: nothing to retry
+    assert requeued(scheduler) == []  # bound meanwhile: nothing to retry
 
 
 STICKY = {"schedext.io/ip-policy": "sticky"}
@@ -211,7 +223,7 @@ def test_every_wait_an_address_or_a_pool_can_end_is_remembered(
     scheduler.upsert_ip_pool(make_ip_pool("rack-c", cidr="10.60.0.0/29", rack="c"))
     turned_away(scheduler, pod)
     free(scheduler)
-    assert scheduler.take_address_requeues() == [(f"default/{pod['metadata']['name']}", "w")]
+    assert requeued(scheduler) == [(f"default/{pod['metadata']['name']}", "w")]
 
 
 def relist_claims(scheduler: Scheduler, claims: list[dict[str, Any]]) -> None:
@@ -231,21 +243,15 @@ def test_a_claim_that_stays_frees_nothing(name: str, then: Callable[[Scheduler],
     scheduler = cluster(pods=HOLDERS[1:], claims=[CLAIM])
     turned_away(scheduler)
     then(scheduler)
-    assert scheduler.take_address_requeues() == []
+    assert requeued(scheduler) == []
 
 
-def test_the_book_records_only_for_pools_that_have_waiters() -> None:
-    waits = AddressWaits()
-    waits.vacated("small", 1)
-    waits.changed("small")
-    waits.wait(["small", "other"], "w", "default/w")
-    assert waits.take(lambda _: False) == []  # freed before anyone waited
-    waits.vacated("small", 1)
-    assert waits.take(lambda address: address == 1) == []  # taken again since
-    assert len(waits) == 1
-    waits.vacated("other", 7)
-    assert waits.take(lambda _: False) == WAITING
-    assert len(waits) == 0  # forgotten under every pool
+def test_an_address_freed_before_anyone_waited_wakes_no_later_waiter() -> None:
+    scheduler = cluster()
+    scheduler.delete_pod("h1")
+    scheduler.upsert_pod(HOLDERS[0])  # the address taken again
+    turned_away(scheduler)
+    assert requeued(scheduler) == []
 
 
 def test_the_shell_asks_kube_scheduler_to_retry_the_waiting_pods() -> None:
