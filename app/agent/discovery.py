@@ -16,10 +16,9 @@ The reader asks; the pure core decides what the answers mean for scheduling
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar
 
 from app.agent.mig_discovery import read_migs
 from app.agent.nvml import (
@@ -31,6 +30,7 @@ from app.agent.nvml import (
     P2P_STATUS_OK,
     Nvml,
     NvmlError,
+    optional,
 )
 from extender.devices.gpus import HEALTHY, Gpu, GpuHealth, GpuUse, MigSlice
 from extender.devices.links import pci_key
@@ -39,19 +39,6 @@ __all__ = ["LOST", "read_node", "sample_use"]
 
 # Also what the XID watch reports for a GPU lost while it waits.
 LOST = GpuHealth(healthy=False, reason="device lost")
-
-T = TypeVar("T")
-
-
-def _optional(ask: Callable[[], T]) -> T | None:
-    """The answer, or None when NVML cannot tell; a lost GPU still raises, so the caller
-    publishes it as lost rather than as a GPU with unknown facts."""
-    try:
-        return ask()
-    except NvmlError as error:
-        if error.code == ERROR_GPU_IS_LOST:
-            raise
-        return None
 
 
 @dataclass(slots=True)
@@ -107,7 +94,7 @@ def sample_use(nvml: Nvml) -> tuple[GpuUse, ...]:
     for index in range(nvml.device_count()):
         try:
             memory = nvml.memory(index)
-            utilisation = _optional(partial(nvml.utilisation, index))
+            utilisation = optional(partial(nvml.utilisation, index))
         except NvmlError:
             continue
         samples.append(GpuUse(index, min(max(utilisation or 0, 0), 100), memory.used // MIB))
@@ -121,25 +108,25 @@ def _read_gpu(nvml: Nvml, index: int) -> _Read:
     read = _Read(index)
     try:
         read.uuid = nvml.uuid(index)
-        read.model = _optional(lambda: nvml.name(index)) or ""
-        memory = _optional(lambda: nvml.memory(index))
+        read.model = optional(lambda: nvml.name(index)) or ""
+        memory = optional(lambda: nvml.memory(index))
         read.memory_mib = memory.total // MIB if memory else 0
-        read.pci_bus_id = _optional(lambda: nvml.pci_bus_id(index)) or ""
-        read.numa_node = _optional(lambda: nvml.numa_node(index))
-        read.minor = _optional(lambda: nvml.minor_number(index))
-        mig = _optional(lambda: nvml.mig_mode(index))
+        read.pci_bus_id = optional(lambda: nvml.pci_bus_id(index)) or ""
+        read.numa_node = optional(lambda: nvml.numa_node(index))
+        read.minor = optional(lambda: nvml.minor_number(index))
+        mig = optional(lambda: nvml.mig_mode(index))
         read.mig_enabled = mig is not None and mig[0] == MIG_ENABLED  # the current mode
         if read.mig_enabled:
             read.migs = read_migs(nvml, index)
-        errors = _optional(lambda: nvml.ecc_uncorrected(index))
+        errors = optional(lambda: nvml.ecc_uncorrected(index))
         if errors:
             read.problems.append(f"uncorrectable ECC errors: {errors}")
-        if _optional(lambda: nvml.retired_pages_pending(index)) == FEATURE_ENABLED:
+        if optional(lambda: nvml.retired_pages_pending(index)) == FEATURE_ENABLED:
             read.problems.append("retired pages pending")
         for link in range(NVLINK_LINKS):
-            if _optional(partial(nvml.nvlink_state, index, link)) != FEATURE_ENABLED:
+            if optional(partial(nvml.nvlink_state, index, link)) != FEATURE_ENABLED:
                 continue
-            remote = _optional(partial(nvml.nvlink_remote_bus_id, index, link))
+            remote = optional(partial(nvml.nvlink_remote_bus_id, index, link))
             if remote:
                 read.remote_bus_ids.append(remote)
     except NvmlError as error:

@@ -14,10 +14,9 @@ changes MIG devices.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
-from app.agent.nvml import ERROR_GPU_IS_LOST, Nvml, NvmlError
+from app.agent.nvml import ERROR_GPU_IS_LOST, Nvml, NvmlError, optional
 from extender.devices.gpus import MigSlice
 from extender.devices.mig_slices import profile_from_name
 
@@ -43,18 +42,7 @@ def read_migs(nvml: Nvml, index: int) -> tuple[MigSlice, ...]:
                 raise
             continue  # NOT_FOUND: nothing configured at this index; else unreadable
         if uuid and profile is not None:
-            gpu_instance = _optional_id(partial(nvml.mig_gpu_instance_id, index, mig))
-            compute_instance = _optional_id(partial(nvml.mig_compute_instance_id, index, mig))
+            gpu_instance = optional(partial(nvml.mig_gpu_instance_id, index, mig))
+            compute_instance = optional(partial(nvml.mig_compute_instance_id, index, mig))
             slices.append(MigSlice(profile, uuid, gpu_instance, compute_instance))
     return tuple(slices)
-
-
-def _optional_id(ask: Callable[[], int]) -> int | None:
-    """An instance id, or None when NVML cannot tell (the device nodes are then left to the
-    container runtime); a lost GPU still raises."""
-    try:
-        return ask()
-    except NvmlError as error:
-        if error.code == ERROR_GPU_IS_LOST:
-            raise
-        return None

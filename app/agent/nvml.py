@@ -13,8 +13,9 @@ Importing this module loads no driver and needs no GPU.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 __all__ = [
     "ERROR_FUNCTION_NOT_FOUND",
@@ -37,7 +38,10 @@ __all__ = [
     "Memory",
     "Nvml",
     "NvmlError",
+    "optional",
 ]
+
+T = TypeVar("T")
 
 # NVML's return codes (nvml.h), the ones the agent tells apart.
 ERROR_UNINITIALIZED = 1
@@ -67,6 +71,18 @@ class NvmlError(Exception):
         super().__init__(f"{message} (NVML code {code})")
         self.code = code
         self.message = message
+
+
+def optional(ask: Callable[[], T]) -> T | None:
+    """``ask()``'s answer, or None when NVML cannot tell ("Not Supported", or any other error
+    on an optional fact); a lost GPU still raises, so the caller publishes it as lost rather
+    than as a GPU with unknown facts."""
+    try:
+        return ask()
+    except NvmlError as error:
+        if error.code == ERROR_GPU_IS_LOST:
+            raise
+        return None
 
 
 @dataclass(frozen=True, slots=True)
