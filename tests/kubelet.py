@@ -20,6 +20,9 @@ from app.agent.registration import Endpoint, serve
 T = TypeVar("T")
 
 WAIT_S = 5.0  # every wait in these tests is bounded by this
+# An Allocate's deadline: the agent waits up to 5 s for its pod watch before it refuses a
+# request no pod it has seen waits for (the kubelet itself sets no deadline on Allocate).
+ALLOCATE_S = 15.0
 
 
 class FakeKubelet(api_pb2_grpc.RegistrationServicer):
@@ -144,7 +147,7 @@ class KubeletClient:
         request = api_pb2.AllocateRequest(
             container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=device_ids)]
         )
-        answer: api_pb2.AllocateResponse = self._stub.Allocate(request, timeout=WAIT_S)
+        answer: api_pb2.AllocateResponse = self._stub.Allocate(request, timeout=ALLOCATE_S)
         (container,) = answer.container_responses
         self.answers.append(container)
         return container
