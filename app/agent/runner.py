@@ -30,18 +30,20 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from app.agent.discovery import read_node, sample_use
+from app.agent.gpu_allocator import GpuAllocator, WholeGpus
 from app.agent.memory import StaticDevices
-from app.agent.mig_plugin import WholeGpus, mig_plugins, read_mig_minors
+from app.agent.mig_allocator import mig_allocators, mig_endpoint, read_mig_minors
 from app.agent.node_publisher import NodePublisher
 from app.agent.nvml import Nvml, NvmlError
-from app.agent.plugin import DevicePlugin
 from app.agent.pod_ledger import ApiPodLedger, node_pods_resource
 from app.agent.pod_resources import KubeletPodResources, PodResources
 from app.agent.ports import PodLedger
 from app.agent.reconciliation import DriftPublisher, ReconciledLedger, Reconciler
 from app.agent.registration import Endpoint, serve
+from app.agent.servicer import Allocator, DevicePluginServicer
 from app.agent.settings import AgentSettings
 from app.agent.sharing import Shares
 from app.agent.xid_watch import GpuFault, XidWatch
@@ -151,13 +153,19 @@ class Agent:
             [g.index for g in gpus],
             lambda fault: self._from_thread(loop, fault),
         )
-        # The whole-GPU resource never serves a GPU in MIG mode: its MIG devices have their
-        # own resources, one plugin per profile (NVIDIA's "mixed" strategy).
-        plugin = DevicePlugin(
-            WholeGpus(self.devices), self.allocations, resource=self.settings.resource_name
-        )
+        # One servicer per resource, over one lock: the whole GPUs (never a GPU in MIG mode:
+        # its MIG devices have their own resources, one per profile, NVIDIA's "mixed"
+        # strategy), each MIG profile, and the share handle.
         caps = read_mig_minors(self.settings.mig_minors) if any(g.migs for g in gpus) else {}
-        migs = mig_plugins(self.devices, self.allocations, self.endpoint, caps=caps)
+        allocators: list[tuple[Allocator[Any], Endpoint]] = [
+            (GpuAllocator(WholeGpus(self.devices), resource=self.settings.resource_name),
+             self.endpoint),
+            *((m, mig_endpoint(self.endpoint, m.profile))
+              for m in mig_allocators(self.devices, caps=caps)),
+        ]  # fmt: skip
+        if self.shares is not None:
+            allocators.append((self.shares.allocator(self.devices), self.shares.endpoint))
+        lock = asyncio.Lock()
         tasks = [
             asyncio.create_task(self._publish_forever(), name="agent-publish"),
             asyncio.create_task(
@@ -180,15 +188,10 @@ class Agent:
             await _first(self.ledger.listed.wait(), tasks)
             if self.reconciler is not None:  # compared with a listed ledger only
                 tasks.append(asyncio.create_task(self.reconciler.run(), name="agent-reconcile"))
-            tasks.append(asyncio.create_task(serve(plugin, self.endpoint), name="agent-plugin"))
-            for mig, endpoint in migs:
-                name = f"agent-mig-{mig.profile}"
-                tasks.append(asyncio.create_task(serve(mig, endpoint), name=name))
-            if self.shares is not None:
-                shares = self.shares.plugin(self.devices, self.allocations)
-                tasks.append(
-                    asyncio.create_task(serve(shares, self.shares.endpoint), name="agent-shares")
-                )
+            for allocator, endpoint in allocators:
+                servicer = DevicePluginServicer(allocator, self.allocations, lock=lock)
+                name = f"agent-plugin-{allocator.resource}"
+                tasks.append(asyncio.create_task(serve(servicer, endpoint), name=name))
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()  # a task that ended raises its error here

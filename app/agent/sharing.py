@@ -11,10 +11,10 @@ from typing import Any
 
 from app.agent.mps import CONTAINER_SHM, MpsDaemons, MpsLayout, SubprocessMps
 from app.agent.node_capacity import NodeCapacity
-from app.agent.ports import Devices, PodLedger
+from app.agent.ports import Devices
 from app.agent.registration import Endpoint
 from app.agent.settings import AgentSettings
-from app.agent.share_plugin import SharePlugin
+from app.agent.share_allocator import ShareAllocator
 from app.kube.api import KubeApi
 from extender.devices.gpus import Gpu
 from extender.devices.share_handle import node_capacity
@@ -40,8 +40,8 @@ class Shares:
     def from_settings(cls, settings: AgentSettings, api: KubeApi) -> Shares | None:
         return cls(settings, api) if settings.shares else None
 
-    def plugin(self, devices: Devices, ledger: PodLedger) -> SharePlugin:
-        return SharePlugin(devices, ledger, self.handle, mps=self.mps)
+    def allocator(self, devices: Devices) -> ShareAllocator:
+        return ShareAllocator(devices, self.handle, mps=self.mps)
 
     def ready(self) -> bool:
         return self.endpoint.socket.exists()

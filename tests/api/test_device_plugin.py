@@ -18,9 +18,10 @@ import grpc
 import pytest
 
 from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from app.agent.gpu_allocator import GpuAllocator
 from app.agent.memory import MemoryLedger, StaticDevices
-from app.agent.plugin import DevicePlugin
 from app.agent.registration import Endpoint, serve
+from app.agent.servicer import DevicePluginServicer
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import Gpu, GpuHealth
 from tests.kubelet import WAIT_S, FakeKubelet
@@ -71,7 +72,7 @@ class Harness:
             stop_grace_s=0.1,
             register_timeout_s=1.0,
         )
-        self.plugin = DevicePlugin(devices, ledger, wait_s=0.2)
+        self.plugin = DevicePluginServicer(GpuAllocator(devices), ledger, wait_s=0.2)
 
     @contextlib.asynccontextmanager
     async def stub(self) -> AsyncIterator[api_pb2_grpc.DevicePluginStub]:
@@ -316,7 +317,9 @@ def test_an_allocate_before_the_watch_shows_the_pod_waits_for_it(directory: Path
 
     async def main() -> None:
         harness = Harness(directory, StaticDevices(node_gpus(), PAIRS), LaggingLedger(late, []))
-        harness.plugin = DevicePlugin(harness.devices, harness.ledger, wait_s=WAIT_S)
+        harness.plugin = DevicePluginServicer(
+            GpuAllocator(harness.devices), harness.ledger, wait_s=WAIT_S
+        )
         await harness.kubelet.start()
         task = asyncio.create_task(serve(harness.plugin, harness.endpoint))
         try:

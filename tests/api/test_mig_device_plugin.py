@@ -19,11 +19,12 @@ import pytest
 
 from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from app.agent.discovery import read_node
+from app.agent.gpu_allocator import GpuAllocator, WholeGpus
 from app.agent.memory import MemoryLedger, StaticDevices
-from app.agent.mig_plugin import WholeGpus, mig_plugins, read_mig_minors
-from app.agent.plugin import DevicePlugin
+from app.agent.mig_allocator import mig_allocators, mig_endpoint, read_mig_minors
 from app.agent.registration import Endpoint, serve
 from app.agent.replay import ReplayBackend
+from app.agent.servicer import DevicePluginServicer
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import GpuHealth
 from tests.kubelet import WAIT_S, FakeKubelet
@@ -66,13 +67,18 @@ class Node:
             register_timeout_s=1.0,
         )
         self.servers = [
-            (DevicePlugin(WholeGpus(self.devices), self.ledger, wait_s=0.2), self.endpoint),
-            *mig_plugins(
-                self.devices,
-                self.ledger,
+            (
+                DevicePluginServicer(
+                    GpuAllocator(WholeGpus(self.devices)), self.ledger, wait_s=0.2
+                ),
                 self.endpoint,
-                caps=read_mig_minors(MIG_MINORS),
-                wait_s=0.2,
+            ),
+            *(
+                (
+                    DevicePluginServicer(m, self.ledger, wait_s=0.2),
+                    mig_endpoint(self.endpoint, m.profile),
+                )
+                for m in mig_allocators(self.devices, caps=read_mig_minors(MIG_MINORS))
             ),
         ]
 

@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 
 from app.agent.discovery import read_node
+from app.agent.gpu_allocator import GpuAllocator, WholeGpus
 from app.agent.memory import MemoryLedger, StaticDevices
-from app.agent.mig_plugin import WholeGpus, mig_endpoint, mig_plugins, read_mig_minors
-from app.agent.plugin import DevicePlugin
+from app.agent.mig_allocator import mig_allocators, mig_endpoint, read_mig_minors
 from app.agent.registration import Endpoint
 from app.agent.replay import ReplayBackend
-from app.agent.share_plugin import SharePlugin
+from app.agent.servicer import DevicePluginServicer
+from app.agent.share_allocator import ShareAllocator
 from extender import names
 from extender.devices.containers import format_grants
 from extender.devices.gpus import Gpu
@@ -64,15 +65,20 @@ class Agent:
         )
         self.sockets = {GPU: endpoint.socket}
         plugins: list[tuple[Any, Endpoint]] = [
-            (DevicePlugin(WholeGpus(devices), ledger, wait_s=0.2), endpoint)
+            (DevicePluginServicer(GpuAllocator(WholeGpus(devices)), ledger, wait_s=0.2), endpoint)
         ]
         if any(g.mig_enabled for g in self.gpus):
             caps = read_mig_minors(MIG_MINORS)
-            plugins += mig_plugins(devices, ledger, endpoint, caps=caps, wait_s=0.2)
+            plugins += [
+                (DevicePluginServicer(m, ledger, wait_s=0.2), mig_endpoint(endpoint, m.profile))
+                for m in mig_allocators(devices, caps=caps)
+            ]
             self.sockets[MIG] = mig_endpoint(endpoint, P1).socket
         else:
             shares = replace(endpoint, socket_name="shares.sock", resource_name=SHARES)
-            plugins.append((SharePlugin(devices, ledger, HANDLE, wait_s=0.2), shares))
+            plugins.append(
+                (DevicePluginServicer(ShareAllocator(devices, HANDLE), ledger, wait_s=0.2), shares)
+            )
             self.sockets[SHARES] = shares.socket
         self._served = ServedPlugins(directory, plugins)
 

@@ -17,11 +17,12 @@ import grpc
 import pytest
 
 from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from app.agent.gpu_allocator import GpuAllocator
 from app.agent.memory import MemoryLedger, StaticDevices
 from app.agent.mps import MpsLayout
-from app.agent.plugin import DevicePlugin
 from app.agent.registration import Endpoint, serve
-from app.agent.share_plugin import SharePlugin
+from app.agent.servicer import DevicePluginServicer
+from app.agent.share_allocator import ShareAllocator
 from extender import names
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import Gpu, GpuHealth
@@ -93,8 +94,10 @@ class Harness:
         self.shares = replace(
             self.whole, socket_name="schedext-gpu-shares.sock", resource_name=HANDLE.resource
         )
-        self.whole_plugin = DevicePlugin(self.devices, ledger, wait_s=0.2)
-        self.share_plugin = SharePlugin(self.devices, ledger, HANDLE, mps=mps, wait_s=0.5)
+        self.whole_plugin = DevicePluginServicer(GpuAllocator(self.devices), ledger, wait_s=0.2)
+        self.share_plugin = DevicePluginServicer(
+            ShareAllocator(self.devices, HANDLE, mps=mps), ledger, wait_s=0.5
+        )
 
     @contextlib.asynccontextmanager
     async def stub(self, endpoint: Endpoint) -> AsyncIterator[api_pb2_grpc.DevicePluginStub]:
