@@ -61,11 +61,6 @@ class DeviceManager:
     def in_use(self) -> set[str]:
         return {i for ids in self.books.values() for i in ids}
 
-    def forget(self, pod: str) -> None:
-        """The pod is gone: its devices are free again."""
-        for key in [k for k in self.books if k[0] == pod]:
-            del self.books[key]
-
     def admit(
         self, pod: str, containers: Iterable[Container], *, after: int | None = None
     ) -> dict[str, tuple[str, ...]]:

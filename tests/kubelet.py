@@ -86,6 +86,19 @@ class KubeletThread:
         self._loop.close()  # its self-pipe sockets, or the garbage collector warns of them
 
 
+def quick_endpoint(directory: Path) -> Endpoint:
+    """A plugin's endpoint in ``directory`` that retries, polls and stops in milliseconds, as
+    a test wants (the defaults are the kubelet's pace)."""
+    return Endpoint(
+        directory=directory,
+        retry_first_s=0.02,
+        retry_max_s=0.1,
+        poll_s=0.02,
+        stop_grace_s=0.1,
+        register_timeout_s=1.0,
+    )
+
+
 class ServedPlugins:
     """Device plugins served, and registered with a :class:`FakeKubelet`, from an event loop
     of their own, so that a synchronous test plays the kubelet against them; :meth:`stop`

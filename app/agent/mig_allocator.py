@@ -25,7 +25,7 @@ from app.agent.registration import Endpoint
 from app.agent.servicer import DEFAULT_ANSWERS, Answers, listed_device
 from extender.devices.allocation import Grant, NodePod
 from extender.devices.device_nodes import mig_capability_nodes, parse_mig_minors
-from extender.devices.mig_allocation import MigDevice, grant_mig, mig_devices, preferred_mig
+from extender.devices.mig_allocation import grant_mig, mig_devices, preferred_mig
 from extender.devices.mig_slices import resource_name
 
 __all__ = ["MigAllocator", "mig_allocators", "mig_endpoint", "read_mig_minors"]
@@ -48,12 +48,13 @@ class MigAllocator:
         self.profile, self.devices, self.resource = profile, devices, resource_name(profile)
         self._caps, self._answers = dict(caps or {}), answers
 
-    def devices_listed(self) -> tuple[MigDevice, ...]:
-        """This profile's MIG devices, as ListAndWatch sends them."""
-        return tuple(d for d in mig_devices(self.devices.current()) if d.profile == self.profile)
-
     def listed(self) -> list[api_pb2.Device]:
-        return [listed_device(d.uuid, d.healthy, d.numa_node) for d in self.devices_listed()]
+        """This profile's MIG devices, healthy when their GPU is."""
+        return [
+            listed_device(d.uuid, d.healthy, d.numa_node)
+            for d in mig_devices(self.devices.current())
+            if d.profile == self.profile
+        ]
 
     def preferred(
         self,

@@ -45,6 +45,7 @@ __all__ = [
     "Match",
     "NoPodWaitingError",
     "NodePod",
+    "admission_rank",
     "chosen_uuids",
     "fresh_chosen",
     "grant",
@@ -138,13 +139,13 @@ class Match:
     pod: NodePod
     step: NextContainer
 
-    @property
-    def started(self) -> bool:
-        return bool(self.pod.recorded())
 
-
-def _admission_order(pod: NodePod) -> tuple[float, str, str]:
-    return (pod.bound_at, pod.namespace, pod.name)
+def admission_rank(pod: NodePod, *, placed: bool) -> tuple[int, float, str, str]:
+    """Which pod a request goes to first, lowest first (the module docstring's order): the
+    pod part-way through admission, then pods schedext ``placed``, then the others, each the
+    oldest bind first (ties by namespace/name). Shares and MIG devices rank alike."""
+    tier = 0 if pod.recorded() else 1 if placed else 2
+    return (tier, pod.bound_at, pod.namespace, pod.name)
 
 
 def match_pod(
@@ -159,17 +160,15 @@ def match_pod(
     devices the kubelet ``named`` go first among those the container reuses. None when no pod
     waits for ``size`` GPUs (the pod watch may lag the kubelet: the caller decides what
     then)."""
-    found: list[tuple[int, tuple[float, str, str], Match]] = []
+    found: list[tuple[tuple[int, float, str, str], Match]] = []
     for pod in pods:
         if pod.gpus <= 0:
             continue
         step = next_container(pod.asks(resource, whole=pod.gpus), pod.recorded(), named=named)
         if step is None or step.ask.count != size:
             continue
-        match = Match(pod, step)
-        tier = 0 if match.started else 1 if pod.gpu_ids is not None else 2
-        found.append((tier, _admission_order(pod), match))
-    return min(found, key=lambda f: f[:2])[2] if found else None
+        found.append((admission_rank(pod, placed=pod.gpu_ids is not None), Match(pod, step)))
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 def chosen_uuids(pod: NodePod, uuid_by_index: Mapping[int, str]) -> tuple[str, ...] | None:

@@ -23,7 +23,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.devices.allocation import AllocationError, Grant, NodePod, NoPodWaitingError
+from extender.devices.allocation import (
+    AllocationError,
+    Grant,
+    NodePod,
+    NoPodWaitingError,
+    admission_rank,
+)
 from extender.devices.containers import (
     ContainerGrant,
     NextContainer,
@@ -86,10 +92,6 @@ def _unknown(pod: NodePod, profile_of: Mapping[str, str]) -> list[str]:
     return [uuid for uuid in pod.mig_uuids or () if uuid not in profile_of]
 
 
-def _admission_order(pod: NodePod) -> tuple[float, str, str]:
-    return (pod.bound_at, pod.namespace, pod.name)
-
-
 def _match(
     pods: Sequence[NodePod],
     profile: str,
@@ -100,7 +102,7 @@ def _match(
 ) -> _MigMatch | None:
     devices = _of_profile(profile, profile_of)
     resource = resource_name(profile)
-    found: list[tuple[int, tuple[float, str, str], _MigMatch]] = []
+    found: list[tuple[tuple[int, float, str, str], _MigMatch]] = []
     for pod in pods:
         whole = _asked(pod, profile)
         if whole <= 0:
@@ -109,9 +111,9 @@ def _match(
         step = next_container(pod.asks(resource, whole=whole), grants, named=named)
         if step is None or step.ask.count != size:
             continue
-        tier = 0 if pod.recorded() else 1 if pod.mig_uuids is not None else 2
-        found.append((tier, _admission_order(pod), _MigMatch(pod, step, grants)))
-    return min(found, key=lambda f: f[:2])[2] if found else None
+        rank = admission_rank(pod, placed=pod.mig_uuids is not None)
+        found.append((rank, _MigMatch(pod, step, grants)))
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 def match_mig_pod(

@@ -24,6 +24,7 @@ from extender.devices.allocation import (
     AllocationError,
     NodePod,
     NoPodWaitingError,
+    admission_rank,
     chosen_uuids,
     fresh_chosen,
 )
@@ -77,10 +78,6 @@ def _asks(pod: NodePod, handle: ShareHandle) -> tuple[ContainerAsk, ...]:
     return pod.asks(handle.resource, whole=pod.shares, per_device=handle.per_gpu(pod))
 
 
-def _admission_order(pod: NodePod) -> tuple[float, str, str]:
-    return (pod.bound_at, pod.namespace, pod.name)
-
-
 def _slot_gpus(ids: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(slot_gpu(i) for i in ids))
 
@@ -100,16 +97,16 @@ def _match(
     pods: Sequence[NodePod], handle: ShareHandle, size: int, *, named: Sequence[str] = ()
 ) -> _ShareMatch | None:
     gpus_named = _slot_gpus(named)
-    found: list[tuple[int, tuple[float, str, str], _ShareMatch]] = []
+    found: list[tuple[tuple[int, float, str, str], _ShareMatch]] = []
     for pod in pods:
         if pod.shares <= 0:
             continue
         step = next_container(_asks(pod, handle), pod.recorded(), named=gpus_named)
         if step is None or step.ask.count * handle.per_gpu(pod) != size:
             continue
-        tier = 0 if pod.recorded() else 1 if pod.gpu_ids is not None else 2
-        found.append((tier, _admission_order(pod), _ShareMatch(pod, step)))
-    return min(found, key=lambda f: f[:2])[2] if found else None
+        rank = admission_rank(pod, placed=pod.gpu_ids is not None)
+        found.append((rank, _ShareMatch(pod, step)))
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 def grant_share(

@@ -20,11 +20,11 @@ import pytest
 from app.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from app.agent.gpu_allocator import GpuAllocator
 from app.agent.memory import MemoryLedger, StaticDevices
-from app.agent.registration import Endpoint, serve
+from app.agent.registration import serve
 from app.agent.servicer import DevicePluginServicer
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import Gpu, GpuHealth
-from tests.kubelet import WAIT_S, FakeKubelet
+from tests.kubelet import WAIT_S, FakeKubelet, quick_endpoint
 
 T = TypeVar("T")
 PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))
@@ -64,14 +64,7 @@ class Harness:
         self.devices = devices
         self.ledger = ledger
         self.kubelet = FakeKubelet(directory)
-        self.endpoint = Endpoint(
-            directory=directory,
-            retry_first_s=0.02,
-            retry_max_s=0.1,
-            poll_s=0.02,
-            stop_grace_s=0.1,
-            register_timeout_s=1.0,
-        )
+        self.endpoint = quick_endpoint(directory)
         self.plugin = DevicePluginServicer(GpuAllocator(devices), ledger, wait_s=0.2)
 
     @contextlib.asynccontextmanager

@@ -15,8 +15,7 @@ import json
 import logging
 import shutil
 import tempfile
-import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from app.agent.memory import MemoryLedger
 from app.agent.pod_resources import KubeletPodResources, PodResources
 from app.agent.probes import AgentState, metrics_registry
 from app.agent.reconciliation import DriftPublisher, ReconciledLedger, Reconciler
-from app.cluster import ClusterSource
 from app.events import NodeEvent
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig
@@ -39,12 +37,13 @@ from extender.devices.drift import SETTLE_S, DriftResources, KubeletDevices
 from extender.devices.gpus import Gpu
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
+from tests.api.watched_api import WatchedApi
 from tests.builders import agent_annotations, make_node, make_pod
 from tests.e2e.harness import wait_for
 from tests.handler_transport import HandlerTransport
 from tests.pod_resources import PodResourcesThread
 from tests.recorded_events import RecordedEvents
-from tests.unit.kube_fakes import event, page
+from tests.unit.kube_fakes import event
 
 NODE = "g"
 GPU = "nvidia.com/gpu"
@@ -130,62 +129,10 @@ class AgentNodeApi:
         return None if raw is None else json.loads(raw)
 
 
-class _Stream(httpx.AsyncByteStream):
-    def __init__(self, api: NodeWatchApi) -> None:
-        self._api = api
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
-        self._api.attach(asyncio.get_running_loop(), queue)
-        while True:
-            yield await queue.get()
-
-
-class _Quiet(httpx.AsyncByteStream):
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        await asyncio.Event().wait()
-        yield b""  # never reached
-
-
-class NodeWatchApi:
+def node_watch_api(node: dict[str, Any]) -> WatchedApi:
     """The API server as schedext sees it: the node and its two pods listed; the node watch
-    sends what the test gives :meth:`send`, the other watches stay quiet."""
-
-    def __init__(self, node: dict[str, Any]) -> None:
-        self.node = node
-        self._attached = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[bytes] | None = None
-
-    def attach(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes]) -> None:
-        self._loop, self._queue = loop, queue
-        self._attached.set()
-
-    def send(self, line: bytes) -> None:
-        assert self._attached.wait(10), "schedext never watched nodes"
-        assert self._loop is not None
-        assert self._queue is not None
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, line)
-
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        path, params = request.url.path, request.url.params
-        if request.method == "GET" and params.get("watch") == "1":
-            if path == "/api/v1/nodes":
-                return httpx.Response(200, stream=_Stream(self))
-            return httpx.Response(200, stream=_Quiet())
-        if request.method == "GET" and path == "/api/v1/nodes":
-            return page([self.node], "10")
-        if request.method == "GET" and path == "/api/v1/pods":
-            return page([RUNNING, GONE], "11")
-        if request.method == "GET" and path == "/apis/apps/v1/statefulsets":
-            return page([], "12")
-        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
-
-    def source(self) -> ClusterSource:
-        config = ClusterConfig(server="https://api.test", ssl_context=False, token="t0ken")
-        return ClusterSource(
-            KubeApi(config, transport=HandlerTransport(self.handle)), server=config.server
-        )
+    sends what the test gives."""
+    return WatchedApi("/api/v1/nodes", nodes=[node], pods=[RUNNING, GONE])
 
 
 @pytest.fixture
@@ -243,7 +190,7 @@ class AgentSide:
         return generate_latest(metrics_registry(state)).decode()
 
 
-def ready(serve: Serve, fake: NodeWatchApi) -> RunningServer:
+def ready(serve: Serve, fake: WatchedApi) -> RunningServer:
     server = serve(source=fake.source())
     with server.client() as client:
         wait_for(lambda: client.get("/readyz").status_code == 200, timeout=10, message="ready")
@@ -291,7 +238,7 @@ def test_the_agent_publishes_the_drift_and_schedext_holds_what_the_kubelet_says_
     # node event carrying the drift arrives; then 3 is held, and a 2-GPU pod no longer fits.
     before = make_node(NODE, gpus=4, annotations=agent_annotations(4))
     before["metadata"]["resourceVersion"] = "10"
-    fake = NodeWatchApi(before)
+    fake = node_watch_api(before)
     server = ready(serve, fake)
     with server.client() as client:
         assert filter_two(client)["NodeNames"] == [NODE]

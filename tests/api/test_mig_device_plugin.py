@@ -22,12 +22,12 @@ from app.agent.discovery import read_node
 from app.agent.gpu_allocator import GpuAllocator, WholeGpus
 from app.agent.memory import MemoryLedger, StaticDevices
 from app.agent.mig_allocator import mig_allocators, mig_endpoint, read_mig_minors
-from app.agent.registration import Endpoint, serve
+from app.agent.registration import serve
 from app.agent.replay import ReplayBackend
 from app.agent.servicer import DevicePluginServicer
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import GpuHealth
-from tests.kubelet import WAIT_S, FakeKubelet
+from tests.kubelet import WAIT_S, FakeKubelet, quick_endpoint
 from tests.nvml_builders import H100_MIG, MIG_MINORS, mig_uuid
 
 T = TypeVar("T")
@@ -58,14 +58,7 @@ class Node:
         self.devices = StaticDevices(gpus)
         self.ledger = MemoryLedger(pods)
         self.kubelet = FakeKubelet(directory)
-        self.endpoint = Endpoint(
-            directory=directory,
-            retry_first_s=0.02,
-            retry_max_s=0.1,
-            poll_s=0.02,
-            stop_grace_s=0.1,
-            register_timeout_s=1.0,
-        )
+        self.endpoint = quick_endpoint(directory)
         self.servers = [
             (
                 DevicePluginServicer(

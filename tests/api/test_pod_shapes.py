@@ -35,7 +35,7 @@ from extender.devices.pods import node_pod
 from extender.devices.share_handle import ShareHandle, slot_gpu
 from tests.builders import make_pod, share_pod, with_containers
 from tests.device_manager import Container, DeviceManager
-from tests.kubelet import KubeletClient, ServedPlugins
+from tests.kubelet import KubeletClient, ServedPlugins, quick_endpoint
 from tests.nvml_builders import H100_MIG, HGX_8_MINORS, HGX_MINORS, MIG_MINORS, mig_uuid
 
 GPU = names.GPU_RESOURCE
@@ -55,14 +55,7 @@ class Agent:
     def __init__(self, directory: Path, fixture: Path, ledger: MemoryLedger) -> None:
         _, self.gpus = read_node(ReplayBackend(fixture))
         devices = StaticDevices(self.gpus, nvlink_groups(self.gpus))
-        endpoint = Endpoint(
-            directory=directory,
-            retry_first_s=0.02,
-            retry_max_s=0.1,
-            poll_s=0.02,
-            stop_grace_s=0.1,
-            register_timeout_s=1.0,
-        )
+        endpoint = quick_endpoint(directory)
         self.sockets = {GPU: endpoint.socket}
         plugins: list[tuple[Any, Endpoint]] = [
             (DevicePluginServicer(GpuAllocator(WholeGpus(devices)), ledger, wait_s=0.2), endpoint)

@@ -27,7 +27,7 @@ from extender import names
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import Gpu, GpuHealth
 from extender.devices.share_handle import ShareHandle
-from tests.kubelet import WAIT_S, FakeKubelet
+from tests.kubelet import WAIT_S, FakeKubelet, quick_endpoint
 
 T = TypeVar("T")
 SLOTS = 4
@@ -83,14 +83,7 @@ class Harness:
         self.devices = StaticDevices(node_gpus(), ((0, 1), (2, 3)))
         self.ledger = ledger
         self.kubelet = FakeKubelet(directory)
-        self.whole = Endpoint(
-            directory=directory,
-            retry_first_s=0.02,
-            retry_max_s=0.1,
-            poll_s=0.02,
-            stop_grace_s=0.1,
-            register_timeout_s=1.0,
-        )
+        self.whole = quick_endpoint(directory)
         self.shares = replace(
             self.whole, socket_name="schedext-gpu-shares.sock", resource_name=HANDLE.resource
         )

@@ -4,10 +4,8 @@ cluster source reading a canned API server whose pod watch the test drives."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -15,78 +13,22 @@ import httpx
 import orjson
 import pytest
 
-from app.cluster import ClusterSource
-from app.kube.api import KubeApi
-from app.kube.config import ClusterConfig
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
+from tests.api.watched_api import WatchedApi
 from tests.builders import H100, make_node, make_pod
 from tests.e2e.harness import wait_for
-from tests.handler_transport import HandlerTransport
-from tests.unit.kube_fakes import event, page
+from tests.unit.kube_fakes import event
 
 NODE = make_node("n1", gpus=4, model=H100)
 VICTIM = make_pod("victim", uid="victim", gpus=4, node="n1", gpu_ids=[0, 1, 2, 3], priority=10)
 URGENT = make_pod("urgent", uid="urgent", gpus=4, priority=1000)
 
 
-class _Stream(httpx.AsyncByteStream):
-    """A watch whose events the test sends; it stays open until the client goes away."""
-
-    def __init__(self, api: PodWatchApi) -> None:
-        self._api = api
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
-        self._api.attach(asyncio.get_running_loop(), queue)
-        while True:
-            yield await queue.get()
-
-
-class PodWatchApi:
+def pod_watch_api() -> WatchedApi:
     """Lists one GPU node and the pod holding its GPUs; the pod watch sends what the test
-    gives :meth:`send`. Other watches stay quiet; the custom resources are not installed."""
-
-    def __init__(self) -> None:
-        self._attached = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[bytes] | None = None
-
-    def attach(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes]) -> None:
-        self._loop, self._queue = loop, queue
-        self._attached.set()
-
-    def send(self, line: bytes) -> None:
-        assert self._attached.wait(10), "schedext never watched pods"
-        assert self._loop is not None
-        assert self._queue is not None
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, line)
-
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        path, params = request.url.path, request.url.params
-        if request.method == "GET" and params.get("watch") == "1":
-            if path == "/api/v1/pods":
-                return httpx.Response(200, stream=_Stream(self))
-            return httpx.Response(200, stream=_Quiet())
-        if request.method == "GET" and path == "/api/v1/nodes":
-            return page([NODE], "10")
-        if request.method == "GET" and path == "/api/v1/pods":
-            return page([VICTIM], "11")
-        if request.method == "GET" and path == "/apis/apps/v1/statefulsets":
-            return page([], "12")
-        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
-
-    def source(self) -> ClusterSource:
-        config = ClusterConfig(server="https://api.test", ssl_context=False, token="t0ken")
-        return ClusterSource(
-            KubeApi(config, transport=HandlerTransport(self.handle)), server=config.server
-        )
-
-
-class _Quiet(httpx.AsyncByteStream):
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        await asyncio.Event().wait()
-        yield b""  # never reached
+    gives."""
+    return WatchedApi("/api/v1/pods", nodes=[NODE], pods=[VICTIM])
 
 
 @pytest.fixture
@@ -95,7 +37,7 @@ def pool() -> Iterator[ThreadPoolExecutor]:
         yield executor
 
 
-def start(serve: Serve, fake: PodWatchApi, wait_s: float) -> RunningServer:
+def start(serve: Serve, fake: WatchedApi, wait_s: float) -> RunningServer:
     server = serve(source=fake.source(), settings={"preemption": {"victim_wait_s": wait_s}})
     with server.client() as client:
         wait_for(lambda: client.get("/readyz").status_code == 200, timeout=10, message="ready")
@@ -131,7 +73,7 @@ def filter_on_own_connection(server: RunningServer) -> dict[str, Any]:
 def test_filter_waits_for_the_watch_to_show_the_victims_gone(
     serve: Serve, pool: ThreadPoolExecutor
 ) -> None:
-    fake = PodWatchApi()
+    fake = pod_watch_api()
     server = start(serve, fake, wait_s=10.0)
     with server.client() as client:
         preempt_urgent(client)
@@ -153,7 +95,7 @@ def test_filter_waits_for_the_watch_to_show_the_victims_gone(
 
 
 def test_a_wait_ends_at_its_bound_and_is_not_repeated(serve: Serve) -> None:
-    fake = PodWatchApi()
+    fake = pod_watch_api()
     server = start(serve, fake, wait_s=0.2)
     with server.client() as client:
         preempt_urgent(client)
@@ -167,7 +109,7 @@ def test_a_wait_ends_at_its_bound_and_is_not_repeated(serve: Serve) -> None:
 
 
 def test_a_pod_preempt_never_approved_victims_for_waits_for_nothing(serve: Serve) -> None:
-    fake = PodWatchApi()
+    fake = pod_watch_api()
     server = start(serve, fake, wait_s=10.0)
     with server.client() as client:
         answer = filter_urgent(client)
@@ -177,7 +119,7 @@ def test_a_pod_preempt_never_approved_victims_for_waits_for_nothing(serve: Serve
 
 
 def test_a_zero_bound_switches_the_wait_off(serve: Serve) -> None:
-    fake = PodWatchApi()
+    fake = pod_watch_api()
     server = start(serve, fake, wait_s=0.0)
     with server.client() as client:
         preempt_urgent(client)
