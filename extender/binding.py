@@ -18,10 +18,10 @@ from extender.config import PolicyConfig, SharePlacement
 from extender.errors import BindRefusedError
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec, claim_name
-from extender.mig import choose_mig
+from extender.kinds import Placed, asked
 from extender.model import BindPlan, ClaimPlan, Holding, HoldingKind, PodRequest
+from extender.node_state import NodeView
 from extender.pending import PendingPods
-from extender.shares import choose_share_gpus
 
 __all__ = ["abort", "bindable", "confirm", "plan", "reservation"]
 
@@ -72,19 +72,10 @@ def reservation(
     """What the pod will hold on ``node`` (the GPU indices and the address chosen for it),
     as a reservation to make; raises :class:`BindRefusedError` when none is left."""
     view = inventory.node(node)
-    mig_uuids = None
-    gpu_ids: tuple[int, ...] | None
-    if view is None:
-        gpu_ids = None
-    elif request.mig:
-        mig_uuids = choose_mig(view.mig, request.mig)
-        gpu_ids = () if mig_uuids is not None else None
-    elif request.shares:
-        gpu_ids = choose_share_gpus(view, request, placement)
-    else:
-        gpu_ids = policy.choose_gpus(view, request.gpus)
-    if gpu_ids is None:  # cannot happen after bindable(), unless state is corrupt
+    placed = _placed(view, request, placement) if view is not None else None
+    if placed is None:  # cannot happen after bindable(), unless state is corrupt
         raise BindRefusedError(f"pod {request.key}: no free GPUs left on node {node}")
+    gpu_ids, mig_uuids = placed
     pool, address = _address(inventory, request, node) or (None, None)
     uuids = view.spec.gpu_uuids if view is not None else ()
     return Holding.placing(
@@ -106,14 +97,8 @@ def plan(inventory: Inventory, request: PodRequest, holding: Holding) -> BindPla
     if holding.gpu_ids and holding.gpu_uuids:
         # The node agent gives the container exactly these (indices can be renumbered).
         annotations[names.GPU_UUIDS] = ",".join(holding.gpu_uuids)
-    if holding.gpu_ids and holding.shares:
-        # The share on each of those GPUs: the agent's limits, and the record a restart reads.
-        annotations[names.GPU_SHARE_MEMORY] = str(holding.share_memory_mib)
-        if holding.share_cores:
-            annotations[names.GPU_SHARE_CORES] = str(holding.share_cores)
-    if holding.mig_uuids:
-        # The MIG devices the node agent gives the containers, and the record a restart reads.
-        annotations[names.MIG_UUIDS] = ",".join(holding.mig_uuids)
+    for kind in asked(holding):
+        annotations |= kind.annotations(holding)
     if holding.ip is not None and holding.ip_pool is not None:
         annotations |= {names.IP: holding.ip, names.IP_POOL: holding.ip_pool}
     return BindPlan(
@@ -168,6 +153,19 @@ def doubt(inventory: Inventory, plan: BindPlan, *, expires_at: float) -> None:
     held = inventory.holding(plan.uid)
     if held is not None and held.kind is HoldingKind.RESERVED and held.node == plan.node:
         inventory.upsert_holding(dataclasses.replace(held, expires_at=expires_at))
+
+
+def _placed(view: NodeView, request: PodRequest, placement: SharePlacement) -> Placed | None:
+    """The devices each kind the pod asks for chose on the node (none for a pod that asks no
+    kind); None when one of them has none left."""
+    placed = Placed()
+    for kind in asked(request):
+        chosen = kind.choose(view, request, placement)
+        if chosen is None:
+            return None
+        mig = (*(placed.mig_uuids or ()), *(chosen.mig_uuids or ())) or None
+        placed = Placed(gpu_ids=placed.gpu_ids + chosen.gpu_ids, mig_uuids=mig)
+    return placed
 
 
 def _address(inventory: Inventory, request: PodRequest, node: str) -> tuple[str, str] | None:

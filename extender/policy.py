@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from operator import itemgetter
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -20,11 +20,10 @@ from extender.addressing import ip_conditions, ip_context, ip_messages
 from extender.config import GpuScoring, PolicyConfig
 from extender.devices.placement import pick_gpus
 from extender.inventory import IdArray, Inventory
-from extender.mig import mig_messages
+from extender.kinds import Conditions, Kind, asked
 from extender.model import RANKED, FilterVerdict, PodRequest, Reason, Rejection, WorkloadClass
 from extender.node_state import NodeView
 from extender.packed import PackedNames, count_codes
-from extender.shares import room_counts
 
 # GpuScoring and PolicyConfig live in extender.config; named here too, where the filter's
 # callers have long imported them from.
@@ -62,23 +61,9 @@ def node_reasons(
     # nodes' specs alone decide comes from a cache; only what pods hold (free GPUs, free CPU,
     # addresses) is evaluated per call.
     ranks = col(_spec_ranks(inventory, request, config))
-    held: list[tuple[npt.NDArray[np.bool_], Reason]] = []
-    if request.gpus:
-        short = col(a.gpu_free) < request.gpus
-        held.append((short, Reason.GPU_FREE))
-        if inventory.gpus_in_use:
-            # Short only by the GPUs the kubelet says containers schedext did not place hold:
-            # say so, rather than "fewer free" (Reason.GPU_IN_USE ranks first).
-            outside = col(a.gpu_free) + col(a.gpu_in_use) >= request.gpus
-            held.append((short & outside, Reason.GPU_IN_USE))
-    if request.shares:
-        room = room_counts(inventory, request)  # for the whole cluster, kept for prioritize
-        held.append((col(room.memory) < request.shares, Reason.GPU_SHARE_MEMORY))
-        if request.share_cores:
-            held.append((col(room.both) < request.shares, Reason.GPU_SHARE_CORES))
-    for profile, count in request.mig:
-        free = inventory.mig_arrays(profile).free
-        held.append((col(free) < count, Reason.GPU_MIG_FREE))
+    held: Conditions = []
+    for kind in asked(request):
+        held += kind.held_conditions(inventory, request, col)
     if request.workload is WorkloadClass.CPU_INTENSIVE:
         held.append((col(a.cpu_free) < request.cpu_milli, Reason.CPU_FREE))
     context = ip_context(inventory, request)
@@ -103,11 +88,9 @@ def _spec_ranks(
         request.needs_gpu_node,
         request.gpu_model,
         request.gpu_memory_mib,
-        request.devices,
-        request.share_memory_mib,
         request.cpu_milli if cpu_bound else None,
         config.cpu_intensive_min_cpu_milli if cpu_bound else None,
-        request.mig,
+        tuple((kind, kind.spec_key(request)) for kind in asked(request)),
     )
     return inventory.spec_derived(shape, lambda: _judge_specs(inventory, shape))
 
@@ -118,16 +101,14 @@ class _SpecShape(NamedTuple):
     needs_gpu_node: bool
     gpu_model: str | None
     gpu_memory_mib: int | None
-    gpus: int  # devices: whole GPUs, or the GPUs a share is on
-    share_memory_mib: int
     cpu_milli: int | None  # CPU-intensive pods only
     cpu_intensive_min_cpu_milli: int | None  # likewise
-    mig: tuple[tuple[str, int], ...]  # MIG devices per profile
+    kinds: tuple[tuple[Kind[Any], Hashable], ...]  # each kind asked, with its spec key
 
 
 def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint8]:
     a = inventory.arrays
-    conditions: list[tuple[npt.NDArray[np.bool_], Reason]] = []
+    conditions: Conditions = []
     if shape.needs_gpu_node:
         conditions.append((a.gpu_total + a.gpu_mig <= 0, Reason.NO_GPUS))
         if shape.gpu_model is not None:
@@ -135,15 +116,8 @@ def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint
             conditions.append((~allowed[a.model], Reason.GPU_MODEL))
         if shape.gpu_memory_mib is not None:
             conditions.append((a.gpu_memory_mib < shape.gpu_memory_mib, Reason.GPU_MEMORY))
-        if shape.gpus:
-            conditions.append((a.gpu_total < shape.gpus, Reason.GPU_TOTAL))
-            conditions.append((a.gpu_healthy < shape.gpus, Reason.GPU_UNHEALTHY))
-        if shape.share_memory_mib:
-            # Unknown device memory (0) holds no share: nothing says how much it has.
-            conditions.append((a.gpu_memory_mib < shape.share_memory_mib, Reason.GPU_SHARE_SIZE))
-        for profile, count in shape.mig:
-            healthy = inventory.mig_arrays(profile).healthy
-            conditions.append((healthy < count, Reason.GPU_MIG_PROFILE))
+        for kind, key in shape.kinds:
+            conditions += kind.spec_conditions(inventory, key)
     if shape.cpu_milli is not None and shape.cpu_intensive_min_cpu_milli is not None:
         threshold = shape.cpu_intensive_min_cpu_milli
         conditions.append((a.cpu_alloc < threshold, Reason.CPU_THRESHOLD))
@@ -178,13 +152,13 @@ def reason_messages(
         _messages(
             request.gpu_model,
             request.gpu_memory_mib,
-            request.gpus,
             request.cpu_milli,
             config.cpu_intensive_min_cpu_milli,
-            share=(request.shares, request.share_memory_mib, request.share_cores),
-            mig=request.mig,
         )
     )
+    for kind in asked(request):
+        for reason, message in kind.messages(request).items():
+            messages[_RANK[reason]] = message
     context = ip_context(inventory, request) if inventory is not None else None
     if context is not None:
         for reason, message in ip_messages(context).items():
@@ -196,19 +170,12 @@ def reason_messages(
 def _messages(
     gpu_model: str | None,
     gpu_memory_mib: int | None,
-    gpus: int,
     cpu_milli: int,
     cpu_intensive_min_cpu_milli: int,
-    *,
-    share: tuple[int, int, int] = (0, 0, 0),
-    mig: tuple[tuple[str, int], ...] = (),
 ) -> tuple[str, ...]:
-    """The reasons that depend only on the pod's shape: the same few shapes come through
-    filter again and again, so they are written once each."""
-    shares, share_mib, share_cores = share
-    devices = gpus or shares
-    # The GPUs a share needs, named by its need ("no GPU" / "fewer than 2 GPUs").
-    few = f"fewer than {shares} GPUs" if shares > 1 else "no GPU"
+    """The reasons common to every pod, by its shape (each kind adds its own,
+    :meth:`Kind.messages`): the same few shapes come through filter again and again, so they
+    are written once each."""
     # Short: kube-scheduler decodes every rejected node's message (thousands per call).
     messages = {
         Reason.FITS: "",
@@ -217,28 +184,12 @@ def _messages(
         Reason.NO_GPUS: "schedext: node has no GPUs",
         Reason.GPU_MODEL: f"schedext: GPU model is not {gpu_model}",
         Reason.GPU_MEMORY: f"schedext: GPU memory under {gpu_memory_mib} MiB",
-        Reason.GPU_TOTAL: f"schedext: node has fewer than {devices} GPUs",
-        # Replaced per node by _name_gpus, which names the GPUs and why.
-        Reason.GPU_UNHEALTHY: f"schedext: fewer than {devices} healthy GPUs",
-        Reason.GPU_SHARE_SIZE: (
-            f"schedext: a {share_mib} MiB GPU share is larger than the node's GPUs "
-            "(or their memory is not published)"
-        ),
-        Reason.GPU_SHARE_MEMORY: f"schedext: {few} with {share_mib} MiB free",
-        Reason.GPU_SHARE_CORES: (
-            f"schedext: {few} with {share_mib} MiB and {share_cores}% cores free"
-        ),
         Reason.CPU_THRESHOLD: (
             f"schedext: CPU-intensive needs {_cpu(cpu_intensive_min_cpu_milli)}+ CPU nodes"
         ),
         Reason.CPU_TOTAL: f"schedext: node has under {_cpu(cpu_milli)} CPU",
-        Reason.GPU_FREE: f"schedext: fewer than {gpus} free GPUs",
-        # Replaced per node by _name_gpus, which names the GPUs and who holds them.
-        Reason.GPU_IN_USE: f"schedext: fewer than {gpus} free GPUs, some in use outside schedext",
         Reason.CPU_FREE: f"schedext: under {_cpu(cpu_milli)} CPU free",
     }
-    if mig:
-        messages[Reason.GPU_MIG_PROFILE], messages[Reason.GPU_MIG_FREE] = mig_messages(mig)
     return tuple(messages.get(reason, f"schedext: {reason.name.lower()}") for reason in RANKED)
 
 

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from extender.addressing import ip_context
 from extender.config import PolicyConfig
 from extender.inventory import IdArray, Inventory
+from extender.kinds import asked
 from extender.model import PodRequest
 from extender.scoring import (
     binpack,
@@ -35,7 +36,6 @@ from extender.scoring import (
     topology,
 )
 from extender.scoring.scorer import Candidates, FloatArray, GroupAffinity, Scorer
-from extender.shares import room_counts
 
 __all__ = [
     "MAX_SCORE",
@@ -90,13 +90,8 @@ def score_nodes(
     if raw is None:  # no scorer that applies weighs more than 0: no preference
         return np.zeros(len(ids), dtype=np.int64)
     scores = np.rint(raw / total * MAX_SCORE)
-    if request.gpus:
-        scores = np.where(nodes.column("gpu_free") >= request.gpus, scores, 0)
-    if request.shares:
-        room = room_counts(inventory, request)
-        scores = np.where(room.both.take(ids) >= request.shares, scores, 0)
-    for profile, count in request.mig:
-        scores = np.where(inventory.mig_arrays(profile).free[ids] >= count, scores, 0)
+    for kind in asked(request):  # 0 where the pod does not fit now
+        scores = np.where(kind.score_gate(inventory, request, ids), scores, 0)
     return np.where(inventory.arrays.alive[ids], scores, 0).astype(np.int64)
 
 

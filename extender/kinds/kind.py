@@ -1,0 +1,94 @@
+"""What one resource kind answers, so that filter, prioritize and bind never ask "which kind?".
+
+A pod's GPU demand comes in kinds: whole GPUs, a share of some GPUs, MIG devices. Each kind
+is one module of this package that implements :class:`Kind`, and one entry of
+:data:`extender.kinds.KINDS`. The verbs loop over the kinds a pod asks for; what is common to
+every GPU pod (a GPU node, its model and memory, CPU) stays with the verb.
+
+The members, in the order a pod meets them:
+
+- ``asks``: whether the pod asks for this kind at all (most pods ask one kind, or none);
+- ``spec_key`` / ``spec_conditions``: what the nodes' specs alone refuse (the node has too
+  few GPUs of this kind at all), computed on whole columns and cached per ``spec_key`` until
+  a node changes;
+- ``held_conditions``: what the pods on the nodes take from it now (too few free);
+- ``messages``: the filter's sentences for the reasons this kind raises, named by the pod's
+  need so that kube-scheduler can aggregate them;
+- ``score_gate``: the nodes prioritize must score 0, because the pod does not fit there now;
+- ``choose``: the devices bind gives the pod on a node;
+- ``annotations``: what bind writes on the pod for this kind beside the devices it chose.
+
+The IP address a pod may ask for is not a kind: it comes from a cluster-wide pool, not from a
+node's columns, and its claim outlives the pod (see :mod:`extender.addressing`, one floor
+beside this one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from types import MappingProxyType
+from typing import NamedTuple, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from extender.config import SharePlacement
+from extender.inventory import IdArray, Inventory
+from extender.model import Demand, Holding, PodRequest, Reason
+from extender.node_state import NodeView
+
+__all__ = ["BoolArray", "Column", "Conditions", "Kind", "Placed", "frozen"]
+
+BoolArray = npt.NDArray[np.bool_]
+# Each (failed, reason): the nodes where ``reason`` applies. A node's verdict is the first
+# reason in the ranking that applies, so the order of conditions does not matter.
+Conditions = list[tuple[BoolArray, Reason]]
+_T = TypeVar("_T", bound=np.generic)
+K = TypeVar("K", bound=Hashable)
+
+
+class Column(Protocol):
+    """The filter's view of an inventory column: the whole column, or the candidate nodes'
+    rows of it (whichever the filter found cheaper for this call)."""
+
+    def __call__(self, column: npt.NDArray[_T], /) -> npt.NDArray[_T]: ...
+
+
+class Placed(NamedTuple):
+    """The devices bind gives a pod on one node: GPU indices (whole, or those its shares are
+    on) and MIG devices by UUID (None: it asks none)."""
+
+    gpu_ids: tuple[int, ...] = ()
+    mig_uuids: tuple[str, ...] | None = None
+
+
+class Kind(Protocol[K]):
+    """One resource kind (see the module docstring)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def asks(self, demand: Demand) -> bool: ...
+
+    def spec_key(self, request: PodRequest) -> K: ...
+
+    def spec_conditions(self, inventory: Inventory, key: K) -> Conditions: ...
+
+    def held_conditions(
+        self, inventory: Inventory, request: PodRequest, col: Column
+    ) -> Conditions: ...
+
+    def messages(self, request: PodRequest) -> Mapping[Reason, str]: ...
+
+    def score_gate(self, inventory: Inventory, request: PodRequest, ids: IdArray) -> BoolArray: ...
+
+    def choose(
+        self, view: NodeView, request: PodRequest, placement: SharePlacement
+    ) -> Placed | None: ...
+
+    def annotations(self, holding: Holding) -> dict[str, str]: ...
+
+
+def frozen(messages: dict[Reason, str]) -> Mapping[Reason, str]:
+    """A kind's messages as a read-only mapping: they are cached and shared between calls."""
+    return MappingProxyType(messages)

@@ -1,0 +1,76 @@
+"""MIG devices (NVIDIA's mixed strategy, ``nvidia.com/mig-<profile>``): per profile, how many.
+
+The node has too few healthy MIG devices of a profile at all (``GPU_MIG_PROFILE``), or too few
+free now (``GPU_MIG_FREE``). Bind packs them onto the GPUs already busy
+(:func:`extender.mig.choose_mig`); the inventory keeps them per node in
+:mod:`extender.mig_state`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+import numpy as np
+
+from extender import names
+from extender.config import SharePlacement
+from extender.inventory import IdArray, Inventory
+from extender.kinds.kind import BoolArray, Column, Conditions, Placed, frozen
+from extender.mig import Mig, choose_mig, mig_messages
+from extender.model import Demand, Holding, PodRequest, Reason
+from extender.node_state import NodeView
+
+__all__ = ["MIG", "MigDevices"]
+
+
+class MigDevices:
+    name = "mig"
+
+    def asks(self, demand: Demand) -> bool:
+        return bool(demand.mig)
+
+    def spec_key(self, request: PodRequest) -> Mig:
+        return request.mig
+
+    def spec_conditions(self, inventory: Inventory, key: Mig) -> Conditions:
+        return [
+            (inventory.mig_arrays(profile).healthy < count, Reason.GPU_MIG_PROFILE)
+            for profile, count in key
+        ]
+
+    def held_conditions(self, inventory: Inventory, request: PodRequest, col: Column) -> Conditions:
+        return [
+            (col(inventory.mig_arrays(profile).free) < count, Reason.GPU_MIG_FREE)
+            for profile, count in request.mig
+        ]
+
+    def messages(self, request: PodRequest) -> Mapping[Reason, str]:
+        return _messages(request.mig)
+
+    def score_gate(self, inventory: Inventory, request: PodRequest, ids: IdArray) -> BoolArray:
+        gate = np.ones(len(ids), dtype=np.bool_)
+        for profile, count in request.mig:
+            gate &= inventory.mig_arrays(profile).free[ids] >= count
+        return gate
+
+    def choose(
+        self, view: NodeView, request: PodRequest, placement: SharePlacement
+    ) -> Placed | None:
+        chosen = choose_mig(view.mig, request.mig)
+        return None if chosen is None else Placed(mig_uuids=chosen)
+
+    def annotations(self, holding: Holding) -> dict[str, str]:
+        if not holding.mig_uuids:
+            return {}
+        # The MIG devices the node agent gives the containers, and the record a restart reads.
+        return {names.MIG_UUIDS: ",".join(holding.mig_uuids)}
+
+
+@functools.lru_cache(maxsize=64)
+def _messages(mig: Mig) -> Mapping[Reason, str]:
+    profile, free = mig_messages(mig)
+    return frozen({Reason.GPU_MIG_PROFILE: profile, Reason.GPU_MIG_FREE: free})
+
+
+MIG = MigDevices()

@@ -1,0 +1,93 @@
+"""A share of GPUs: this much memory (and compute) on each of ``shares`` distinct devices.
+
+The node has too few GPUs at all, too few healthy ones, or GPUs too small for the share
+(``GPU_SHARE_SIZE``, also when their memory is unpublished); or too few devices with room for
+the memory now (``GPU_SHARE_MEMORY``), or for memory and cores (``GPU_SHARE_CORES``). What has
+room, and where bind puts a share, is :mod:`extender.shares`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+from extender import names
+from extender.config import SharePlacement
+from extender.inventory import IdArray, Inventory
+from extender.kinds.kind import BoolArray, Column, Conditions, Placed, frozen
+from extender.model import Demand, Holding, PodRequest, Reason
+from extender.node_state import NodeView
+from extender.shares import choose_share_gpus, room_counts
+
+__all__ = ["SHARE", "Share"]
+
+
+class Share:
+    name = "share"
+
+    def asks(self, demand: Demand) -> bool:
+        return demand.shares > 0
+
+    def spec_key(self, request: PodRequest) -> tuple[int, int]:
+        return request.shares, request.share_memory_mib
+
+    def spec_conditions(self, inventory: Inventory, key: tuple[int, int]) -> Conditions:
+        a, (shares, memory_mib) = inventory.arrays, key
+        return [
+            (a.gpu_total < shares, Reason.GPU_TOTAL),
+            (a.gpu_healthy < shares, Reason.GPU_UNHEALTHY),
+            # Unknown device memory (0) holds no share: nothing says how much it has.
+            (a.gpu_memory_mib < memory_mib, Reason.GPU_SHARE_SIZE),
+        ]
+
+    def held_conditions(self, inventory: Inventory, request: PodRequest, col: Column) -> Conditions:
+        room = room_counts(inventory, request)  # for the whole cluster, kept for prioritize
+        conditions = [(col(room.memory) < request.shares, Reason.GPU_SHARE_MEMORY)]
+        if request.share_cores:
+            conditions.append((col(room.both) < request.shares, Reason.GPU_SHARE_CORES))
+        return conditions
+
+    def messages(self, request: PodRequest) -> Mapping[Reason, str]:
+        return _messages(request.shares, request.share_memory_mib, request.share_cores)
+
+    def score_gate(self, inventory: Inventory, request: PodRequest, ids: IdArray) -> BoolArray:
+        return room_counts(inventory, request).both.take(ids) >= request.shares
+
+    def choose(
+        self, view: NodeView, request: PodRequest, placement: SharePlacement
+    ) -> Placed | None:
+        chosen = choose_share_gpus(view, request, placement)
+        return None if chosen is None else Placed(gpu_ids=chosen)
+
+    def annotations(self, holding: Holding) -> dict[str, str]:
+        if not holding.gpu_ids:
+            return {}
+        # The share on each of its GPUs: the agent's limits, and the record a restart reads.
+        written = {names.GPU_SHARE_MEMORY: str(holding.share_memory_mib)}
+        if holding.share_cores:
+            written[names.GPU_SHARE_CORES] = str(holding.share_cores)
+        return written
+
+
+@functools.lru_cache(maxsize=64)
+def _messages(shares: int, memory_mib: int, cores: int) -> Mapping[Reason, str]:
+    # The GPUs a share needs, named by its need ("no GPU" / "fewer than 2 GPUs").
+    few = f"fewer than {shares} GPUs" if shares > 1 else "no GPU"
+    return frozen(
+        {
+            Reason.GPU_TOTAL: f"schedext: node has fewer than {shares} GPUs",
+            # Replaced per node by the filter, which names the GPUs and why.
+            Reason.GPU_UNHEALTHY: f"schedext: fewer than {shares} healthy GPUs",
+            Reason.GPU_SHARE_SIZE: (
+                f"schedext: a {memory_mib} MiB GPU share is larger than the node's GPUs "
+                "(or their memory is not published)"
+            ),
+            Reason.GPU_SHARE_MEMORY: f"schedext: {few} with {memory_mib} MiB free",
+            Reason.GPU_SHARE_CORES: (
+                f"schedext: {few} with {memory_mib} MiB and {cores}% cores free"
+            ),
+        }
+    )
+
+
+SHARE = Share()

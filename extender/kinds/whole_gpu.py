@@ -1,0 +1,82 @@
+"""Whole GPUs (``nvidia.com/gpu``): a pod takes some GPUs of a node entirely.
+
+The node has too few at all (``GPU_TOTAL``) or too few healthy ones (``GPU_UNHEALTHY``), or
+too few free now (``GPU_FREE``), or too few free only because containers schedext did not
+place hold some (``GPU_IN_USE``: the node agent's drift). Bind takes them inside the smallest
+NVLink/NUMA group that holds them all (:func:`extender.devices.placement.pick_gpus`, the rule
+the node agent shares).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+from extender.config import SharePlacement
+from extender.devices.placement import pick_gpus
+from extender.inventory import IdArray, Inventory
+from extender.kinds.kind import BoolArray, Column, Conditions, Placed, frozen
+from extender.model import Demand, Holding, PodRequest, Reason
+from extender.node_state import NodeView
+
+__all__ = ["WHOLE_GPU", "WholeGpu"]
+
+
+class WholeGpu:
+    name = "gpu"
+
+    def asks(self, demand: Demand) -> bool:
+        return demand.gpus > 0
+
+    def spec_key(self, request: PodRequest) -> int:
+        return request.gpus
+
+    def spec_conditions(self, inventory: Inventory, key: int) -> Conditions:
+        a = inventory.arrays
+        return [(a.gpu_total < key, Reason.GPU_TOTAL), (a.gpu_healthy < key, Reason.GPU_UNHEALTHY)]
+
+    def held_conditions(self, inventory: Inventory, request: PodRequest, col: Column) -> Conditions:
+        a = inventory.arrays
+        short = col(a.gpu_free) < request.gpus
+        conditions = [(short, Reason.GPU_FREE)]
+        if inventory.gpus_in_use:
+            # Short only by the GPUs the kubelet says containers schedext did not place hold:
+            # say so, rather than "fewer free" (Reason.GPU_IN_USE ranks first).
+            outside = col(a.gpu_free) + col(a.gpu_in_use) >= request.gpus
+            conditions.append((short & outside, Reason.GPU_IN_USE))
+        return conditions
+
+    def messages(self, request: PodRequest) -> Mapping[Reason, str]:
+        return _messages(request.gpus)
+
+    def score_gate(self, inventory: Inventory, request: PodRequest, ids: IdArray) -> BoolArray:
+        return inventory.arrays.gpu_free.take(ids) >= request.gpus
+
+    def choose(
+        self, view: NodeView, request: PodRequest, placement: SharePlacement
+    ) -> Placed | None:
+        chosen = pick_gpus(view.free_gpu_ids, view.spec.gpu_groups, request.gpus)
+        return None if chosen is None else Placed(gpu_ids=chosen)
+
+    def annotations(self, holding: Holding) -> dict[str, str]:
+        return {}  # the GPU indices and UUIDs bind writes for every kind that takes GPUs
+
+
+@functools.lru_cache(maxsize=64)
+def _messages(gpus: int) -> Mapping[Reason, str]:
+    # Short: kube-scheduler decodes every rejected node's message (thousands per call).
+    return frozen(
+        {
+            Reason.GPU_TOTAL: f"schedext: node has fewer than {gpus} GPUs",
+            # Replaced per node by the filter, which names the GPUs and why.
+            Reason.GPU_UNHEALTHY: f"schedext: fewer than {gpus} healthy GPUs",
+            Reason.GPU_FREE: f"schedext: fewer than {gpus} free GPUs",
+            # Replaced per node by the filter, which names the GPUs and who holds them.
+            Reason.GPU_IN_USE: (
+                f"schedext: fewer than {gpus} free GPUs, some in use outside schedext"
+            ),
+        }
+    )
+
+
+WHOLE_GPU = WholeGpu()
