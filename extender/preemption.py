@@ -75,14 +75,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from extender.addressing import IPContext, ip_context
-from extender.config import SharePlacement
 from extender.inventory import Inventory
-from extender.mig import met_after
+from extender.kinds import asked
+from extender.kinds.whole_gpu import WHOLE_GPU, free_after
 from extender.model import RANKED, Holding, HoldingKind, PodRequest, Reason, Victim
 from extender.node_state import NodeView
 from extender.policy import PolicyConfig, node_reasons
 from extender.quotas import VictimRule
-from extender.shares import pick_share_gpus, room_after
 
 __all__ = ["GangVictims", "NodeVictims", "select_victims"]
 
@@ -202,9 +201,6 @@ def _proposed_units(units: list[list[Holding]], proposed: Sequence[Victim]) -> l
     return list(chosen.values()) or None
 
 
-# Whether a share fits does not depend on where it would go: any placement answers it.
-_ANY_PLACEMENT = SharePlacement.PACK
-
 # Exhaustive search is used while it stays cheap; beyond, a greedy reprieve.
 _MAX_COMBINATIONS = 20_000
 
@@ -284,39 +280,11 @@ def _reprieve_order(
     )
 
 
-def _free_after(view: NodeView, victims: Sequence[Holding]) -> list[int]:
-    """The GPU indices free for a whole-GPU pod once ``victims`` are gone: no pod left holds
-    them whole or a share of them, and they are healthy; GPUs held anonymously are assumed on
-    the highest of those (as :meth:`NodeState.free_ids` assumes)."""
-    gone = {h.uid for h in victims}
-    shared = list(view.share_memory) or [0] * len(view.holders)  # MiB of shares per device
-    for victim in victims:
-        if victim.shares:
-            for index in victim.gpu_ids or ():
-                if 0 <= index < len(shared):
-                    shared[index] -= victim.share_memory_mib
-    # Unhealthy GPUs, GPUs in MIG mode and GPUs in use by containers schedext did not place
-    # (no eviction of schedext's frees them) are never free whole.
-    closed = {index for index, _ in view.spec.gpu_unhealthy} | set(view.spec.gpu_mig)
-    closed.update(view.outside())
-    free = [
-        i
-        for i, holder in enumerate(view.holders)
-        if (holder is None or holder in gone) and shared[i] <= 0 and i not in closed
-    ]
-    # A victim without readable indices was counted as that many anonymous GPUs (unless the
-    # kubelet's report placed it: it then holds its indices).
-    anonymous = view.anonymous_gpus - sum(
-        h.devices for h in victims if h.gpu_ids is None and h.uid not in view.holders
-    )
-    return free[: max(0, len(free) - max(0, anonymous))]
-
-
 def _whole_gpus_freed(view: NodeView | None, victims: Sequence[Holding]) -> int:
     """How many more GPUs are free for a whole-GPU pod once ``victims`` are gone."""
     if view is None:
         return sum(h.gpus for h in victims)
-    return len(_free_after(view, victims)) - len(_free_after(view, ()))
+    return len(free_after(view, victims)) - len(free_after(view, ()))
 
 
 def _broken_gang_members(inventory: Inventory, victims: list[Holding], node: str) -> int:
@@ -343,14 +311,11 @@ class _Need:
         self._pools = tuple(
             p for p in (context.pools if context else ()) if inventory.pool_mask(p)[node_id]
         )
-        groups = view.spec.gpu_groups
-        self._group_of = {i: g for g, members in enumerate(groups) for i in members}
-        # Require one NVLink/NUMA group only where it is reachable by evicting pods at all.
-        self._one_group = (
-            bool(groups)
-            and request.gpus > 0
-            and any(len(members) >= request.gpus for members in groups)
-        )
+        # What the pod asks of each kind, checked per set of victims; what a victim frees is
+        # weighed in the unit of the first kind it asks (whole GPUs for a pod that asks none).
+        kinds = asked(request)
+        self._checks = [kind.victims_check(view, request) for kind in kinds]
+        self._unit = kinds[0] if kinds else WHOLE_GPU
 
     def met(self, victims: list[Holding]) -> bool:
         request, view = self.request, self.view
@@ -358,42 +323,12 @@ class _Need:
         memory = view.memory_free + sum(h.memory_bytes for h in victims)
         if cpu < request.cpu_milli or memory < request.memory_bytes:
             return False
-        return (
-            self._gpus_met(victims)
-            and met_after(view.mig, request, victims)
-            and self._address_met(victims)
-        )
+        return all(check(victims) for check in self._checks) and self._address_met(victims)
 
     def freed(self, victim: Holding) -> int:
-        """What evicting ``victim`` frees, in the unit the preemptor is short of: whole GPUs
-        for a whole-GPU preemptor; for a share preemptor, MiB of GPU memory (its share on
-        each of its devices, or the whole memory of the GPUs it holds whole)."""
-        if not self.request.shares:
-            return victim.gpus
-        if victim.shares:
-            return victim.share_memory_mib * victim.shares
-        return victim.gpus * (self.view.spec.gpu_memory_mib or 0)
-
-    def _gpus_met(self, victims: list[Holding]) -> bool:
-        request, view = self.request, self.view
-        if request.shares:
-            # Distinct devices with room for the share once the victims go, by bind's rule.
-            room = room_after(view, victims)
-            capacity = view.spec.gpu_memory_mib or 0
-            groups = view.spec.gpu_groups
-            return pick_share_gpus(room, capacity, groups, request, _ANY_PLACEMENT) is not None
-        if request.gpus == 0:
-            return True
-        free = _free_after(view, victims)
-        if len(free) < request.gpus:
-            return False
-        if not self._one_group:
-            return True
-        per_group: dict[int, int] = {}
-        for index in free:
-            group = self._group_of.get(index, -1 - index)
-            per_group[group] = per_group.get(group, 0) + 1
-        return max(per_group.values()) >= request.gpus
+        """What evicting ``victim`` frees, in the unit the preemptor is short of
+        (:meth:`Kind.freed`)."""
+        return self._unit.freed(self.view, victim)
 
     def _address_met(self, victims: list[Holding]) -> bool:
         """Whether the pod gets its address here once ``victims`` are gone. Evicting a pod

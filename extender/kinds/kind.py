@@ -16,7 +16,11 @@ The members, in the order a pod meets them:
   need so that kube-scheduler can aggregate them;
 - ``score_gate``: the nodes prioritize must score 0, because the pod does not fit there now;
 - ``choose``: the devices bind gives the pod on a node;
-- ``annotations``: what bind writes on the pod for this kind beside the devices it chose.
+- ``annotations``: what bind writes on the pod for this kind beside the devices it chose;
+- ``victims_check``: for preemption on one node, whether evicting a set of pods leaves the
+  pod what it asks of this kind (prepared once per node: the search asks it many times);
+- ``freed``: what evicting one pod frees in this kind's unit, for the preemptor that asks
+  it (the search prefers the set that frees the least for nothing).
 
 The IP address a pod may ask for is not a kind: it comes from a cluster-wide pool, not from a
 node's columns, and its claim outlives the pod (see :mod:`extender.addressing`, one floor
@@ -25,7 +29,7 @@ beside this one).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple, Protocol, TypeVar
 
@@ -37,7 +41,7 @@ from extender.inventory import IdArray, Inventory
 from extender.model import Demand, Holding, PodRequest, Reason
 from extender.node_state import NodeView
 
-__all__ = ["BoolArray", "Column", "Conditions", "Kind", "Placed", "frozen"]
+__all__ = ["BoolArray", "Column", "Conditions", "Kind", "Placed", "VictimsCheck", "frozen"]
 
 BoolArray = npt.NDArray[np.bool_]
 # Each (failed, reason): the nodes where ``reason`` applies. A node's verdict is the first
@@ -52,6 +56,10 @@ class Column(Protocol):
     rows of it (whichever the filter found cheaper for this call)."""
 
     def __call__(self, column: npt.NDArray[_T], /) -> npt.NDArray[_T]: ...
+
+
+# Whether evicting these pods from the node leaves the pod what it asks of one kind.
+VictimsCheck = Callable[[Sequence[Holding]], bool]
 
 
 class Placed(NamedTuple):
@@ -87,6 +95,10 @@ class Kind(Protocol[K]):
     ) -> Placed | None: ...
 
     def annotations(self, holding: Holding) -> dict[str, str]: ...
+
+    def victims_check(self, view: NodeView, request: PodRequest) -> VictimsCheck: ...
+
+    def freed(self, view: NodeView, victim: Holding) -> int: ...
 
 
 def frozen(messages: dict[Reason, str]) -> Mapping[Reason, str]:

@@ -16,8 +16,8 @@ import numpy as np
 from extender import names
 from extender.config import SharePlacement
 from extender.inventory import IdArray, Inventory
-from extender.kinds.kind import BoolArray, Column, Conditions, Placed, frozen
-from extender.mig import Mig, choose_mig, mig_messages
+from extender.kinds.kind import BoolArray, Column, Conditions, Placed, VictimsCheck, frozen
+from extender.mig import Mig, choose_mig, met_after, mig_messages
 from extender.model import Demand, Holding, PodRequest, Reason
 from extender.node_state import NodeView
 
@@ -65,6 +65,14 @@ class MigDevices:
             return {}
         # The MIG devices the node agent gives the containers, and the record a restart reads.
         return {names.MIG_UUIDS: ",".join(holding.mig_uuids)}
+
+    def victims_check(self, view: NodeView, request: PodRequest) -> VictimsCheck:
+        return lambda victims: met_after(view.mig, request, victims)
+
+    def freed(self, view: NodeView, victim: Holding) -> int:
+        """The whole GPUs a victim frees, all of them for nothing to a MIG preemptor: among
+        sets as small, the one that evicts the fewest whole-GPU pods."""
+        return victim.gpus
 
 
 @functools.lru_cache(maxsize=64)

@@ -9,15 +9,15 @@ room, and where bind puts a share, is :mod:`extender.shares`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from extender import names
 from extender.config import SharePlacement
 from extender.inventory import IdArray, Inventory
-from extender.kinds.kind import BoolArray, Column, Conditions, Placed, frozen
+from extender.kinds.kind import BoolArray, Column, Conditions, Placed, VictimsCheck, frozen
 from extender.model import Demand, Holding, PodRequest, Reason
 from extender.node_state import NodeView
-from extender.shares import choose_share_gpus, room_counts
+from extender.shares import choose_share_gpus, pick_share_gpus, room_after, room_counts
 
 __all__ = ["SHARE", "Share"]
 
@@ -67,6 +67,27 @@ class Share:
         if holding.share_cores:
             written[names.GPU_SHARE_CORES] = str(holding.share_cores)
         return written
+
+    def victims_check(self, view: NodeView, request: PodRequest) -> VictimsCheck:
+        capacity, groups = view.spec.gpu_memory_mib or 0, view.spec.gpu_groups
+
+        def check(victims: Sequence[Holding]) -> bool:
+            # Distinct devices with room for the share once the victims go, by bind's rule.
+            room = room_after(view, victims)
+            return pick_share_gpus(room, capacity, groups, request, _ANY_PLACEMENT) is not None
+
+        return check
+
+    def freed(self, view: NodeView, victim: Holding) -> int:
+        """MiB of GPU memory: the victim's share on each of its devices, or the whole memory
+        of the GPUs it holds whole (a share evicts small shares before large ones)."""
+        if victim.shares:
+            return victim.share_memory_mib * victim.shares
+        return victim.gpus * (view.spec.gpu_memory_mib or 0)
+
+
+# Whether a share fits does not depend on where it would go: any placement answers it.
+_ANY_PLACEMENT = SharePlacement.PACK
 
 
 @functools.lru_cache(maxsize=64)

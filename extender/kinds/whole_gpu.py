@@ -10,16 +10,16 @@ the node agent shares).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from extender.config import SharePlacement
 from extender.devices.placement import pick_gpus
 from extender.inventory import IdArray, Inventory
-from extender.kinds.kind import BoolArray, Column, Conditions, Placed, frozen
+from extender.kinds.kind import BoolArray, Column, Conditions, Placed, VictimsCheck, frozen
 from extender.model import Demand, Holding, PodRequest, Reason
 from extender.node_state import NodeView
 
-__all__ = ["WHOLE_GPU", "WholeGpu"]
+__all__ = ["WHOLE_GPU", "WholeGpu", "free_after"]
 
 
 class WholeGpu:
@@ -60,6 +60,57 @@ class WholeGpu:
 
     def annotations(self, holding: Holding) -> dict[str, str]:
         return {}  # the GPU indices and UUIDs bind writes for every kind that takes GPUs
+
+    def victims_check(self, view: NodeView, request: PodRequest) -> VictimsCheck:
+        groups = view.spec.gpu_groups
+        group_of = {i: g for g, members in enumerate(groups) for i in members}
+        # Require one NVLink/NUMA group only where it is reachable by evicting pods at all.
+        one_group = any(len(members) >= request.gpus for members in groups)
+
+        def check(victims: Sequence[Holding]) -> bool:
+            free = free_after(view, victims)
+            if len(free) < request.gpus:
+                return False
+            if not one_group:
+                return True
+            per_group: dict[int, int] = {}
+            for index in free:
+                group = group_of.get(index, -1 - index)
+                per_group[group] = per_group.get(group, 0) + 1
+            return max(per_group.values()) >= request.gpus
+
+        return check
+
+    def freed(self, view: NodeView, victim: Holding) -> int:
+        return victim.gpus
+
+
+def free_after(view: NodeView, victims: Sequence[Holding]) -> list[int]:
+    """The GPU indices free for a whole-GPU pod once ``victims`` are gone: no pod left holds
+    them whole or a share of them, and they are healthy; GPUs held anonymously are assumed on
+    the highest of those (as :meth:`NodeState.free_ids` assumes)."""
+    gone = {h.uid for h in victims}
+    shared = list(view.share_memory) or [0] * len(view.holders)  # MiB of shares per device
+    for victim in victims:
+        if victim.shares:
+            for index in victim.gpu_ids or ():
+                if 0 <= index < len(shared):
+                    shared[index] -= victim.share_memory_mib
+    # Unhealthy GPUs, GPUs in MIG mode and GPUs in use by containers schedext did not place
+    # (no eviction of schedext's frees them) are never free whole.
+    closed = {index for index, _ in view.spec.gpu_unhealthy} | set(view.spec.gpu_mig)
+    closed.update(view.outside())
+    free = [
+        i
+        for i, holder in enumerate(view.holders)
+        if (holder is None or holder in gone) and shared[i] <= 0 and i not in closed
+    ]
+    # A victim without readable indices was counted as that many anonymous GPUs (unless the
+    # kubelet's report placed it: it then holds its indices).
+    anonymous = view.anonymous_gpus - sum(
+        h.devices for h in victims if h.gpu_ids is None and h.uid not in view.holders
+    )
+    return free[: max(0, len(free) - max(0, anonymous))]
 
 
 @functools.lru_cache(maxsize=64)
