@@ -5,8 +5,9 @@ lowest score as prioritize's compact answer is).
 
 Filter answers with one message per reason, naming the pod's need only, so that
 kube-scheduler can aggregate thousands of rejected nodes; explain is asked about one pod, so a
-node rejected for a share's room gets its own detail (:func:`extender.shares.share_detail`:
-the largest free memory and on which GPU). Each node also says where its kubelet disagrees
+node rejected for a reason of the kind the pod asks for gets that kind's own detail where it
+has one (:meth:`extender.kinds.Kind.detail`; a share's room: the largest free memory and on
+which GPU). Each node also says where its kubelet disagrees
 with schedext's placements (its agent's drift), whether or not the pod fits."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from extender.devices.drift import describe
 from extender.gang import OPEN, GangCoordinator, GangGate
 from extender.inventory import Inventory
+from extender.kinds import KINDS, asked
 from extender.model import (
     Demand,
     Explanation,
@@ -25,11 +27,9 @@ from extender.model import (
     NodeExplanation,
     PodRequest,
     QuotaHold,
-    Reason,
 )
 from extender.pending import PendingPods
 from extender.scoring import ScoreArray
-from extender.shares import share_detail
 
 __all__ = ["explain_pod"]
 
@@ -39,9 +39,6 @@ Judge = Callable[[PodRequest, Sequence[str], GangGate], FilterVerdict]
 QuotaCheck = Callable[[PodRequest], QuotaHold | None]
 # Prioritize's scores of a request over named nodes, aligned with them.
 Score = Callable[[PodRequest, Sequence[str]], ScoreArray]
-
-# The reasons whose grouped message explain replaces with the node's own share detail.
-_SHARE_ROOM = frozenset({Reason.GPU_SHARE_MEMORY, Reason.GPU_SHARE_CORES})
 
 
 def explain_pod(
@@ -76,9 +73,8 @@ def explain_pod(
             state=state,
             node=held.node,
             request={
-                "gpus": held.gpus,
+                **_kinds(held),
                 "gpuIds": list(held.gpu_ids or ()),
-                **_share(held),
                 "ip": held.ip,
             },
             group=status,
@@ -90,7 +86,7 @@ def explain_pod(
     gate = gangs.gate(request, names) if request.group is not None else OPEN
     verdict = gate.verdict or judge(request, names, gate)
     failed, unresolvable = verdict.failed, verdict.unresolvable
-    failed.update(_share_details(inventory, request, verdict))
+    failed.update(_details(inventory, request, verdict))
     fitting = [node for node in names if node not in failed]
     scores = dict(zip(fitting, score(request, fitting).tolist(), strict=True)) if score else {}
     nodes = tuple(
@@ -125,36 +121,32 @@ def _drift(inventory: Inventory, node: str) -> tuple[str, ...]:
     return describe(spec.drift, {uuid: i for i, uuid in enumerate(spec.gpu_uuids)})
 
 
-def _share_details(
-    inventory: Inventory, request: PodRequest, verdict: FilterVerdict
-) -> dict[str, str]:
-    """Per node rejected for a share's room, why, device by device."""
+def _details(inventory: Inventory, request: PodRequest, verdict: FilterVerdict) -> dict[str, str]:
+    """Per node rejected for a reason of a kind the pod asks for, that kind's own detail of
+    it, where it has one (a share's room: device by device)."""
     details: dict[str, str] = {}
+    kinds = asked(request)
     for rejection in verdict.rejections:
-        if rejection.reason not in _SHARE_ROOM:
-            continue
         for node in rejection.nodes:
             view = inventory.node(node)
-            if view is not None:
-                details[node] = f"schedext: {share_detail(view, request)}"
+            found = (k.detail(view, request, rejection.reason) for k in kinds) if view else ()
+            detail = next((d for d in found if d is not None), None)
+            if detail is not None:
+                details[node] = detail
     return details
 
 
-def _share(demand: Demand) -> dict[str, object]:
-    """A share's fields, for a pod that asks for one (none for a whole-GPU pod)."""
-    if not demand.shares:
-        return {}
-    return {
-        "shares": demand.shares,
-        "shareMemoryMiB": demand.share_memory_mib,
-        "shareCores": demand.share_cores,
-    }
+def _kinds(demand: Demand) -> dict[str, object]:
+    """What the demand asks of each kind (every pod says how many whole GPUs: maybe 0)."""
+    described: dict[str, object] = {}
+    for kind in KINDS:
+        described |= kind.describe(demand)
+    return described
 
 
 def _describe(request: PodRequest, held: Holding | None) -> dict[str, object]:
     described: dict[str, object] = {
-        "gpus": request.gpus,
-        **_share(request),
+        **_kinds(request),
         "cpuMilli": request.cpu_milli,
         "memoryBytes": request.memory_bytes,
         "priority": request.priority,

@@ -21,33 +21,27 @@ pod gone frees borrowing (what it asked weighs in the sharing of what may be bor
 address book keeps its own record of freed addresses (an address vacated and held again in
 one step frees nothing) and hands it over at :meth:`WakeUps.take`.
 
-To add a kind: a member of :class:`~extender.capacity_waits.WaitKind`; where filter turns a pod
-away for it, the keys it then waits under (:meth:`WakeUps.turned_away` or
-:meth:`WakeUps.held_back`); where the books see it freed, a call of ``freed`` with the same
-keys. The shell sends the nudges and counts them by kind with nothing more.
+A resource kind says its own keys and what frees them (:class:`extender.kinds.Kind`: ``wait``,
+``waits``, ``departure_frees``, ``node_frees``), under a member of
+:class:`~extender.capacity_waits.WaitKind` (the metric's label). Anything else a pod may wait
+for: a member there; where filter turns a pod away for it, the keys it then waits under
+(:meth:`WakeUps.turned_away` or :meth:`WakeUps.held_back`); where the books see it freed, a
+call of ``freed`` with the same keys. The shell sends the nudges and counts them by kind with
+nothing more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import numpy as np
-
 from extender.addressing import ip_context, waits_for_address
 from extender.capacity_waits import BORROWING, Nudge, Wait, WaitBook, WaitKind
 from extender.inventory import Inventory
-from extender.model import Demand, FilterVerdict, Holding, NodeSpec, PodRequest, QuotaHold, Reason
+from extender.kinds import KINDS, asked
+from extender.model import FilterVerdict, Holding, NodeSpec, PodRequest, QuotaHold, Reason
 from extender.pending import PendingPods
 from extender.quotas import QuotaBook
 
 __all__ = ["WakeUps"]
 
-# The device a pod asks for, the first that applies (a pod asks for one kind only).
-_DEVICES: tuple[tuple[WaitKind, Callable[[Demand], bool]], ...] = (
-    (WaitKind.MIG, lambda demand: bool(demand.mig)),
-    (WaitKind.SHARE, lambda demand: demand.shares > 0),
-    (WaitKind.GPU, lambda demand: demand.gpus > 0),
-)
 # Why a node turns a device away that a pod leaving it may change...
 _FREED_BY_DEPARTURE = (
     Reason.GPU_FREE,
@@ -66,7 +60,6 @@ _FREED_BY_NODE = (
     Reason.GPU_MIG_PROFILE,
 )
 _DEVICE_REASONS = frozenset(_FREED_BY_DEPARTURE + _FREED_BY_NODE)
-_DEVICE_KINDS = (WaitKind.GPU, WaitKind.SHARE, WaitKind.MIG)
 
 
 class WakeUps:
@@ -88,12 +81,9 @@ class WakeUps:
         waits for (nothing a freeing can give: it is forgotten)."""
         self._addresses_freed(inventory)  # before it waits: those were no use to it
         on: set[Wait] = set()
-        kind = next((k for k, asks in _DEVICES if asks(request)), None)
-        devices = any(r.reason in _DEVICE_REASONS for r in verdict.rejections)
-        if kind is WaitKind.MIG and devices:
-            on.update((kind, profile) for profile, _ in request.mig)
-        elif kind is not None and devices:
-            on.update((kind, model) for model in _models(inventory, request.gpu_model))
+        if any(r.reason in _DEVICE_REASONS for r in verdict.rejections):
+            for kind in asked(request):
+                on.update((kind.wait, key) for key in kind.waits(inventory, request))
         if request.ip is not None and waits_for_address({r.reason for r in verdict.rejections}):
             context = ip_context(inventory, request)
             if context is not None:
@@ -124,12 +114,10 @@ class WakeUps:
         """The inventory no longer holds ``holding`` (see
         :class:`~extender.capacity_waits.Vacancies`)."""
         book = self._book
-        for profile, count in holding.mig:
-            book.freed(WaitKind.MIG, profile, count)
-        if holding.devices and spec is not None:
-            model = spec.gpu_model or ""
-            book.freed(WaitKind.GPU, model, holding.devices)
-            book.freed(WaitKind.SHARE, model, holding.devices)
+        # Every kind, not only the one the pod asked for: a share gone may leave a GPU whole.
+        for kind in KINDS:
+            for key, count in kind.departure_frees(holding, spec) if spec is not None else ():
+                book.freed(kind.wait, key, count)
         if self._quotas.applying(holding.namespace) is not None:
             book.freed(WaitKind.QUOTA, holding.namespace)
             book.freed(WaitKind.QUOTA, BORROWING)
@@ -140,15 +128,12 @@ class WakeUps:
         book = self._book
         if not new.gpu_indices:
             return  # a node without GPUs gives no device
-        if old is None or not old.gpu_indices:
-            for kind in _DEVICE_KINDS:
-                book.freed(kind)
-            return
-        for model in {old.gpu_model or "", new.gpu_model or ""}:
-            book.freed(WaitKind.GPU, model)
-            book.freed(WaitKind.SHARE, model)
-        for profile in {slot.profile for slot in old.mig_slices + new.mig_slices}:
-            book.freed(WaitKind.MIG, profile)
+        for kind in KINDS:
+            if old is None or not old.gpu_indices:
+                book.freed(kind.wait)  # a new GPU node may give any of it
+                continue
+            for key in kind.node_frees(old, new):
+                book.freed(kind.wait, key)
 
     def quotas_changed(self) -> None:
         """A team quota was created, changed or deleted: any quota wait may be over."""
@@ -168,8 +153,3 @@ class WakeUps:
     def _addresses_freed(self, inventory: Inventory) -> None:
         for pool in inventory.addresses.take_freed():
             self._book.freed(WaitKind.ADDRESS, pool)
-
-
-def _models(inventory: Inventory, hint: str | None) -> set[str]:
-    """The GPU models a pod with model ``hint`` may use ("": a node that names none)."""
-    return {inventory.model_name(int(m)) for m in np.flatnonzero(inventory.model_mask(hint))}

@@ -20,7 +20,13 @@ The members, in the order a pod meets them:
 - ``victims_check``: for preemption on one node, whether evicting a set of pods leaves the
   pod what it asks of this kind (prepared once per node: the search asks it many times);
 - ``freed``: what evicting one pod frees in this kind's unit, for the preemptor that asks
-  it (the search prefers the set that frees the least for nothing).
+  it (the search prefers the set that frees the least for nothing);
+- ``wait``, ``waits``, ``departure_frees``, ``node_frees``: what a pod filter turned away
+  waits for (its :class:`~extender.capacity_waits.WaitKind` and keys: a GPU model, a MIG
+  profile), and what a pod leaving a node, or a node changing, frees of it
+  (:mod:`extender.wakeups`);
+- ``describe`` and ``detail``: what explain shows of the pod's demand, and of a node that
+  turned it away for one of this kind's reasons (None: the filter's message says it all).
 
 The IP address a pod may ask for is not a kind: it comes from a cluster-wide pool, not from a
 node's columns, and its claim outlives the pod (see :mod:`extender.addressing`, one floor
@@ -36,12 +42,22 @@ from typing import NamedTuple, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from extender.capacity_waits import WaitKind
 from extender.config import SharePlacement
 from extender.inventory import IdArray, Inventory
-from extender.model import Demand, Holding, PodRequest, Reason
+from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
 from extender.node_state import NodeView
 
-__all__ = ["BoolArray", "Column", "Conditions", "Kind", "Placed", "VictimsCheck", "frozen"]
+__all__ = [
+    "BoolArray",
+    "Column",
+    "Conditions",
+    "Kind",
+    "Placed",
+    "VictimsCheck",
+    "frozen",
+    "gpu_models",
+]
 
 BoolArray = npt.NDArray[np.bool_]
 # Each (failed, reason): the nodes where ``reason`` applies. A node's verdict is the first
@@ -100,7 +116,25 @@ class Kind(Protocol[K]):
 
     def freed(self, view: NodeView, victim: Holding) -> int: ...
 
+    @property
+    def wait(self) -> WaitKind: ...
+
+    def waits(self, inventory: Inventory, request: PodRequest) -> set[str]: ...
+
+    def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]: ...
+
+    def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]: ...
+
+    def describe(self, demand: Demand) -> dict[str, object]: ...
+
+    def detail(self, view: NodeView, request: PodRequest, reason: Reason) -> str | None: ...
+
 
 def frozen(messages: dict[Reason, str]) -> Mapping[Reason, str]:
     """A kind's messages as a read-only mapping: they are cached and shared between calls."""
     return MappingProxyType(messages)
+
+
+def gpu_models(inventory: Inventory, hint: str | None) -> set[str]:
+    """The GPU models a pod with model ``hint`` may use ("": a node that names none)."""
+    return {inventory.model_name(int(m)) for m in np.flatnonzero(inventory.model_mask(hint))}

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from extender import names
+from extender.capacity_waits import WaitKind
 from extender.config import SharePlacement
 from extender.inventory import IdArray, Inventory
 from extender.kinds.kind import BoolArray, Column, Conditions, Placed, VictimsCheck, frozen
 from extender.mig import Mig, choose_mig, met_after, mig_messages
-from extender.model import Demand, Holding, PodRequest, Reason
+from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
 from extender.node_state import NodeView
 
 __all__ = ["MIG", "MigDevices"]
@@ -73,6 +74,23 @@ class MigDevices:
         """The whole GPUs a victim frees, all of them for nothing to a MIG preemptor: among
         sets as small, the one that evicts the fewest whole-GPU pods."""
         return victim.gpus
+
+    wait = WaitKind.MIG
+
+    def waits(self, inventory: Inventory, request: PodRequest) -> set[str]:
+        return {profile for profile, _ in request.mig}
+
+    def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]:
+        return list(holding.mig)
+
+    def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]:
+        return {slot.profile for slot in old.mig_slices + new.mig_slices}
+
+    def describe(self, demand: Demand) -> dict[str, object]:
+        return {"mig": dict(demand.mig)} if demand.mig else {}
+
+    def detail(self, view: NodeView, request: PodRequest, reason: Reason) -> str | None:
+        return None
 
 
 @functools.lru_cache(maxsize=64)

@@ -12,12 +12,27 @@ import functools
 from collections.abc import Mapping, Sequence
 
 from extender import names
+from extender.capacity_waits import WaitKind
 from extender.config import SharePlacement
 from extender.inventory import IdArray, Inventory
-from extender.kinds.kind import BoolArray, Column, Conditions, Placed, VictimsCheck, frozen
-from extender.model import Demand, Holding, PodRequest, Reason
+from extender.kinds.kind import (
+    BoolArray,
+    Column,
+    Conditions,
+    Placed,
+    VictimsCheck,
+    frozen,
+    gpu_models,
+)
+from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
 from extender.node_state import NodeView
-from extender.shares import choose_share_gpus, pick_share_gpus, room_after, room_counts
+from extender.shares import (
+    choose_share_gpus,
+    pick_share_gpus,
+    room_after,
+    room_counts,
+    share_detail,
+)
 
 __all__ = ["SHARE", "Share"]
 
@@ -84,6 +99,37 @@ class Share:
         if victim.shares:
             return victim.share_memory_mib * victim.shares
         return victim.gpus * (view.spec.gpu_memory_mib or 0)
+
+    wait = WaitKind.SHARE
+
+    def waits(self, inventory: Inventory, request: PodRequest) -> set[str]:
+        return gpu_models(inventory, request.gpu_model)
+
+    def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]:
+        # A share gone leaves room, and a whole GPU gone takes shares.
+        return [(spec.gpu_model or "", holding.devices)] if holding.devices else []
+
+    def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]:
+        return {old.gpu_model or "", new.gpu_model or ""}
+
+    def describe(self, demand: Demand) -> dict[str, object]:
+        if not demand.shares:
+            return {}
+        return {
+            "shares": demand.shares,
+            "shareMemoryMiB": demand.share_memory_mib,
+            "shareCores": demand.share_cores,
+        }
+
+    def detail(self, view: NodeView, request: PodRequest, reason: Reason) -> str | None:
+        # The filter names the need only (kube-scheduler aggregates it); explain is asked
+        # about one pod: the largest free memory, and on which GPU.
+        if reason not in _ROOM:
+            return None
+        return f"schedext: {share_detail(view, request)}"
+
+
+_ROOM = frozenset({Reason.GPU_SHARE_MEMORY, Reason.GPU_SHARE_CORES})
 
 
 # Whether a share fits does not depend on where it would go: any placement answers it.

@@ -12,11 +12,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 
+from extender.capacity_waits import WaitKind
 from extender.config import SharePlacement
 from extender.devices.placement import pick_gpus
 from extender.inventory import IdArray, Inventory
-from extender.kinds.kind import BoolArray, Column, Conditions, Placed, VictimsCheck, frozen
-from extender.model import Demand, Holding, PodRequest, Reason
+from extender.kinds.kind import (
+    BoolArray,
+    Column,
+    Conditions,
+    Placed,
+    VictimsCheck,
+    frozen,
+    gpu_models,
+)
+from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
 from extender.node_state import NodeView
 
 __all__ = ["WHOLE_GPU", "WholeGpu", "free_after"]
@@ -83,6 +92,25 @@ class WholeGpu:
 
     def freed(self, view: NodeView, victim: Holding) -> int:
         return victim.gpus
+
+    wait = WaitKind.GPU
+
+    def waits(self, inventory: Inventory, request: PodRequest) -> set[str]:
+        # Under each GPU model it may use: an A100 freed wakes no one waiting for H100s.
+        return gpu_models(inventory, request.gpu_model)
+
+    def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]:
+        # A whole GPU gone, and a share gone that may leave its device whole.
+        return [(spec.gpu_model or "", holding.devices)] if holding.devices else []
+
+    def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]:
+        return {old.gpu_model or "", new.gpu_model or ""}
+
+    def describe(self, demand: Demand) -> dict[str, object]:
+        return {"gpus": demand.gpus}  # for every pod: 0 says it takes none
+
+    def detail(self, view: NodeView, request: PodRequest, reason: Reason) -> str | None:
+        return None
 
 
 def free_after(view: NodeView, victims: Sequence[Holding]) -> list[int]:

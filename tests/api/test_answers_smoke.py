@@ -39,7 +39,7 @@ def test_the_same_core_gives_the_same_answers(tmp_path: Path) -> None:
 
 def test_one_changed_decision_is_caught_and_shown(tmp_path: Path) -> None:
     baseline = core_copy(tmp_path)
-    policy = baseline / "extender" / "policy.py"
+    policy = baseline / "extender" / "kinds" / "whole_gpu.py"
     text = policy.read_text()
     free_gpus = "col(a.gpu_free) < request.gpus"
     assert free_gpus in text  # the mutation below must change something
