@@ -16,9 +16,8 @@ onto devices better than first-fit decreasing packs them.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +26,8 @@ from extender import policy
 from extender.config import PolicyConfig
 from extender.gang.share_packing import after_shares, whole_demand
 from extender.inventory import Inventory
+from extender.kinds import asked
+from extender.kinds.whole_gpu import WHOLE_GPU
 from extender.model import RANKED, PodRequest, Reason
 
 __all__ = ["FitCache", "fits_all", "member_nodes"]
@@ -189,9 +190,9 @@ def member_nodes(
     return answer
 
 
-def _size(request: PodRequest) -> tuple[int, int, int, int]:
-    """What a request takes, whole GPUs or a share (with :func:`_shape`, its cache key)."""
-    return (request.gpus, request.shares, request.share_memory_mib, request.share_cores)
+def _size(request: PodRequest) -> tuple[Hashable, ...]:
+    """What a request takes of each kind (with :func:`_shape`, its cache key)."""
+    return tuple(kind.size(request) for kind in asked(request))
 
 
 def _free_gpus(inventory: Inventory, free_delta: Mapping[int, int] | None) -> npt.NDArray[np.int64]:
@@ -233,7 +234,7 @@ def _shape(request: PodRequest) -> object:
     if request.ip is not None:
         return request
     shape = (request.gpu_model, request.gpu_memory_mib, request.workload, request.cpu_milli)
-    return (*shape, "share", request.share_memory_mib) if request.shares else shape
+    return (*shape, *(part for kind in asked(request) for part in kind.pack_shape(request)))
 
 
 def _eligible(
@@ -246,8 +247,7 @@ def _eligible(
         return mask
     all_ids = np.arange(len(inventory.arrays.alive), dtype=np.int32)
     # The count is checked against free GPUs, or devices with room, in the simulation.
-    one = dataclasses.replace(request, shares=1) if request.shares else None
-    one = one or dataclasses.replace(request, gpus=1)
+    one = (asked(request) or (WHOLE_GPU,))[0].unit(request)
     mask = _DYNAMIC[policy.node_reasons(inventory, one, all_ids, config)]
     mask.flags.writeable = False
     if cache is not None:

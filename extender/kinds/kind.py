@@ -25,6 +25,10 @@ The members, in the order a pod meets them:
   waits for (its :class:`~extender.capacity_waits.WaitKind` and keys: a GPU model, a MIG
   profile), and what a pod leaving a node, or a node changing, frees of it
   (:mod:`extender.wakeups`);
+- ``size``, ``pack_shape`` and ``unit``: in a gang's whole-group fit, what a member takes of
+  this kind (the search's cache key), what of the kind decides which nodes it may use beside
+  its count, and the member reduced to one unit (its eligible nodes are those that could give
+  it one, were it free);
 - ``describe`` and ``detail``: what explain shows of the pod's demand, and of a node that
   turned it away for one of this kind's reasons (None: the filter's message says it all).
 
@@ -124,6 +128,12 @@ class Kind(Protocol[K]):
     def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]: ...
 
     def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]: ...
+
+    def size(self, demand: Demand) -> Hashable: ...
+
+    def pack_shape(self, request: PodRequest) -> tuple[object, ...]: ...
+
+    def unit(self, request: PodRequest) -> PodRequest: ...
 
     def describe(self, demand: Demand) -> dict[str, object]: ...
 

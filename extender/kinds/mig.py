@@ -8,6 +8,7 @@ free now (``GPU_MIG_FREE``). Bind packs them onto the GPUs already busy
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 
@@ -85,6 +86,15 @@ class MigDevices:
 
     def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]:
         return {slot.profile for slot in old.mig_slices + new.mig_slices}
+
+    def size(self, demand: Demand) -> Mig:
+        return demand.mig
+
+    def pack_shape(self, request: PodRequest) -> tuple[object, ...]:
+        return ("mig", tuple(profile for profile, _ in request.mig))
+
+    def unit(self, request: PodRequest) -> PodRequest:
+        return dataclasses.replace(request, mig=tuple((p, 1) for p, _ in request.mig))
 
     def describe(self, demand: Demand) -> dict[str, object]:
         return {"mig": dict(demand.mig)} if demand.mig else {}

@@ -8,6 +8,7 @@ room, and where bind puts a share, is :mod:`extender.shares`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 
@@ -111,6 +112,15 @@ class Share:
 
     def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]:
         return {old.gpu_model or "", new.gpu_model or ""}
+
+    def size(self, demand: Demand) -> tuple[int, int, int]:
+        return demand.shares, demand.share_memory_mib, demand.share_cores
+
+    def pack_shape(self, request: PodRequest) -> tuple[object, ...]:
+        return ("share", request.share_memory_mib)  # which devices are large enough
+
+    def unit(self, request: PodRequest) -> PodRequest:
+        return dataclasses.replace(request, shares=1)
 
     def describe(self, demand: Demand) -> dict[str, object]:
         if not demand.shares:

@@ -9,6 +9,7 @@ the node agent shares).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 
@@ -105,6 +106,15 @@ class WholeGpu:
 
     def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]:
         return {old.gpu_model or "", new.gpu_model or ""}
+
+    def size(self, demand: Demand) -> int:
+        return demand.gpus
+
+    def pack_shape(self, request: PodRequest) -> tuple[object, ...]:
+        return ()  # a node with enough free GPUs has enough GPUs
+
+    def unit(self, request: PodRequest) -> PodRequest:
+        return dataclasses.replace(request, gpus=1)
 
     def describe(self, demand: Demand) -> dict[str, object]:
         return {"gpus": demand.gpus}  # for every pod: 0 says it takes none
