@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from extender.kinds import asked
 from extender.scoring.scorer import Candidates, FloatArray, Scorer
 
 __all__ = ["SCORER"]
@@ -20,6 +21,6 @@ def _score(nodes: Candidates) -> FloatArray:
 SCORER = Scorer(
     name="cpu_only",
     default_weight=lambda config: config.allocation_weight + config.topology_weight,
-    applies=lambda nodes: nodes.request.devices == 0 and not nodes.request.mig,
+    applies=lambda nodes: not asked(nodes.request),  # no kind of GPU at all
     score=_score,
 )
