@@ -6,7 +6,7 @@ sentinel that is never alive: unknown node names map to it and fail as "unknown 
 
 Adding a column is one field of :class:`NodeArrays` (and, when an empty slot is not 0 or its
 type is not an integer, one entry below), and one line where the inventory writes a node's row
-(``Inventory._sync``).
+(``NodeSlots._sync``).
 """
 
 from __future__ import annotations

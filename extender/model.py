@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from enum import Enum, IntEnum
+from enum import Enum
 from typing import NamedTuple
 
 from extender.choices import Choice
 from extender.devices.document import UseSample
 from extender.devices.drift import Drift
+from extender.verdicts import PRECEDENCE, RANKED, FilterVerdict, Reason, Rejection
+
+# Reason, PRECEDENCE, RANKED, Rejection and FilterVerdict live in extender.verdicts; named here
+# too, where their callers have long imported them from.
+__all__ = [
+    "PRECEDENCE",
+    "RANKED",
+    "BindPlan",
+    "ClaimPlan",
+    "ClaimPolicy",
+    "Demand",
+    "Explanation",
+    "FilterVerdict",
+    "GpuInUse",
+    "GroupStatus",
+    "Holding",
+    "HoldingKind",
+    "IPRequest",
+    "MigSlot",
+    "NodeExplanation",
+    "NodeSpec",
+    "PodRequest",
+    "QuotaHold",
+    "Reason",
+    "Rejection",
+    "Victim",
+    "WorkloadClass",
+]
 
 
 class WorkloadClass(Enum):
@@ -209,156 +237,6 @@ class Holding(Demand):
             ip=ip,
             ip_pool=ip_pool,
         )
-
-
-class Reason(IntEnum):
-    """Why a node cannot host a pod. The numbers name a reason and mean nothing else: a new
-    reason takes the next number. Which reason wins when several apply is :data:`PRECEDENCE`'s
-    order; whether preemption may help, :attr:`resolvable`."""
-
-    FITS = 0
-    UNKNOWN_NODE = 1
-    INVALID_POD = 2
-    NO_GPUS = 3
-    GPU_MODEL = 4
-    GPU_MEMORY = 5
-    GPU_TOTAL = 6
-    CPU_THRESHOLD = 7
-    CPU_TOTAL = 8
-    IP_UNKNOWN_POOL = 9
-    IP_NO_POOL = 10
-    IP_NOT_IN_POOL = 11
-    IP_STICKY_BUSY = 12
-    IP_TAKEN = 13
-    IP_EXHAUSTED = 14
-    GPU_FREE = 15
-    CPU_FREE = 16
-    IP_TAKEN_HERE = 17  # held by a lower-priority pod on this very node: evicting it helps
-    IP_EXHAUSTED_EVICTABLE = 18  # lower-priority holders of the pool run on this node
-    # Whole-pod reasons of gangs (every node gets them alike).
-    GANG_NOT_FOUND = 19
-    GANG_QUORUM = 20
-    GANG_CAPACITY = 21  # the group does not fit now: evicting pods may help
-    GPU_UNHEALTHY = 22  # the node agent marked GPUs unhealthy: too few healthy ones remain
-    # GPU shares: the node's GPUs are smaller than the share (or their memory is unknown);
-    # too few of its GPUs have the memory, or the compute, free for it now.
-    GPU_SHARE_SIZE = 23
-    GPU_SHARE_MEMORY = 24
-    GPU_SHARE_CORES = 25
-    # MIG devices: the node has too few healthy ones of the profile at all; too few are free now.
-    GPU_MIG_PROFILE = 26
-    GPU_MIG_FREE = 27
-    # Whole-pod reasons of team quotas (extender.quotas): the pod (or its gang) would take its
-    # namespace over its quota's max; or over its min, borrowing what the rule does not lend.
-    QUOTA_MAX = 28
-    QUOTA_BORROW = 29
-    # The node agent reports GPUs in use by containers schedext did not place (the kubelet's
-    # PodResources): without them too few are free. Evicting other pods may still help.
-    GPU_IN_USE = 30
-
-    @property
-    def resolvable(self) -> bool:
-        """Whether evicting pods from the node could make it fit (a preemption candidate)."""
-        return self in _RESOLVABLE
-
-
-# When several reasons apply to a node, the first of these wins: what no eviction can change
-# (the node, the pod, the node's hardware, the address it can never give) before what
-# preemption might fix (free GPUs, free CPU, an address a lower-priority pod holds here).
-# Every reason but FITS stands here exactly once.
-PRECEDENCE: tuple[Reason, ...] = (
-    Reason.UNKNOWN_NODE,
-    Reason.INVALID_POD,
-    Reason.NO_GPUS,
-    Reason.GPU_MODEL,
-    Reason.GPU_MEMORY,
-    Reason.GPU_TOTAL,
-    Reason.GPU_UNHEALTHY,
-    Reason.GPU_SHARE_SIZE,
-    Reason.GPU_MIG_PROFILE,
-    Reason.CPU_THRESHOLD,
-    Reason.CPU_TOTAL,
-    Reason.IP_UNKNOWN_POOL,
-    Reason.IP_NO_POOL,
-    Reason.IP_NOT_IN_POOL,
-    Reason.IP_STICKY_BUSY,
-    Reason.IP_TAKEN,
-    Reason.IP_EXHAUSTED,
-    Reason.QUOTA_MAX,
-    Reason.QUOTA_BORROW,
-    Reason.GPU_IN_USE,
-    Reason.GPU_FREE,
-    Reason.GPU_SHARE_MEMORY,
-    Reason.GPU_SHARE_CORES,
-    Reason.GPU_MIG_FREE,
-    Reason.CPU_FREE,
-    Reason.IP_TAKEN_HERE,
-    Reason.IP_EXHAUSTED_EVICTABLE,
-    Reason.GANG_NOT_FOUND,
-    Reason.GANG_QUORUM,
-    Reason.GANG_CAPACITY,
-)
-
-# The filter's arrays hold ranks, not Reason numbers: FITS ranks 0, and every other reason its
-# place in PRECEDENCE counted from 1, so that the reason that wins on a node is the smallest
-# rank that applies. RANKED[rank] is the reason of a rank.
-RANKED: tuple[Reason, ...] = (Reason.FITS, *PRECEDENCE)
-
-_RESOLVABLE = frozenset(
-    {
-        Reason.GPU_IN_USE,
-        Reason.GPU_FREE,
-        Reason.GPU_SHARE_MEMORY,
-        Reason.GPU_SHARE_CORES,
-        Reason.GPU_MIG_FREE,
-        Reason.CPU_FREE,
-        Reason.IP_TAKEN_HERE,
-        Reason.IP_EXHAUSTED_EVICTABLE,
-        Reason.GANG_CAPACITY,
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """Nodes rejected for one reason."""
-
-    message: str
-    resolvable: bool  # whether preemption could help (FailedNodes only)
-    nodes: Sequence[str]
-    reason: Reason = Reason.INVALID_POD  # for metrics: rejections counted by reason
-    # Whether every name is one the inventory holds: such names are known to need no JSON
-    # escaping (see nodes.node_spec), which lets the encoder skip checking thousands of them.
-    known_nodes: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class FilterVerdict:
-    """Filter's answer: the nodes that passed, in input order (all known to the inventory),
-    and the rejected ones grouped by reason (a few groups, so encoding them costs little even
-    at thousands of nodes)."""
-
-    passed: Sequence[str]
-    rejections: tuple[Rejection, ...] = ()
-    # Shortlist mode (extender.shortlist): how many nodes passed before ``passed`` was cut to
-    # the best few; 0 when it was not. A shortlisted answer lists no rejected node.
-    shortlisted_from: int = 0
-
-    @property
-    def feasible(self) -> int:
-        """How many nodes passed, before any shortlist cut."""
-        return self.shortlisted_from or len(self.passed)
-
-    @property
-    def failed(self) -> dict[str, str]:
-        """Every rejected node and its reason. On the wire, those preemption may help go in
-        ``FailedNodes`` and the others (:attr:`unresolvable`) in ``FailedAndUnresolvableNodes``."""
-        return {node: r.message for r in self.rejections for node in r.nodes}
-
-    @property
-    def unresolvable(self) -> dict[str, str]:
-        """Rejected nodes that preemption cannot help (``FailedAndUnresolvableNodes``)."""
-        return {node: r.message for r in self.rejections if not r.resolvable for node in r.nodes}
 
 
 @dataclass(frozen=True, slots=True)

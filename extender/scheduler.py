@@ -8,41 +8,46 @@ preempt to :mod:`extender.preemption`, bind to :mod:`extender.binding`, whatever
 gang to :class:`~extender.gang.GangCoordinator`, and cluster events to
 :class:`~extender.intake.Intake`. Verbs take decoded values and return values; time is passed
 in (``now``), never read.
+
+Three classes it inherits keep it short, each a set of its doors:
+:class:`~extender.intake.Intake` (cluster events), :class:`~extender.preempt_verb.PreemptVerb`
+(preempt and what its approvals become) and :class:`~extender.shell_reads.ShellReads` (what
+the shell reads between verbs, and the effects it collects). Its ``__init__`` creates every
+book they use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from extender import binding, fields, policy, scoring, shortlist
-from extender.capacity_waits import Nudge, WaitBook
+from extender.capacity_waits import WaitBook
 from extender.choices import ChoiceBook
 from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
 from extender.explain import explain_pod
 from extender.fields import JSONObject
-from extender.gang import OPEN, GangCoordinator, GangEvent, GangGate, PodGroupSpec
+from extender.gang import OPEN, GangCoordinator, GangGate
 from extender.intake import Books, Intake
 from extender.inventory import IdArray, Inventory, InventoryConflictError
-from extender.ipam import IPClaimSpec
 from extender.model import (
     BindPlan,
     Explanation,
     FilterVerdict,
-    GroupStatus,
     Holding,
     PodRequest,
     QuotaHold,
     Reason,
-    Victim,
 )
 from extender.pending import PendingPods
 from extender.policy import PolicyConfig
-from extender.preemption import GangVictims, NodeVictims, select_victims
-from extender.quotas import Departures, QuotaBook, QuotaSpec, Shadowed, admit, victim_rule
+from extender.preempt_verb import PreemptVerb
+from extender.preemption import GangVictims
+from extender.quotas import Departures, QuotaBook, admit
 from extender.requests import PodRequestError, pod_request
 from extender.scoring import ScoreArray
+from extender.shell_reads import ShellReads
 from extender.statefulsets import StatefulSetBook
 from extender.tally import amounts
 from extender.wakeups import WakeUps
@@ -50,8 +55,10 @@ from extender.wakeups import WakeUps
 __all__ = ["Scheduler"]
 
 
-class Scheduler(Intake):
-    """The verbs, and (from :class:`~extender.intake.Intake`) the intake of cluster events."""
+class Scheduler(Intake, PreemptVerb, ShellReads):
+    """The verbs; from :class:`~extender.intake.Intake` the intake of cluster events, from
+    :class:`~extender.preempt_verb.PreemptVerb` preempt, from
+    :class:`~extender.shell_reads.ShellReads` the shell's reads."""
 
     def __init__(
         self,
@@ -117,22 +124,6 @@ class Scheduler(Intake):
         # The same pod comes through filter and then prioritize (and again on every retry).
         self._last_request: tuple[str, str, PodRequest] | None = None
 
-    @property
-    def inventory(self) -> Inventory:
-        return self._inventory
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
-
-    def pending_pods(self, limit: int) -> tuple[PodRequest, ...]:
-        """The first ``limit`` pending pods, by namespace and name."""
-        return self._pending.listing(limit)
-
-    @property
-    def reservation_count(self) -> int:
-        return self._inventory.reservation_count
-
     # ------------------------------------------------------------------ verbs
 
     def filter(self, pod: JSONObject, node_names: Sequence[str]) -> FilterVerdict:
@@ -171,45 +162,6 @@ class Scheduler(Intake):
         scores = self._score(request, ids)
         self._choices.offer(request.uid, ids, scores, self._inventory.layout)
         return scores
-
-    def preempt(
-        self,
-        pod: JSONObject,
-        candidates: Mapping[str, Sequence[Victim]],
-        *,
-        now: float | None = None,
-    ) -> dict[str, NodeVictims]:
-        """Victims per candidate node worth preempting on (see :mod:`extender.preemption`).
-        With ``now`` the answer is remembered for :meth:`awaited_victims` (an empty answer
-        replaces an earlier one)."""
-        chosen = self._victims(pod, candidates, now)
-        if now is not None and (uid := fields.text(fields.obj(pod, "metadata"), "uid")):
-            approved = {n: v.uids for n, v in chosen.items()}
-            self._evictions.record(uid, approved, now)
-            if len(self._quotas):
-                self._departures.record(uid, approved, now)
-                if not approved and len(self._departures):
-                    self._evictions.retry(uid)  # the leaving may make its room
-        return chosen
-
-    def awaited_victims(
-        self, pod: JSONObject, node_names: Sequence[str], now: float
-    ) -> tuple[str, ...]:
-        """Victims preempt approved for ``pod`` on nodes now offered to it that the
-        inventory still holds: kube-scheduler, offering those nodes, has seen them go, and
-        schedext's watch is behind. Call :meth:`victims_settled` once the wait ends."""
-        if not len(self._evictions):  # the common case, on every filter call
-            return ()
-        uid = fields.text(fields.obj(pod, "metadata"), "uid")
-        if not uid:
-            return ()
-        held = self._inventory.holding
-        return self._evictions.awaited(uid, node_names, lambda v: held(v) is not None, now)
-
-    def victims_settled(self, pod: JSONObject) -> None:
-        """The wait for ``pod``'s victims ended (they went, or the wait's bound passed):
-        never wait for them again."""
-        self._evictions.settle(fields.text(fields.obj(pod, "metadata"), "uid"))
 
     def plan_bind(self, *, uid: str, namespace: str, name: str, node: str, now: float) -> BindPlan:
         """Re-check the pod against the current inventory, choose its GPUs and reserve them.
@@ -280,69 +232,6 @@ class Scheduler(Intake):
             score=lambda r, names: self._score(r, self._inventory.ids(names)),
         )  # fmt: skip
 
-    def quotas(self) -> list[QuotaSpec]:
-        """The team quotas that apply, one per namespace (what each uses:
-        ``inventory.namespace_use``)."""
-        return self._quotas.quotas()
-
-    def shadowed_quotas(self) -> list[Shadowed]:
-        """Second quotas of a namespace, which do not apply (see extender.quotas.book)."""
-        return self._quotas.shadowed()
-
-    # ------------------------------------------------------------ gang reads
-
-    def waiting_groups(self) -> list[str]:
-        return self._gangs.book.waiting_groups()
-
-    def gang_deadline(self, group: str) -> float | None:
-        """When the group's wait at the bind barrier ends; None when it is not waiting."""
-        return self._gangs.book.deadline(group)
-
-    def gang_failure(self, group: str) -> GangEvent | None:
-        """How the group's last wait at the bind barrier ended without completing (timed out
-        or released, with the reason); None when it has not since it last completed."""
-        return self._gangs.book.failure(group)
-
-    def take_gang_events(self) -> list[GangEvent]:
-        """Effects for the shell: wake (COMPLETE) or fail (RELEASED, TIMED_OUT) waiting binds,
-        have kube-scheduler retry the members turned away for missing ones (QUORUM)."""
-        return self._gangs.book.take_events()
-
-    def group_status(self, group: str) -> GroupStatus | None:
-        return self._gangs.status(group)
-
-    def pod_groups(self) -> list[PodGroupSpec]:
-        return self._gangs.book.specs()
-
-    def take_capacity_requeues(self, now: float) -> list[Nudge]:
-        """The pods filter turned away, still pending, whose wait schedext has since seen
-        end: an address, GPUs, a share's room, a MIG device or quota headroom freed. The
-        shell has kube-scheduler retry them, which it may not do on its own (see
-        extender.capacity_waits), and calls again at :meth:`next_requeue_at`."""
-        return self._wakeups.take(now, self._inventory, self._pending)
-
-    def next_requeue_at(self) -> float | None:
-        """When a retry held back (one per pod per second) is due; None when none is."""
-        return self._wakeups.next_at()
-
-    def take_preemptor_requeues(self) -> list[tuple[str, str]]:
-        """(namespace/name, uid) of the preemptors, still pending, whose victims on some node
-        schedext has seen all go: the shell has kube-scheduler retry them, which it may not
-        do on its own (see extender.evictions)."""
-        # Something freed: a pod gone, or approvals forgotten that held others' victims back.
-        removals = self._inventory.removals + self._departures.forgotten
-        freed = removals != self._removals_seen
-        self._removals_seen = removals
-        if not len(self._evictions):
-            return []
-        held = self._inventory.holding
-        cleared = self._evictions.cleared(lambda uid: held(uid) is not None, freed=freed)
-        return [(r.key, uid) for uid in cleared if (r := self._pending.get(uid)) is not None]
-
-    def claims_to_release(self) -> list[IPClaimSpec]:
-        """Sticky claims whose identity is gone for good (see extender.statefulsets)."""
-        return self._statefulsets.claims_to_release(self._inventory.addresses.claims())
-
     # -------------------------------------------------------------- internals
 
     def _judge(
@@ -353,38 +242,6 @@ class Scheduler(Intake):
         ids = self._inventory.ids(node_names)
         verdict, passed = policy.filter_ids(self._inventory, request, node_names, ids, self.config)
         return self._gangs.keep_room(request, verdict, passed, gate)
-
-    def _victims(
-        self, pod: JSONObject, candidates: Mapping[str, Sequence[Victim]], now: float | None
-    ) -> dict[str, NodeVictims]:
-        try:
-            request = pod_request(
-                pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares
-            )
-        except PodRequestError:
-            return {}
-        group_can_fit = None
-        if request.group is not None:
-            group_can_fit = self._gangs.eviction_check(request)
-            if group_can_fit is None:
-                return {}  # its group is unknown: no node is worth preempting on for it
-        held = self._inventory.holding
-        use = self._departures.deduct(self._inventory.namespace_use, held, now)
-        taken = (
-            self._departures.leaving(held, now, besides=request.uid)
-            if now is not None and len(self._departures)
-            else frozenset()
-        )
-        rule = victim_rule(self._quotas, request.namespace, amounts(request), used=use, taken=taken)
-        return select_victims(
-            self._inventory,
-            request,
-            candidates,
-            self.config,
-            gang_victims=self._gang_victims,
-            group_can_fit=group_can_fit,
-            rule=rule,
-        )
 
     def _quota_hold(self, request: PodRequest) -> QuotaHold | None:
         """Why the pod's team quota holds it back (its gang counted whole); None: it does not.

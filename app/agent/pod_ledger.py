@@ -23,7 +23,7 @@ from extender import names
 from extender.config import ShareResources
 from extender.devices.allocation import NodePod
 from extender.devices.containers import ContainerGrant, format_grants, granted_devices
-from extender.devices.pods import node_pod
+from extender.node_pods import node_pod
 
 __all__ = ["ApiPodLedger", "node_pods_resource"]
 

@@ -31,8 +31,8 @@ from extender import names
 from extender.devices.containers import format_grants
 from extender.devices.gpus import Gpu
 from extender.devices.links import nvlink_groups
-from extender.devices.pods import node_pod
 from extender.devices.share_handle import ShareHandle, slot_gpu
+from extender.node_pods import node_pod
 from tests.builders import make_pod, share_pod, with_containers
 from tests.device_manager import Container, DeviceManager
 from tests.kubelet import KubeletClient, ServedPlugins, quick_endpoint

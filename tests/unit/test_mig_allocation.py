@@ -13,7 +13,7 @@ from extender.devices.allocation import AllocationError, NodePod
 from extender.devices.containers import ContainerGrant, PodContainer, Role
 from extender.devices.mig_allocation import grant_mig, match_mig_pod, preferred_mig
 from extender.devices.mig_slices import resource_name
-from extender.devices.pods import node_pod
+from extender.node_pods import node_pod
 from tests.mig_builders import mig_pod
 from tests.nvml_builders import mig_uuid
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from app import wire
-from extender import _packed_py, inventory, packed, policy
+from extender import _packed_py, node_slots, packed, policy
 from extender.packed import PackedNames
 from tests.builders import make_node, make_pod
 from tests.unit.helpers import scheduler_with
@@ -335,7 +335,7 @@ def packed_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     impl: ModuleType = request.param
     for name in ("NameTable", "count_codes", "render", "render_scores", "render_sections", "scan"):
         monkeypatch.setattr(packed, name, getattr(impl, name))
-    monkeypatch.setattr(inventory, "NameTable", impl.NameTable)
+    monkeypatch.setattr(node_slots, "NameTable", impl.NameTable)
     monkeypatch.setattr(policy, "count_codes", impl.count_codes)
     return impl
 

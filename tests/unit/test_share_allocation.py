@@ -15,7 +15,6 @@ from extender.config import SHARE_PRESETS, ShareResources
 from extender.devices.allocation import AllocationError, NodePod, in_use
 from extender.devices.containers import ContainerGrant, PodContainer, Role
 from extender.devices.gpus import Gpu, GpuHealth
-from extender.devices.pods import node_pod
 from extender.devices.share_allocation import (
     NoShareWaitingError,
     ShareGrant,
@@ -31,6 +30,7 @@ from extender.devices.share_handle import (
     share_handle,
     slot_gpu,
 )
+from extender.node_pods import node_pod
 from tests.builders import make_pod, share_pod
 
 H100_MIB = 81559

@@ -1,5 +1,10 @@
 """A pod object, as the node agent needs it: a :class:`NodePod` (what it asks for, whole GPUs
-or a share of some, what schedext chose, what the agent already gave it)."""
+or a share of some, what schedext chose, what the agent already gave it).
+
+It reads the pod as the extender reads a bound one (:func:`extender.requests.holding_from_pod`),
+so that the agent and the extender never disagree on what a pod holds. That is why it lives
+here and not in :mod:`extender.devices`: the node half's values sit below the model, the
+requests above it, and a decoder that needs both stands above both."""
 
 from __future__ import annotations
 

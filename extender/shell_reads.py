@@ -1,0 +1,107 @@
+"""What the shell reads of the core's books between verbs, and the effects it collects.
+
+The views (the inventory, the pending pods, the quotas, each gang's wait and status) and the
+effects the core leaves for the shell to perform (gang events to dispatch, pods to send back
+to kube-scheduler once what they wait for is freed, sticky claims to release). None of them
+decides anything: each is one book's answer, handed out as a value.
+
+Why a class of its own: they are many and small, they are not verbs, and apart from the
+verbs they leave :class:`~extender.scheduler.Scheduler` a list of the questions kube-scheduler
+asks. It is a mixin: ``Scheduler`` creates the books declared below (its ``__init__``) and
+inherits these methods, so callers see one class.
+"""
+
+from __future__ import annotations
+
+from extender.capacity_waits import Nudge
+from extender.gang import GangCoordinator, GangEvent, PodGroupSpec
+from extender.inventory import Inventory
+from extender.ipam import IPClaimSpec
+from extender.model import GroupStatus, PodRequest
+from extender.pending import PendingPods
+from extender.quotas import QuotaBook, QuotaSpec, Shadowed
+from extender.statefulsets import StatefulSetBook
+from extender.wakeups import WakeUps
+
+__all__ = ["ShellReads"]
+
+
+class ShellReads:
+    """The shell's reads and the effects it collects: mixed into
+    :class:`~extender.scheduler.Scheduler`, which owns the books declared here."""
+
+    _inventory: Inventory
+    _pending: PendingPods
+    _gangs: GangCoordinator
+    _quotas: QuotaBook
+    _wakeups: WakeUps
+    _statefulsets: StatefulSetBook
+
+    # ----------------------------------------------------------------- views
+
+    @property
+    def inventory(self) -> Inventory:
+        return self._inventory
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def pending_pods(self, limit: int) -> tuple[PodRequest, ...]:
+        """The first ``limit`` pending pods, by namespace and name."""
+        return self._pending.listing(limit)
+
+    @property
+    def reservation_count(self) -> int:
+        return self._inventory.reservation_count
+
+    def quotas(self) -> list[QuotaSpec]:
+        """The team quotas that apply, one per namespace (what each uses:
+        ``inventory.namespace_use``)."""
+        return self._quotas.quotas()
+
+    def shadowed_quotas(self) -> list[Shadowed]:
+        """Second quotas of a namespace, which do not apply (see extender.quotas.book)."""
+        return self._quotas.shadowed()
+
+    # ------------------------------------------------------------ gang reads
+
+    def waiting_groups(self) -> list[str]:
+        return self._gangs.book.waiting_groups()
+
+    def gang_deadline(self, group: str) -> float | None:
+        """When the group's wait at the bind barrier ends; None when it is not waiting."""
+        return self._gangs.book.deadline(group)
+
+    def gang_failure(self, group: str) -> GangEvent | None:
+        """How the group's last wait at the bind barrier ended without completing (timed out
+        or released, with the reason); None when it has not since it last completed."""
+        return self._gangs.book.failure(group)
+
+    def take_gang_events(self) -> list[GangEvent]:
+        """Effects for the shell: wake (COMPLETE) or fail (RELEASED, TIMED_OUT) waiting binds,
+        have kube-scheduler retry the members turned away for missing ones (QUORUM)."""
+        return self._gangs.book.take_events()
+
+    def group_status(self, group: str) -> GroupStatus | None:
+        return self._gangs.status(group)
+
+    def pod_groups(self) -> list[PodGroupSpec]:
+        return self._gangs.book.specs()
+
+    # ------------------------------------------------------ requeues, claims
+
+    def take_capacity_requeues(self, now: float) -> list[Nudge]:
+        """The pods filter turned away, still pending, whose wait schedext has since seen
+        end: an address, GPUs, a share's room, a MIG device or quota headroom freed. The
+        shell has kube-scheduler retry them, which it may not do on its own (see
+        extender.capacity_waits), and calls again at :meth:`next_requeue_at`."""
+        return self._wakeups.take(now, self._inventory, self._pending)
+
+    def next_requeue_at(self) -> float | None:
+        """When a retry held back (one per pod per second) is due; None when none is."""
+        return self._wakeups.next_at()
+
+    def claims_to_release(self) -> list[IPClaimSpec]:
+        """Sticky claims whose identity is gone for good (see extender.statefulsets)."""
+        return self._statefulsets.claims_to_release(self._inventory.addresses.claims())
