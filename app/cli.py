@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port to listen on (default 8888)")
     serve.add_argument("--snapshot", type=Path, help="nodes and pods from a kubectl JSON/YAML dump")
     serve.add_argument("--kubeconfig", type=Path, help="watch the cluster of this kubeconfig")
-    serve.add_argument("--config", type=Path, help="YAML settings file (see README)")
+    serve.add_argument("--config", type=Path, help="YAML settings file (see docs/configuration.md)")
     serve.add_argument("--path-prefix", help="also serve the verbs under this prefix")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.add_argument(

@@ -45,42 +45,98 @@ class _Group(BaseModel):
 
 
 class ServerSettings(_Group):
-    host: str = "127.0.0.1"
-    port: int = Field(default=8888, ge=0, le=65535)
-    # Verbs are served at /<verb> and, when set, also at <path_prefix>/<verb>.
-    path_prefix: str = ""
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    # A client that has not sent its whole body by then is cut off (slow-body defence).
-    body_timeout_s: float = Field(default=10.0, gt=0)
-    # A request's line and headers not all in by then (counted from its first byte, or for a
-    # new connection from its opening) get a 408 and the connection closed: a client sending
-    # them a byte at a time would otherwise hold its connection for ever. kube-scheduler
-    # sends them in one write.
-    header_timeout_s: float = Field(default=10.0, gt=0)
-    access_log: bool = False
-    # prioritize's answer to a request without ?full: the compact one kube-scheduler gets (the
-    # hosts above the lowest score, lowered by it), or with true every host and its absolute
-    # score, for callers that read the scores themselves.
-    prioritize_full: bool = False
-    # A constant-answer endpoint the latency benchmark compares against.
-    bench_endpoints: bool = False
-    # HTTPS: the server certificate chain and its key (PEM). With tls_client_ca_file every
-    # client must present a certificate signed by that CA, or the TLS handshake fails before
-    # any HTTP request is read (mTLS between kube-scheduler and schedext).
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_client_ca_file: Path | None = None
-    # bind moves pods, so the verbs must be reachable only over loopback or mTLS; this opts out.
-    insecure_allow_remote: bool = False
-    # A second listener, plain HTTP on every address, serving only /metrics and /healthz (for
-    # Prometheus; see app.metrics_listener). Off by default.
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    # A third listener, plain HTTP on every address, serving only the read-only views
-    # (/inventory, /explain/NAMESPACE/NAME, /healthz): what `kubectl schedext` reads through the
-    # API server's service proxy (see app.views_listener). Off by default. A port apart from
-    # the metrics one, so that a NetworkPolicy can let Prometheus scrape metrics without also
-    # letting it read pod names, and the API server read the views without the metrics.
-    views_port: int | None = Field(default=None, ge=0, le=65535)
+    """The listeners: the verbs' address and port, TLS, and the metrics and views ports."""
+
+    host: str = Field(
+        default="127.0.0.1",
+        description="The address the verbs listen on. Keep `bind` on loopback (sidecar) unless "
+        "you add mTLS: any other address needs `tls_client_ca_file`, or "
+        "`insecure_allow_remote`.",
+    )
+    port: int = Field(
+        default=8888,
+        ge=0,
+        le=65535,
+        description="The port of the verbs, `/ui`, `/inventory`, `/explain`, `/metrics` and the "
+        "health checks.",
+    )
+    path_prefix: str = Field(
+        default="",
+        description="Also serve the verbs under this prefix, at `<path_prefix>/<verb>`; they "
+        "are always served at `/<verb>`.",
+    )
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="The largest request body accepted; a larger one gets a specific error.",
+    )
+    body_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A client that has not sent its whole body within this many seconds is cut "
+        "off (slow-body defence).",
+    )
+    # kube-scheduler sends the request line and headers in one write; a client sending them a
+    # byte at a time would otherwise hold its connection for ever.
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A request whose line and headers are not all in within this many seconds "
+        "(counted from its first byte, or for a new connection from its opening) gets a 408, "
+        "and the connection is closed.",
+    )
+    access_log: bool = Field(default=False, description="Log one line per HTTP request.")
+    prioritize_full: bool = Field(
+        default=False,
+        description="prioritize's answer to a request without `?full`: false, the compact one "
+        "kube-scheduler gets (the hosts above the lowest score, lowered by it); true, every "
+        "host and the score schedext gives it, for callers that read the scores themselves "
+        "(`?full=0` still answers the compact one).",
+    )
+    bench_endpoints: bool = Field(
+        default=False,
+        description="Add the constant-answer endpoint the latency benchmark compares against "
+        "(`--bench-endpoints`).",
+    )
+    tls_cert_file: Path | None = Field(
+        default=None,
+        description="Serve HTTPS with this certificate chain (PEM); goes with `tls_key_file`.",
+    )
+    tls_key_file: Path | None = Field(
+        default=None, description="The private key of `tls_cert_file` (PEM)."
+    )
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="Require every client to present a certificate signed by this CA (PEM), "
+        "or the TLS handshake fails before any HTTP request is read: mTLS between "
+        "kube-scheduler and schedext. Needs `tls_cert_file`.",
+    )
+    insecure_allow_remote: bool = Field(
+        default=False,
+        description="Allow a `host` other than loopback without client certificates. `bind` "
+        "moves pods, so the verbs are otherwise reachable only over loopback or mTLS: anyone "
+        "who can reach the port could bind pods. For demos only.",
+    )
+    # See app.metrics_listener.
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="A second listener, plain HTTP on every address, that serves only "
+        "`/metrics` and `/healthz`, for Prometheus (9090 in the manifests). null: none.",
+    )
+    # See app.views_listener. A port apart from the metrics one, so that a NetworkPolicy can
+    # let Prometheus scrape metrics without also letting it read pod names, and the API server
+    # read the views without the metrics.
+    views_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="A third listener, plain HTTP on every address, that serves only the "
+        "read-only views `/inventory`, `/explain/NAMESPACE/NAME` and `/healthz`: what "
+        "`kubectl schedext` reads through the API server's service proxy (9091 in the "
+        "manifests). null: none.",
+    )
 
     @field_validator("path_prefix")
     @classmethod
@@ -173,22 +229,49 @@ class ServerSettings(_Group):
 
 
 class ShareSettings(_Group):
-    """GPU shares: the resources pods ask for them with, and where they go.
+    """GPU shares: the resources pods ask for them with, and where they go."""
 
-    ``preset`` names the resources of the scheduler a cluster moves from (``schedext``,
-    ``gpushare``: ``aliyun.com/gpu-mem`` in GiB; ``hami``: ``nvidia.com/gpumem`` in MiB,
-    ``nvidia.com/gpucores``, ``nvidia.com/gpu`` counting the devices); the fields below
-    override it one by one ("" turns cores or count off)."""
-
-    preset: Literal["schedext", "gpushare", "hami"] = "schedext"
-    memory_resource: str | None = None
-    memory_unit: Literal["MiB", "GiB"] | None = None
-    cores_resource: str | None = None
-    count_resource: str | None = None
-    # A share must name the count resource (the agent's handle to give it its GPU).
-    count_required: bool = True
-    placement: Literal["pack", "spread"] = "pack"
-    weight: int = Field(default=7, ge=0)
+    preset: Literal["schedext", "gpushare", "hami"] = Field(
+        default="schedext",
+        description="The resources pods ask for shares with, as the scheduler a cluster moves "
+        "from names them: `schedext` (`schedext.io/gpu-memory` in MiB, "
+        "`schedext.io/gpu-cores`, `schedext.io/gpu-shares`), `gpushare` "
+        "(`aliyun.com/gpu-mem` in GiB; no cores, no count: always one GPU) or `hami` "
+        "(`nvidia.com/gpumem` in MiB, `nvidia.com/gpucores`, and `nvidia.com/gpu` counting "
+        "shares in a pod that also asks for memory or cores). The keys below override it one "
+        "by one.",
+    )
+    memory_resource: str | None = Field(
+        default=None,
+        description="The resource of a share's GPU memory, on each GPU it shares; null: the "
+        "preset's.",
+    )
+    memory_unit: Literal["MiB", "GiB"] | None = Field(
+        default=None, description="The unit of `memory_resource`; null: the preset's."
+    )
+    cores_resource: str | None = Field(
+        default=None,
+        description="The resource of a share's percent of each GPU's SMs; null: the preset's, "
+        '"" for none.',
+    )
+    count_resource: str | None = Field(
+        default=None,
+        description="The resource that says on how many distinct GPUs a share is (the node "
+        "agent's device-plugin handle); null: the preset's, \"\" for none (always one GPU).",
+    )
+    count_required: bool = Field(
+        default=True,
+        description="A share pod must name the count resource: the kubelet calls a device "
+        "plugin only for the resources a pod asks for, so without it the agent never gives the "
+        "pod its GPU, and a CUDA image would see every GPU of the node. false: a missing count "
+        "means one GPU, for clusters that give shares their devices some other way.",
+    )
+    placement: Literal["pack", "spread"] = Field(
+        default="pack",
+        description="`pack`: a share goes on the fullest device that has room, so that whole "
+        "devices stay free for whole-GPU pods; `spread`: on the emptiest.",
+    )
+    weight: int = Field(default=7, ge=0, description="The share scorer's share of the 0..10 score.")
 
     def resources(self) -> ShareResources:
         base = SHARE_PRESETS[self.preset]
@@ -206,36 +289,100 @@ _UNITS = {"MiB": 1, "GiB": 1024}
 
 
 class PolicySettings(_Group):
-    gpu_resource: str = names.GPU_RESOURCE
-    cpu_intensive_min_cpu: str = "2000m"
-    gpu_scoring: Literal["binpack", "spread"] = "binpack"
-    allocation_weight: int = Field(default=7, ge=0)
-    topology_weight: int = Field(default=3, ge=0)
-    rack_weight: int = Field(default=10, ge=0)
-    ip_weight: int = Field(default=3, ge=0)
-    # Any scorer's weight by its name (extender.scoring), over the knobs above; the one way to
-    # weigh a scorer that has no knob of its own. {"topology": 5, "cpu_only": 0}
-    weights: dict[str, int] = Field(default_factory=dict)
-    rack_label: str = names.RACK_LABEL
-    zone_label: str = names.ZONE_LABEL
-    # The node agent's live-use samples older than this are ignored (the live_use scorer,
-    # weight 0 unless weights.live_use says otherwise).
-    live_use_stale_s: float = Field(default=300.0, gt=0)
+    """What filter and prioritize decide by: the GPU resource, the scorers' weights, shortlist
+    mode, and the pods sent back when what they wait for frees."""
+
+    gpu_resource: str = Field(
+        default=names.GPU_RESOURCE,
+        description="The extended resource that counts whole GPUs, in pods and in node "
+        "allocatable (for example `example.com/gpu`); the node agent's `resource_name` must "
+        "match.",
+    )
+    cpu_intensive_min_cpu: str = Field(
+        default="2000m",
+        description="Pods labelled `workload-type: CPU-intensive` go only to nodes with at "
+        "least this much allocatable CPU (a CPU quantity), and enough of it free.",
+    )
+    gpu_scoring: Literal["binpack", "spread"] = Field(
+        default="binpack",
+        description="How prioritize places GPU pods: `binpack` fills the fullest GPU node "
+        "first, `spread` the emptiest.",
+    )
+    allocation_weight: int = Field(
+        default=7,
+        ge=0,
+        description="The share of the 0..10 score that GPU allocation (binpack or spread, and "
+        "MIG packing) gets.",
+    )
+    topology_weight: int = Field(
+        default=3,
+        ge=0,
+        description='The share of the score that "the GPUs fit in one NVLink/NUMA group" gets.',
+    )
+    rack_weight: int = Field(
+        default=10,
+        ge=0,
+        description="Gang members: the share of the score that the rack (or zone) of their "
+        "group's placed members gets.",
+    )
+    ip_weight: int = Field(
+        default=3,
+        ge=0,
+        description="Pods that ask for an address: the share of the score that the free share "
+        "of the node's pool gets.",
+    )
+    weights: dict[str, int] = Field(
+        default_factory=dict,
+        description="Any scorer's weight by its name (`extender/scoring/`), over the knobs "
+        "above: the one way to weigh a scorer that has no knob of its own, such as "
+        "`{topology: 5, cpu_only: 0}` (`live_use` weighs 0 unless set here). In the "
+        "environment, as JSON: `SCHEDEXT_POLICY__WEIGHTS='{\"live_use\": 2}'`.",
+    )
+    rack_label: str = Field(
+        default=names.RACK_LABEL,
+        description="The node label of a node's rack, where gang members prefer to join their "
+        "group.",
+    )
+    zone_label: str = Field(
+        default=names.ZONE_LABEL,
+        description="The node label of a node's zone, gang members' choice after the rack.",
+    )
+    live_use_stale_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="The node agents' live-use samples (`schedext.io/gpu-use`) older than this "
+        "many seconds are ignored by the `live_use` scorer.",
+    )
     shares: ShareSettings = ShareSettings()
-    # Shortlist mode: filter answers only this many feasible nodes, the best by schedext's
-    # scorers, and the scheduler configuration registers no prioritizeVerb (one call per pod
-    # instead of two). 0: filter answers every feasible node and prioritize scores them.
-    shortlist: int = Field(default=1, ge=0, le=1000)
-    # The shortlist of a pod with soft preferences (preferred affinities, a ScheduleAnyway
-    # topology spread), for kube-scheduler's Score plugins to choose from; also how many nodes
-    # tied for the best a shortlist keeps. 0: as shortlist, and no tie kept.
-    shortlist_preferred: int = Field(default=8, ge=0, le=1000)
-    # A pod filter turned away for GPUs, a share's memory or cores, a MIG device, an address
-    # or quota headroom is sent back to kube-scheduler (the schedext.io/requeued-at nudge)
-    # when schedext's watch sees that freed: kube-scheduler's own retry may have come before
-    # schedext's watch saw it. How many waiting pods one freeing sends back, the longest
-    # waiting first; a pod is sent back at most once a second. Each is one pod patch.
-    requeue_per_event: int = Field(default=8, ge=1, le=1000)
+    shortlist: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Shortlist mode: filter answers only this many feasible nodes, the best by "
+        "schedext's scorers, and the scheduler configuration registers no `prioritizeVerb` "
+        "(one call per pod instead of two). 0: full mode, filter answers every feasible node "
+        "and prioritize scores them (add `prioritizeVerb: prioritize`).",
+    )
+    shortlist_preferred: int = Field(
+        default=8,
+        ge=0,
+        le=1000,
+        description="The shortlist of a pod with soft preferences (preferred affinities, a "
+        "`ScheduleAnyway` topology spread), for kube-scheduler's Score plugins to choose "
+        "from; also how many nodes tied for the best a shortlist keeps. 0: as `shortlist`, "
+        "and no tie kept.",
+    )
+    # kube-scheduler's own retry may have come before schedext's watch saw the freeing.
+    requeue_per_event: int = Field(
+        default=8,
+        ge=1,
+        le=1000,
+        description="A pod filter turned away for GPUs, a share's memory or cores, a MIG "
+        "device, an address or quota headroom is sent back to kube-scheduler (the "
+        "`schedext.io/requeued-at` nudge) when schedext sees that freed: how many waiting pods "
+        "one freeing sends back, the longest waiting first. A pod is sent back at most once a "
+        "second; each is one pod patch.",
+    )
 
     @field_validator("cpu_intensive_min_cpu")
     @classmethod
@@ -277,72 +424,169 @@ class PolicySettings(_Group):
 
 
 class BindSettings(_Group):
-    # How long a GPU reservation made by bind lives without the pod being seen bound.
-    reservation_ttl_s: float = Field(default=60.0, gt=0)
-    # Pending pods remembered between filter and bind.
-    pending_capacity: int = Field(default=10_000, ge=1)
-    # The API binder's whole budget: the sticky address claim, the Binding, its retries and
-    # the reads that explain a conflict, each call capped at what is left of it.
-    api_deadline_s: float = Field(default=8.0, gt=0)
-    api_attempts: int = Field(default=4, ge=1)
-    # kube-scheduler's extender httpTimeout (manifests/scheduler-config.yaml). A bind may wait
-    # at the gang barrier and then write to the API server: both, and a moment to answer,
-    # must fit inside it, or kube-scheduler gives up on a bind that still goes through.
-    extender_http_timeout_s: float = Field(default=30.0, gt=0)
+    """bind: its reservations, and its budget on the API server."""
+
+    reservation_ttl_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="GPUs (and an address) reserved by a bind that never completed are freed "
+        "after this many seconds, unless the watch has shown the pod bound or gone first.",
+    )
+    pending_capacity: int = Field(
+        default=10_000, ge=1, description="Pending pods remembered between filter and bind."
+    )
+    api_deadline_s: float = Field(
+        default=8.0,
+        gt=0,
+        description="The API binder's whole budget in seconds: the sticky address claim, the "
+        "Binding, its retries and the reads that explain a conflict, each call capped at what "
+        "is left of it.",
+    )
+    api_attempts: int = Field(
+        default=4,
+        ge=1,
+        description="How many times the Binding is posted at most, after a conflict or a "
+        "transient error, within `api_deadline_s`.",
+    )
+    # A bind may wait at the gang barrier and then write to the API server: both, and a
+    # moment to answer, must fit inside it, or kube-scheduler gives up on a bind that still
+    # goes through.
+    extender_http_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="kube-scheduler's extender `httpTimeout` "
+        "(`manifests/scheduler-config.yaml`; the chart sets it from this). "
+        "`gang.max_wait_s` + `api_deadline_s` + 1 s to answer must fit in it: schedext "
+        "refuses to start otherwise.",
+    )
 
 
 class GangSettings(_Group):
-    # How long members wait at the bind barrier when the PodGroup sets no
-    # scheduleTimeoutSeconds, and the cap on any group's wait (see bind.extender_http_timeout_s).
-    default_timeout_s: float = Field(default=20.0, gt=0)
-    max_wait_s: float = Field(default=20.0, gt=0)
-    # How often PodGroup status (phase, scheduled, running) is written back when it changed.
-    status_interval_s: float = Field(default=2.0, gt=0)
+    """Gangs (PodGroups): the wait at the bind barrier, and the status write-back."""
+
+    default_timeout_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="How long members wait at the bind barrier when the PodGroup sets no "
+        "`scheduleTimeoutSeconds`.",
+    )
+    max_wait_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="The cap on any group's wait at the barrier (+ `bind.api_deadline_s` + 1 s "
+        "<= `bind.extender_http_timeout_s`).",
+    )
+    status_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often a PodGroup's status (phase, scheduled, running) is written "
+        "back, when it changed.",
+    )
 
 
 class QuotaSettings(_Group):
-    # How often each ElasticQuota's status.used is written back, at most, when it changed.
-    status_interval_s: float = Field(default=10.0, gt=0)
+    """Team quotas (ElasticQuota)."""
+
+    status_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often each ElasticQuota's `status.used` is written back, at most, "
+        "when it changed.",
+    )
 
 
 class PreemptionSettings(_Group):
-    # protect: gang members are never victims; whole-group: a gang is evicted whole on a node
-    # and its members elsewhere count as PDB violations (see extender.preemption).
-    gang_victims: Literal["protect", "whole-group"] = "protect"
-    # When kube-scheduler offers a preemptor the node whose victims preempt approved while
-    # schedext's watch still shows them, filter waits up to this long for the watch to catch
-    # up (kube-scheduler has seen them go); 0 never waits. See extender.evictions.
-    victim_wait_s: float = Field(default=1.0, ge=0, le=10)
-    # How long an approval of victims is remembered for that (the victims' termination
-    # grace period included).
-    victim_memory_s: float = Field(default=120.0, gt=0)
+    """preempt: gang victims, and filter's wait for approved victims to go."""
+
+    # See extender.preemption.
+    gang_victims: Literal["protect", "whole-group"] = Field(
+        default="protect",
+        description="`protect`: gang members are never victims; `whole-group`: a gang is "
+        "evicted whole on a node, and its members elsewhere count as PDB violations.",
+    )
+    # See extender.evictions.
+    victim_wait_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=10,
+        description="When kube-scheduler offers a preemptor the node whose victims `preempt` "
+        "approved while schedext's watch still shows them, filter waits up to this many "
+        "seconds for the watch to catch up. 0: never (nor ever without a cluster).",
+    )
+    victim_memory_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long `preempt`'s approved victims are remembered for that, their "
+        "termination grace period included.",
+    )
 
 
 class IPSettings(_Group):
-    # How often sticky IPClaims of vanished StatefulSet identities are looked for (each is
-    # re-checked against the API server before it is deleted).
-    claim_release_interval_s: float = Field(default=30.0, gt=0)
+    """Static IPs: the release of sticky claims."""
+
+    claim_release_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often the sticky IPClaims of vanished StatefulSet identities are "
+        "looked for and released (each re-checked against the API server before it is "
+        "deleted).",
+    )
 
 
 class LeaderSettings(_Group):
     """Leader election on a coordination.k8s.io Lease (several replicas, one active)."""
 
-    enabled: bool = False
-    lease_name: str = "schedext"
-    # Default: the pod's own namespace (POD_NAMESPACE from the downward API), else "default".
-    namespace: str = ""
-    # Default: the host name plus a random suffix, unique per process.
-    identity: str = ""
-    lease_duration_s: float = Field(default=15.0, gt=0)
-    renew_deadline_s: float = Field(default=5.0, gt=0)
-    retry_period_s: float = Field(default=2.0, gt=0)
-    # This replica's own pod, which carries the label schedext.io/role=leader while it leads
-    # (the Service selects that label; see app.kube.role). Default: POD_NAME and
-    # POD_NAMESPACE from the downward API; without a pod name no pod is labelled.
-    pod_name: str = ""
-    pod_namespace: str = ""
-    # How often the pod is read again to put a label edited by hand right.
-    label_resync_s: float = Field(default=30.0, gt=0)
+    enabled: bool = Field(
+        default=False,
+        description="Leader election (`--leader-elect`): every replica keeps its informers "
+        "warm, and only the holder of the Lease answers the verbs and writes.",
+    )
+    lease_name: str = Field(default="schedext", description="The Lease's name.")
+    namespace: str = Field(
+        default="",
+        description="The Lease's namespace. \"\": the pod's own (`POD_NAMESPACE` from the "
+        "downward API), else `default`.",
+    )
+    identity: str = Field(
+        default="",
+        description='This replica\'s name in the Lease. "": the host name and a random suffix, '
+        "unique per process.",
+    )
+    lease_duration_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="How long the Lease holds without renewal: a standby takes over once it "
+        "has expired.",
+    )
+    # See app.kube.leader: a bind the old leader started may still write for up to
+    # bind.api_deadline_s after it stopped renewing.
+    renew_deadline_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="A leader that could not renew within this many seconds stops leading "
+        "(+ `bind.api_deadline_s` < `lease_duration_s`).",
+    )
+    retry_period_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds between tries to take or renew the Lease (below `renew_deadline_s`).",
+    )
+    # The Service selects that label; see app.kube.role.
+    pod_name: str = Field(
+        default="",
+        description="This replica's own pod, which carries the label "
+        '`schedext.io/role=leader` while it leads. "": `POD_NAME` from the downward API; '
+        "without a pod name no pod is labelled.",
+    )
+    pod_namespace: str = Field(
+        default="",
+        description="That pod's namespace. \"\": `POD_NAMESPACE`, else the Lease's.",
+    )
+    label_resync_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often the own pod is read again, to put a label edited by hand right.",
+    )
 
     def lease_namespace(self) -> str:
         return self.namespace or os.environ.get("POD_NAMESPACE", "") or "default"
@@ -372,9 +616,19 @@ class Settings(BaseSettings):
     quota: QuotaSettings = QuotaSettings()
     preemption: PreemptionSettings = PreemptionSettings()
     leader: LeaderSettings = LeaderSettings()
-    snapshot: Path | None = None
-    kubeconfig: Path | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    snapshot: Path | None = Field(
+        default=None,
+        description="Serve the nodes and pods of this file instead of the demo: what `kubectl "
+        "get nodes,pods -A -o json` (or `-o yaml`) prints, or a NodeList/PodList.",
+    )
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="Watch the cluster of this kubeconfig. null: in a pod, its in-cluster "
+        "credentials; elsewhere, without a snapshot either, the embedded demo inventory.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="The least severe log lines written (JSON, on stderr)."
+    )
 
     @model_validator(mode="after")
     def _bind_fits_in_the_extender_timeout(self) -> Settings:

@@ -1,7 +1,7 @@
 """CUDA MPS control daemons, one per GPU, run by the agent when ``SCHEDEXT_AGENT_MPS`` is on:
 what makes a share's limits (``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``,
-``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) bind. README "GPU shares on the node" has the isolation
-model: what MPS enforces and what it does not.
+``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) bind. docs/gpu-sharing.md, "GPU shares on the node",
+has the isolation model: what MPS enforces and what it does not.
 
 One daemon per GPU rather than one for the node: a GPU's clients then share a server with
 that GPU's clients only, and a daemon that fails takes one GPU's shares with it. Each runs as

@@ -25,62 +25,153 @@ _UNITS = {"MiB": 1, "GiB": 1024}
 class AgentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SCHEDEXT_AGENT_", extra="forbid", frozen=True)
 
-    # This node's name (the DaemonSet passes spec.nodeName through the downward API).
-    node_name: str = Field(min_length=1)
-    # The resource the device plugin registers: nvidia.com/gpu replaces the stock plugin.
-    resource_name: str = names.GPU_RESOURCE
-    device_plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
-    socket_name: str = "schedext-gpu.sock"
-    # How often health (ECC, retired pages, lost GPUs) and live use are read through NVML.
+    node_name: str = Field(
+        min_length=1,
+        description="The Node it publishes on: this node's name (required; the DaemonSet "
+        "passes `spec.nodeName` through the downward API).",
+    )
+    resource_name: str = Field(
+        default=names.GPU_RESOURCE,
+        description="The resource the device plugin registers: `nvidia.com/gpu` replaces the "
+        "stock plugin. The extender's `policy.gpu_resource` must match.",
+    )
+    device_plugin_dir: Path = Field(
+        default=Path("/var/lib/kubelet/device-plugins"),
+        description="The kubelet's device-plugin directory, where the agent's sockets are.",
+    )
+    socket_name: str = Field(
+        default="schedext-gpu.sock", description="The whole-GPU plugin's socket, in that directory."
+    )
     # XID events arrive at once, on their own thread.
-    poll_s: float = Field(default=10.0, gt=0)
-    # Live use: at most one Node write per use_interval_s, only when a GPU's utilisation or
-    # memory moved by use_threshold percentage points, and at least every use_refresh_s (below
-    # the extender's policy.live_use_stale_s, 300 s by default).
-    use_interval_s: float = Field(default=30.0, gt=0)
-    use_threshold: int = Field(default=10, ge=0, le=100)
-    use_refresh_s: float = Field(default=120.0, gt=0)
-    # /healthz, /readyz and /metrics for the kubelet's probes and Prometheus (read-only).
-    probe_host: str = "0.0.0.0"  # noqa: S104 (the pod's own address: the kubelet probes it)
-    probe_port: int = Field(default=9401, ge=0, le=65535)
-    kubeconfig: Path | None = None
-    # Replay recorded NVML answers instead of the driver (tests, demos): app.agent.replay.
-    nvml_replay: Path | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # GPU shares (README "GPU shares on the node"): the share handle's device plugin on its own
-    # socket, and share memory and cores written on the Node's status. Off: whole GPUs only.
-    shares: bool = True
-    # The resources shares are asked with, as the extender's policy.shares.* (a preset, then
-    # each field over it; "" turns cores or count off). Both sides must agree.
-    share_preset: Literal["schedext", "gpushare", "hami"] = "schedext"
-    share_memory_resource: str | None = None
-    share_memory_unit: Literal["MiB", "GiB"] | None = None
-    share_cores_resource: str | None = None
-    share_count_resource: str | None = None
-    # Handle IDs per GPU (the count resource): at most this many containers hold a share of
-    # one GPU at once, as the kubelet counts.
-    share_slots: int = Field(default=32, ge=1, le=1024)
-    share_socket_name: str = "schedext-gpu-shares.sock"
-    # Run a CUDA MPS control daemon per GPU, so that a share's memory and SM limits bind.
-    mps: bool = False
-    # The daemons' pipe and log directories (<mps_dir>/<uuid>/pipe, .../log) and the /dev/shm
-    # they share with their clients (<mps_dir>/shm): a host path, mounted at the same path.
-    mps_dir: Path = Path("/run/schedext/mps")
-    # The driver's MIG capability minors: which /dev/nvidia-caps node a MIG device's
-    # container needs (extender.devices.device_nodes). Unreadable: the container runtime
-    # adds those nodes from NVIDIA_VISIBLE_DEVICES, as before.
-    mig_minors: Path = Path("/proc/driver/nvidia-caps/mig-minors")
-    # Reconciliation with the kubelet's PodResources API (README "Drift"): its socket (the
-    # DaemonSet mounts the kubelet's pod-resources directory), how often it is read (and at
-    # once when a device plugin nudges it), how long one read may take, and how long a record
-    # of a pod the kubelet no longer lists is kept before the agent releases it. A missing or
-    # slow socket only turns reconciliation off until it answers.
-    reconcile: bool = True
-    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-    reconcile_s: float = Field(default=30.0, gt=0)
-    pod_resources_deadline_s: float = Field(default=2.0, gt=0, le=60)
+    poll_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between NVML reads of health (uncorrectable ECC errors, retired "
+        "pages pending, lost GPUs) and live use; XID events arrive at once.",
+    )
+    use_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Live use (`schedext.io/gpu-use`): at most one Node write per this many "
+        "seconds.",
+    )
+    use_threshold: int = Field(
+        default=10,
+        ge=0,
+        le=100,
+        description="Live use is written only when a GPU's utilisation or memory moved by this "
+        "many percentage points since the last write, or after `use_refresh_s`.",
+    )
+    use_refresh_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Live use is written at least every this many seconds, moved or not (at "
+        "least `use_interval_s`; keep it below the extender's `policy.live_use_stale_s`).",
+    )
+    probe_host: str = Field(
+        default="0.0.0.0",  # noqa: S104 (the pod's own address: the kubelet probes it)
+        description="The address of the probe port.",
+    )
+    probe_port: int = Field(
+        default=9401,
+        ge=0,
+        le=65535,
+        description="`/healthz`, `/readyz` (published, pods listed, plugin listening) and "
+        "`/metrics`, for the kubelet's probes and Prometheus (read-only).",
+    )
+    kubeconfig: Path | None = Field(
+        default=None, description="Credentials for the API server. null: in-cluster."
+    )
+    # app.agent.replay.
+    nvml_replay: Path | None = Field(
+        default=None,
+        description="Replay recorded NVML answers (`python -m app.agent.record`) instead of the "
+        "driver: tests, demos.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="The least severe log lines written (JSON, on stderr)."
+    )
+    shares: bool = Field(
+        default=True,
+        description="Serve GPU shares: the share handle's device plugin on its own socket, and "
+        "share memory and cores on the Node's status. false: whole GPUs only.",
+    )
+    # Both sides must agree.
+    share_preset: Literal["schedext", "gpushare", "hami"] = Field(
+        default="schedext",
+        description="The resources shares are asked with, read as the extender's "
+        "`policy.shares.preset`; the `share_*` resource keys below override it one by one, as "
+        "the extender's `policy.shares.*` do.",
+    )
+    share_memory_resource: str | None = Field(
+        default=None, description="As the extender's `policy.shares.memory_resource`."
+    )
+    share_memory_unit: Literal["MiB", "GiB"] | None = Field(
+        default=None, description="As the extender's `policy.shares.memory_unit`."
+    )
+    share_cores_resource: str | None = Field(
+        default=None,
+        description='As the extender\'s `policy.shares.cores_resource` ("" turns cores off).',
+    )
+    share_count_resource: str | None = Field(
+        default=None,
+        description='As the extender\'s `policy.shares.count_resource` ("" turns the count off).',
+    )
+    share_slots: int = Field(
+        default=32,
+        ge=1,
+        le=1024,
+        description="Handle IDs per GPU (the count resource): at most this many containers hold "
+        "a share of one GPU at once, as the kubelet counts.",
+    )
+    share_socket_name: str = Field(
+        default="schedext-gpu-shares.sock", description="The share plugin's socket."
+    )
+    mps: bool = Field(
+        default=False,
+        description="Run a CUDA MPS control daemon per GPU, so that a share's memory and SM "
+        "limits bind.",
+    )
+    mps_dir: Path = Field(
+        default=Path("/run/schedext/mps"),
+        description="Where the daemons' pipe and log directories are (`<mps_dir>/<uuid>/pipe`, "
+        "`.../log`), and the `/dev/shm` they share with their clients (`<mps_dir>/shm`): a "
+        "host path, mounted at the same path.",
+    )
+    # extender.devices.device_nodes.
+    mig_minors: Path = Field(
+        default=Path("/proc/driver/nvidia-caps/mig-minors"),
+        description="The driver's MIG capability minors: a MIG device's container gets its "
+        "`/dev/nvidia-caps/nvidia-cap<N>` nodes from it. Unreadable: the NVIDIA container "
+        "runtime adds them from `NVIDIA_VISIBLE_DEVICES`, as before.",
+    )
+    # A missing or slow socket only turns reconciliation off until it answers.
+    reconcile: bool = Field(
+        default=True,
+        description="Reconcile with the kubelet's PodResources API: publish on the Node "
+        "(`schedext.io/gpu-drift`) where it disagrees with schedext's records.",
+    )
+    pod_resources_socket: Path = Field(
+        default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        description="The kubelet's PodResources socket (the DaemonSet mounts its directory "
+        "read-only).",
+    )
+    reconcile_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between PodResources reads (and one at once when a device plugin "
+        "nudges).",
+    )
+    pod_resources_deadline_s: float = Field(
+        default=2.0, gt=0, le=60, description="The most seconds one PodResources read may take."
+    )
     # At least the settling time: a record is not even reported before that.
-    stale_grace_s: float = Field(default=120.0, ge=SETTLE_S)
+    stale_grace_s: float = Field(
+        default=120.0,
+        ge=SETTLE_S,
+        description="Seconds a record the kubelet no longer backs is kept before the agent "
+        "releases it.",
+    )
 
     @model_validator(mode="after")
     def _refresh_after_interval(self) -> AgentSettings:

@@ -1,7 +1,8 @@
 """The agent's side of GPU shares, as the runner wires it: the share handle's device plugin on
 its own socket, share memory and cores on the Node's status, and, with ``mps`` on, a CUDA MPS
-daemon per GPU. README "GPU shares on the node" is the user's view; the decisions are in
-:mod:`extender.devices.share_handle` and :mod:`extender.devices.share_allocation`."""
+daemon per GPU. docs/gpu-sharing.md, "GPU shares on the node", is the user's view; the
+decisions are in :mod:`extender.devices.share_handle` and
+:mod:`extender.devices.share_allocation`."""
 
 from __future__ import annotations
 

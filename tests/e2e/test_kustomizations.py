@@ -33,7 +33,7 @@ KUSTOMIZATIONS = {
     "manifests/sidecar": ["sidecar/deploy-sidecar.yaml"],
     "manifests/mtls": ["mtls/deploy-mtls.yaml"],
 }
-# Applied on their own: the node agent (README "The node agent"), kube-scheduler's file (not
+# Applied on their own: the node agent (docs/agent.md), kube-scheduler's file (not
 # an API object), the Prometheus Operator's objects (they need its CRDs; docs/monitoring.md).
 # The examples are workloads.
 APART = [

@@ -273,7 +273,7 @@ def test_the_filter_budget_is_kube_schedulers_http_timeout_and_a_bucket_bound() 
 def test_the_dashboard_panels_each_read_prometheus_and_do_not_overlap() -> None:
     board = dashboard()
     assert board["uid"] == "schedext"
-    # The jobs the PodMonitors set (and the README's scrape job), overridable on the board.
+    # The jobs the PodMonitors set (and the scrape job of docs/deploy.md), overridable on the board.
     jobs = {v["name"]: v["query"] for v in board["templating"]["list"] if v["type"] == "textbox"}
     assert jobs == {"job": "schedext", "agent_job": "schedext-agent"}
     everything = board["panels"]
