@@ -116,8 +116,8 @@ def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint
             conditions.append((~allowed[a.model], Reason.GPU_MODEL))
         if shape.gpu_memory_mib is not None:
             conditions.append((a.gpu_memory_mib < shape.gpu_memory_mib, Reason.GPU_MEMORY))
-        for kind, key in shape.kinds:
-            conditions += kind.spec_conditions(inventory, key)
+    for kind, key in shape.kinds:  # each kind the pod asks for, GPU or not
+        conditions += kind.spec_conditions(inventory, key)
     if shape.cpu_milli is not None and shape.cpu_intensive_min_cpu_milli is not None:
         threshold = shape.cpu_intensive_min_cpu_milli
         conditions.append((a.cpu_alloc < threshold, Reason.CPU_THRESHOLD))
