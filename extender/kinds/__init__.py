@@ -2,7 +2,7 @@
 
 Adding a kind: a module here that implements :class:`Kind`, its line in :data:`KINDS`, its
 tests, and, for a device the node agent hands out, one allocator in ``app/agent``
-(docs/architecture.md, "Adding a resource kind", walks through one).
+(docs/architecture.md, "Where to add", walks through one).
 """
 
 from __future__ import annotations
