@@ -25,7 +25,7 @@ def reservation_conflict(
         # A plan naming a device twice would hold it twice (two shares' worth of memory on
         # one device, or two whole GPUs counted as one): refuse it rather than apply it.
         return f"GPU {list(ids)} on {node}: not {holding.devices} distinct devices"
-    if holding.shares:
+    if holding.share.devices:
         no_room = share_conflict(state, holding, own)
         if no_room:
             return no_room
@@ -53,11 +53,11 @@ def share_conflict(state: NodeState, holding: Holding, own: Holding | None) -> s
     for index in holding.gpu_ids or ():
         memory, cores = room[index] if 0 <= index < len(room) else (NO_ROOM, NO_ROOM)
         if own is not None and index in (own.gpu_ids or ()):
-            memory += own.share_memory_mib
-            cores += own.share_cores
-        if memory < holding.share_memory_mib or cores < holding.share_cores:
+            memory += own.share.memory_mib
+            cores += own.share.cores
+        if memory < holding.share.memory_mib or cores < holding.share.cores:
             return (
                 f"GPU {index} on {holding.node} has no room for a "
-                f"{holding.share_memory_mib} MiB share now"
+                f"{holding.share.memory_mib} MiB share now"
             )
     return None

@@ -15,6 +15,7 @@ from extender.verdicts import PRECEDENCE, RANKED, FilterVerdict, Reason, Rejecti
 # Reason, PRECEDENCE, RANKED, Rejection and FilterVerdict live in extender.verdicts; named here
 # too, where their callers have long imported them from.
 __all__ = [
+    "NO_SHARE",
     "PRECEDENCE",
     "RANKED",
     "BindPlan",
@@ -24,6 +25,7 @@ __all__ = [
     "Explanation",
     "FilterVerdict",
     "GpuInUse",
+    "GpuShare",
     "GroupStatus",
     "Holding",
     "HoldingKind",
@@ -66,24 +68,37 @@ class IPRequest:
     identity: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    """A share of GPUs instead of whole ones: this much memory (MiB) and compute (percent of
+    the SMs; 0: none asked) on each of ``devices`` distinct GPUs. :data:`NO_SHARE`: none."""
+
+    devices: int = 0
+    memory_mib: int = 0
+    cores: int = 0
+
+    def __bool__(self) -> bool:
+        return self.devices > 0
+
+
+NO_SHARE = GpuShare()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Demand:
     """Who a pod is and what it takes from a node: the one value that a pending pod's
-    :class:`PodRequest` and a placed pod's :class:`Holding` share. A resource kind is declared
-    here, once, and decoded once (:mod:`extender.requests`); a holding made from a request
-    copies it whole (:meth:`Holding.placing`)."""
+    :class:`PodRequest` and a placed pod's :class:`Holding` share. What it asks of each
+    resource kind (:mod:`extender.kinds`) is one value per kind, declared here once and
+    decoded once (:mod:`extender.requests`); a holding made from a request copies it whole
+    (:meth:`Holding.placing`)."""
 
     uid: str
     namespace: str
     name: str
+    # The kinds (a pod asks one at most): whole GPUs, how many; a share of some GPUs; MIG
+    # devices per profile ("1g.10gb"; resource nvidia.com/mig-<profile>), sorted by profile.
     gpus: int = 0
-    # A share of GPUs instead of whole ones: on ``shares`` distinct devices, this much memory
-    # (MiB) and compute (percent of the SMs; 0: none asked) on each. 0 shares: no share.
-    shares: int = 0
-    share_memory_mib: int = 0
-    share_cores: int = 0
-    # MIG devices instead: per profile ("1g.10gb"), how many (resource nvidia.com/mig-<profile>),
-    # sorted by profile. Never beside whole GPUs or shares.
+    share: GpuShare = NO_SHARE
     mig: tuple[tuple[str, int], ...] = ()
     cpu_milli: int = 0
     memory_bytes: int = 0
@@ -98,7 +113,7 @@ class Demand:
     @property
     def devices(self) -> int:
         """How many GPUs the pod takes something on: whole ones, or shares of distinct ones."""
-        return self.gpus or self.shares
+        return self.gpus or self.share.devices
 
 
 _DEMAND_FIELDS = tuple(f.name for f in fields(Demand))

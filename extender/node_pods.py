@@ -51,9 +51,9 @@ def node_pod(
         bound_at=_bound_at(pod),
         mig=holding.mig,
         mig_uuids=holding.mig_uuids,
-        shares=holding.shares,
-        share_memory_mib=holding.share_memory_mib,
-        share_cores=holding.share_cores,
+        shares=holding.share.devices,
+        share_memory_mib=holding.share.memory_mib,
+        share_cores=holding.share.cores,
         containers=pod_containers(fields.obj(pod, "spec")),
         grants=grants,
     )

@@ -147,7 +147,7 @@ class NodeState:
         """Count ``holding`` on this node: its annotated GPU indices where they are free (for a
         share: not held whole), else as many anonymous GPUs, and its CPU and memory."""
         self.mig.apply(holding)  # its MIG devices, if any (never beside GPUs for a new pod)
-        if holding.shares:
+        if holding.share.devices:
             self._apply_share(holding)
             return
         ids: tuple[int, ...] = ()
@@ -184,10 +184,10 @@ class NodeState:
         over-committed for it."""
         wanted = self._by_uuid(holding) or holding.gpu_ids
         ids: tuple[int, ...] = ()
-        anonymous = holding.shares
+        anonymous = holding.share.devices
         if (
             wanted is not None
-            and len(wanted) == holding.shares
+            and len(wanted) == holding.share.devices
             and all(
                 0 <= i < len(self.holders)
                 and self.holders[i] is None
@@ -197,8 +197,8 @@ class NodeState:
         ):
             ids, anonymous = wanted, 0
             for index in ids:
-                self.share_memory[index] += holding.share_memory_mib
-                self.share_cores[index] += holding.share_cores
+                self.share_memory[index] += holding.share.memory_mib
+                self.share_cores[index] += holding.share.cores
                 self.sharers[index] += 1
         self.anonymous += anonymous
         self.cpu_used += holding.cpu_milli
@@ -209,8 +209,8 @@ class NodeState:
             holding.cpu_milli,
             holding.memory_bytes,
             share_ids=ids,
-            share_memory=holding.share_memory_mib,
-            share_cores=holding.share_cores,
+            share_memory=holding.share.memory_mib,
+            share_cores=holding.share.cores,
         )
 
     def _reported(self, holding: Holding) -> tuple[int, ...] | None:

@@ -31,7 +31,7 @@ The search is exhaustive while that is cheap (a GPU node holds few pods). Beyond
 greedy reprieve: evict every eligible pod, then spare them one at a time, most important
 first, while the rest still suffice.
 
-**GPU shares.** A share preemptor (``shares > 0``) needs ``shares`` distinct devices that each
+**GPU shares.** A share preemptor needs ``share.devices`` distinct devices that each
 have room for its memory and cores once the victims go (:func:`extender.shares.room_after`,
 judged by the rule bind places shares with, :func:`extender.shares.pick_share_gpus`): a share
 victim frees its memory and cores on its devices, a whole victim frees whole devices. The

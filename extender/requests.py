@@ -13,7 +13,9 @@ from extender.config import ShareResources
 from extender.errors import PodRequestError
 from extender.fields import JSONObject
 from extender.model import (
+    NO_SHARE,
     ClaimPolicy,
+    GpuShare,
     Holding,
     HoldingKind,
     IPRequest,
@@ -51,7 +53,7 @@ def pod_request(
     mig_names = mig.resource_names(spec)
     totals = effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
     gpus, share = _gpus_or_share(totals, gpu_resource, shares)
-    beside = f"whole GPUs ({gpu_resource})" if gpus else "GPU shares" if share[0] else None
+    beside = f"whole GPUs ({gpu_resource})" if gpus else "GPU shares" if share else None
     try:
         asked = mig.demand(totals, mig_names, beside=beside)
     except mig.MigRequestError as error:
@@ -85,10 +87,6 @@ def _states_preferences(spec: JSONObject) -> bool:
 _AFFINITIES = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 
 
-_Share = tuple[int, int, int]  # (devices, MiB, percent of the SMs) per device
-_NO_SHARE: _Share = (0, 0, 0)
-
-
 def _resources(gpu_resource: str, shares: ShareResources) -> tuple[str, ...]:
     return tuple(dict.fromkeys((CPU, MEMORY, gpu_resource, *shares.names())))
 
@@ -105,7 +103,7 @@ def _whole(totals: Mapping[str, int], resource: str, unit: str) -> int:
 
 def _gpus_or_share(
     totals: Mapping[str, int], gpu_resource: str, shares: ShareResources
-) -> tuple[int, _Share]:
+) -> tuple[int, GpuShare]:
     """Whole GPUs, or a share of some GPUs: never both in one pod (a container that needs a
     whole device and one that needs a slice are two pods' worth of placement)."""
     unit = " of GiB" if shares.memory_unit_mib == 1024 else " of MiB"
@@ -115,7 +113,7 @@ def _gpus_or_share(
     count = _whole(totals, shares.count, "") if shares.count and not count_shares else 0
     gpus = _whole(totals, gpu_resource, "")
     if not (memory or cores or count):
-        return gpus, _NO_SHARE
+        return gpus, NO_SHARE
     if count_shares:
         gpus, count = 0, gpus
     if gpus:
@@ -143,7 +141,7 @@ def _gpus_or_share(
         count = 1
     if count > _MAX_SHARES:
         raise PodRequestError(f"{shares.count} must be at most {_MAX_SHARES}, got {count}")
-    return 0, (count, memory, cores)
+    return 0, GpuShare(count, memory, cores)
 
 
 def holding_from_pod(
@@ -170,11 +168,11 @@ def holding_from_pod(
     annotations = fields.string_map(meta, "annotations")
     gpu_ids = gpu_ids_annotation(annotations.get(names.GPU_IDS))
     share = _held_share(totals, gpu_resource, shares, annotations)
-    gpus = 0 if share[0] else max(0, _ceil_div(totals[gpu_resource], NANO))
-    if gpu_ids is not None and len(gpu_ids) != (share[0] or gpus):
+    gpus = 0 if share else max(0, _ceil_div(totals[gpu_resource], NANO))
+    if gpu_ids is not None and len(gpu_ids) != (share.devices or gpus):
         # The annotation is what the node agent was told to expose; trust it for the count too.
-        if share[0]:
-            share = (len(gpu_ids), share[1], share[2])
+        if share:
+            share = dataclasses.replace(share, devices=len(gpu_ids))
         else:
             gpus = len(gpu_ids)
     uuids = gpu_uuids_annotation(annotations.get(names.GPU_UUIDS))
@@ -196,19 +194,19 @@ def _held_share(
     gpu_resource: str,
     shares: ShareResources,
     annotations: Mapping[str, str],
-) -> _Share:
+) -> GpuShare:
     """A bound pod's share: what bind wrote (the annotations are the record), else what its
     resources ask, read leniently: a bound pod is counted, never refused."""
     lenient = dataclasses.replace(shares, count_required=False)
     try:
         asked = _gpus_or_share(totals, gpu_resource, lenient)[1]
     except PodRequestError:
-        asked = _NO_SHARE
+        asked = NO_SHARE
     memory = fields.whole_number(annotations.get(names.GPU_SHARE_MEMORY, "").strip())
     if not memory:
         return asked
     cores = fields.whole_number(annotations.get(names.GPU_SHARE_CORES, "").strip())
-    return asked[0] or 1, memory, min(100, cores or 0)
+    return GpuShare(asked.devices or 1, memory, min(100, cores or 0))
 
 
 def _demand(
@@ -217,7 +215,7 @@ def _demand(
     totals: Mapping[str, int],
     *,
     gpus: int,
-    share: _Share = _NO_SHARE,
+    share: GpuShare = NO_SHARE,
     migs: tuple[tuple[str, int], ...] = (),
     strict: bool = False,
 ) -> dict[str, Any]:
@@ -230,9 +228,7 @@ def _demand(
         "namespace": fields.text(meta, "namespace") or "default",
         "name": fields.text(meta, "name"),
         "gpus": gpus,
-        "shares": share[0],
-        "share_memory_mib": share[1],
-        "share_cores": share[2],
+        "share": share,
         "mig": migs,
         "cpu_milli": _ceil_div(totals[CPU], NANO // 1000),
         "memory_bytes": _ceil_div(totals[MEMORY], NANO),

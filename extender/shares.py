@@ -47,10 +47,10 @@ def fitting(
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """Per row of the device grid, per device: whether the share's memory fits, and whether
     its memory and its cores both fit."""
-    memory_fits = memory_free >= demand.share_memory_mib
-    if not demand.share_cores:
+    memory_fits = memory_free >= demand.share.memory_mib
+    if not demand.share.cores:
         return memory_fits, memory_fits
-    return memory_fits, memory_fits & (cores_free >= demand.share_cores)
+    return memory_fits, memory_fits & (cores_free >= demand.share.cores)
 
 
 class RoomCounts(NamedTuple):
@@ -65,7 +65,7 @@ class RoomCounts(NamedTuple):
 def room_counts(inventory: Inventory, demand: Demand) -> RoomCounts:
     """:class:`RoomCounts` for ``demand``'s share, kept until the inventory changes: filter
     computes it for the whole cluster, and prioritize of the same pod reads it again."""
-    key = ("share room", demand.share_memory_mib, demand.share_cores)
+    key = ("share room", demand.share.memory_mib, demand.share.cores)
     return inventory.held_derived(key, lambda: _count_room(inventory, demand))
 
 
@@ -121,7 +121,7 @@ def used_after(
     """Per device, the share of its memory in use once the share is on it (the pack rating;
     capacity per row)."""
     cap = np.maximum(capacity, 1).reshape(-1, 1) if capacity.ndim == 1 else capacity
-    return np.asarray((cap - memory_free + demand.share_memory_mib) / cap, dtype=np.float64)
+    return np.asarray((cap - memory_free + demand.share.memory_mib) / cap, dtype=np.float64)
 
 
 def choose_share_gpus(
@@ -145,10 +145,10 @@ def pick_share_gpus(
         i
         for i, (memory, cores) in enumerate(room)
         # Cores only when asked: as the filter's fitting() judges it.
-        if memory >= demand.share_memory_mib
-        and (not demand.share_cores or cores >= demand.share_cores)
+        if memory >= demand.share.memory_mib
+        and (not demand.share.cores or cores >= demand.share.cores)
     ]
-    if len(fits) < demand.shares:
+    if len(fits) < demand.share.devices:
         return None
 
     def rank(index: int) -> tuple[float, int]:
@@ -156,18 +156,18 @@ def pick_share_gpus(
         return (-used if placement is SharePlacement.PACK else used, index)
 
     ordered = sorted(fits, key=rank)
-    if demand.shares > 1:
+    if demand.share.devices > 1:
         # Inside one NVLink group when one has room: the best group by its own best devices.
         best: tuple[list[tuple[float, int]], list[int]] | None = None
         for group in groups:
-            inside = [i for i in ordered if i in set(group)][: demand.shares]
-            if len(inside) == demand.shares:
+            inside = [i for i in ordered if i in set(group)][: demand.share.devices]
+            if len(inside) == demand.share.devices:
                 key = [rank(i) for i in inside]
                 if best is None or key < best[0]:
                     best = (key, inside)
         if best is not None:
             return tuple(sorted(best[1]))
-    return tuple(sorted(ordered[: demand.shares]))
+    return tuple(sorted(ordered[: demand.share.devices]))
 
 
 def room_after(view: NodeView, victims: Sequence[Holding]) -> list[tuple[int, int]]:
@@ -177,11 +177,11 @@ def room_after(view: NodeView, victims: Sequence[Holding]) -> list[tuple[int, in
     gone = {victim.uid for victim in victims}
     memory, cores = list(view.share_memory), list(view.share_cores)
     for victim in victims:
-        if victim.shares:
+        if victim.share.devices:
             for index in victim.gpu_ids or ():
                 if 0 <= index < len(memory):
-                    memory[index] -= victim.share_memory_mib
-                    cores[index] -= victim.share_cores
+                    memory[index] -= victim.share.memory_mib
+                    cores[index] -= victim.share.cores
     unhealthy = {index for index, _ in view.spec.gpu_unhealthy} | set(view.spec.gpu_mig)
     unhealthy.update(view.outside())
     anonymous = view.anonymous_gpus - sum(
@@ -206,15 +206,15 @@ def share_detail(view: NodeView, demand: Demand) -> str:
     largest free 12000 MiB on GPU 3" (for explain and bind; the filter's grouped message
     names the need only, so that kube-scheduler can aggregate it)."""
     open_room = [(m, c, i) for i, (m, c) in enumerate(view.share_room) if m >= 0]
-    need = f"{demand.share_memory_mib} MiB"
-    if demand.share_cores:
-        need += f" and {demand.share_cores}% of the cores"
-    many = f"fewer than {demand.shares} GPUs" if demand.shares > 1 else "no GPU"
+    need = f"{demand.share.memory_mib} MiB"
+    if demand.share.cores:
+        need += f" and {demand.share.cores}% of the cores"
+    many = f"fewer than {demand.share.devices} GPUs" if demand.share.devices > 1 else "no GPU"
     if not open_room:
         return f"{many} with {need} free: every GPU is held whole or unhealthy"
     memory, _, index = max(open_room, key=lambda r: (r[0], -r[2]))
     detail = f"largest free {memory} MiB on GPU {index}"
-    if demand.share_cores:
+    if demand.share.cores:
         cores, _, at = max(((c, m, i) for m, c, i in open_room), key=lambda r: (r[0], -r[2]))
         detail += f", most cores free {cores}% on GPU {at}"
     return f"{many} with {need} free: {detail}"

@@ -52,8 +52,8 @@ def amounts(demand: Demand) -> Amounts:
     counted (no quota kind names them)."""
     return Amounts(
         demand.gpus,
-        demand.shares * demand.share_memory_mib,
-        demand.shares * demand.share_cores,
+        demand.share.devices * demand.share.memory_mib,
+        demand.share.devices * demand.share.cores,
         demand.cpu_milli,
         demand.memory_bytes,
     )

@@ -189,8 +189,8 @@ def _share(view: NodeView, index: int, holders: dict[str, Holding]) -> dict[str,
         "pods": [
             {
                 "pod": h.key,
-                "memoryMiB": h.share_memory_mib,
-                "cores": h.share_cores,
+                "memoryMiB": h.share.memory_mib,
+                "cores": h.share.cores,
                 "reserved": h.kind is HoldingKind.RESERVED,
             }
             for h in pods
@@ -206,8 +206,8 @@ def _pending(request: PodRequest) -> dict[str, Any]:
         "namespace": request.namespace,
         "name": request.name,
         "gpus": request.gpus,
-        "shares": request.shares,
-        "shareMemoryMiB": request.share_memory_mib,
+        "shares": request.share.devices,
+        "shareMemoryMiB": request.share.memory_mib,
         "mig": dict(request.mig),
         "cpuMilli": request.cpu_milli,
         "gpuModel": request.gpu_model,

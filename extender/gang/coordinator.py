@@ -106,7 +106,7 @@ class GangCoordinator:
                 self._inventory, request, needed[1:], self._config, cache=self._fits
             )
         if not (allowed.any() if allowed is not None else self._fits_all(needed)):
-            room = " or room for GPU shares" if any(r.shares for r in needed) else ""
+            room = " or room for GPU shares" if any(r.share.devices for r in needed) else ""
             message = f"schedext: not enough free GPUs{room} for all of group {group}"
             return _reject(node_names, message, Reason.GANG_CAPACITY)
         return GangGate(allowed=allowed)
@@ -300,7 +300,7 @@ class GangCoordinator:
             and self._inventory.holding(uid) is None
             and (include is None or uid != include.uid)
         ]
-        others.sort(key=lambda r: (r.gpus, r.shares, r.share_memory_mib, r.share_cores))
+        others.sort(key=lambda r: (r.gpus, r.share.devices, r.share.memory_mib, r.share.cores))
         return chosen + others[: max(0, missing - len(chosen))]
 
     def _reserved_gpus(self, groups: Iterable[str]) -> dict[int, int]:

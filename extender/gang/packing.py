@@ -92,7 +92,7 @@ def fits_all(
     """
     requests = list(requests)
     wanted = [r for r in requests if r.gpus > 0]
-    sharing = [r for r in requests if r.shares > 0]
+    sharing = [r for r in requests if r.share.devices > 0]
     if not wanted and not sharing:
         return True
     if cache is not None:
@@ -148,7 +148,7 @@ def member_nodes(
     (see the module docstring): the nodes are those that work with one of its guesses."""
     others = list(others)
     rest = [r for r in others if r.gpus > 0]
-    sharing = [r for r in others if r.shares > 0]
+    sharing = [r for r in others if r.share.devices > 0]
     if request.gpus <= 0:
         return None
     key: object = None

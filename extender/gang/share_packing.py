@@ -61,7 +61,7 @@ def place_shares(
     a, grid = inventory.arrays, inventory.devices
     fresh_all = np.maximum(np.minimum(free, a.gpu_total), 0)
     shared_all = grid.sharers > 0
-    smallest = min(m.share_memory_mib for m in members)
+    smallest = min(m.share.memory_mib for m in members)
     eligible = np.zeros(len(free), dtype=np.bool_)
     for kind in set(kinds):
         eligible |= masks[kind]
@@ -71,7 +71,7 @@ def place_shares(
     rows = np.flatnonzero(eligible & a.alive & has_room)
     # The candidate nodes' shared devices (free devices are counted, all alike), and room for
     # the devices the members open: at most one column per share.
-    extra = sum(m.shares for m in members)
+    extra = sum(m.share.devices for m in members)
     pad = np.full((len(rows), extra), NO_ROOM, dtype=np.int64)
     shared = shared_all[rows]
     memory = np.hstack([np.where(shared, grid.memory_free[rows], NO_ROOM), pad])
@@ -88,15 +88,15 @@ def place_shares(
         range(len(members)),
         key=lambda i: (
             choices[kinds[i]],
-            -members[i].shares,
-            -members[i].share_memory_mib,
-            -members[i].share_cores,
+            -members[i].share.devices,
+            -members[i].share.memory_mib,
+            -members[i].share.cores,
             kinds[i],
         ),
     )
     for i in order:
         member = members[i]
-        need, mib, pct = member.shares, member.share_memory_mib, member.share_cores
+        need, mib, pct = member.share.devices, member.share.memory_mib, member.share.cores
         fits = (memory >= mib) & (cores >= pct)
         on_shared = np.count_nonzero(fits, axis=1)
         on_fresh = np.where(capacity >= mib, fresh, 0)

@@ -105,8 +105,10 @@ def min_resources_gap(
             free["memory"] += holding.memory_bytes
             # A whole GPU it holds would be room for shares too, all of its memory.
             device_mib = int(a.gpu_memory_mib[inventory.ids([holding.node])[0]])
-            share_mib += holding.shares * holding.share_memory_mib + holding.gpus * device_mib
-            share_cores += holding.shares * holding.share_cores + holding.gpus * 100
+            share_mib += (
+                holding.share.devices * holding.share.memory_mib + holding.gpus * device_mib
+            )
+            share_cores += holding.share.devices * holding.share.cores + holding.gpus * 100
     free[shares.memory] = share_mib // shares.memory_unit_mib
     if shares.cores is not None:
         free[shares.cores] = share_cores

@@ -1,4 +1,4 @@
-"""A share of GPUs: this much memory (and compute) on each of ``shares`` distinct devices.
+"""A share of GPUs: this much memory (and compute) on each of some distinct devices.
 
 The node has too few GPUs at all, too few healthy ones, or GPUs too small for the share
 (``GPU_SHARE_SIZE``, also when their memory is unpublished); or too few devices with room for
@@ -42,10 +42,10 @@ class Share:
     name = "share"
 
     def asks(self, demand: Demand) -> bool:
-        return demand.shares > 0
+        return demand.share.devices > 0
 
     def spec_key(self, request: PodRequest) -> tuple[int, int]:
-        return request.shares, request.share_memory_mib
+        return request.share.devices, request.share.memory_mib
 
     def spec_conditions(self, inventory: Inventory, key: tuple[int, int]) -> Conditions:
         a, (shares, memory_mib) = inventory.arrays, key
@@ -58,16 +58,16 @@ class Share:
 
     def held_conditions(self, inventory: Inventory, request: PodRequest, col: Column) -> Conditions:
         room = room_counts(inventory, request)  # for the whole cluster, kept for prioritize
-        conditions = [(col(room.memory) < request.shares, Reason.GPU_SHARE_MEMORY)]
-        if request.share_cores:
-            conditions.append((col(room.both) < request.shares, Reason.GPU_SHARE_CORES))
+        conditions = [(col(room.memory) < request.share.devices, Reason.GPU_SHARE_MEMORY)]
+        if request.share.cores:
+            conditions.append((col(room.both) < request.share.devices, Reason.GPU_SHARE_CORES))
         return conditions
 
     def messages(self, request: PodRequest) -> Mapping[Reason, str]:
-        return _messages(request.shares, request.share_memory_mib, request.share_cores)
+        return _messages(request.share.devices, request.share.memory_mib, request.share.cores)
 
     def score_gate(self, inventory: Inventory, request: PodRequest, ids: IdArray) -> BoolArray:
-        return room_counts(inventory, request).both.take(ids) >= request.shares
+        return room_counts(inventory, request).both.take(ids) >= request.share.devices
 
     def choose(
         self, view: NodeView, request: PodRequest, placement: SharePlacement
@@ -79,9 +79,9 @@ class Share:
         if not holding.gpu_ids:
             return {}
         # The share on each of its GPUs: the agent's limits, and the record a restart reads.
-        written = {names.GPU_SHARE_MEMORY: str(holding.share_memory_mib)}
-        if holding.share_cores:
-            written[names.GPU_SHARE_CORES] = str(holding.share_cores)
+        written = {names.GPU_SHARE_MEMORY: str(holding.share.memory_mib)}
+        if holding.share.cores:
+            written[names.GPU_SHARE_CORES] = str(holding.share.cores)
         return written
 
     def victims_check(self, view: NodeView, request: PodRequest) -> VictimsCheck:
@@ -97,8 +97,8 @@ class Share:
     def freed(self, view: NodeView, victim: Holding) -> int:
         """MiB of GPU memory: the victim's share on each of its devices, or the whole memory
         of the GPUs it holds whole (a share evicts small shares before large ones)."""
-        if victim.shares:
-            return victim.share_memory_mib * victim.shares
+        if victim.share.devices:
+            return victim.share.memory_mib * victim.share.devices
         return victim.gpus * (view.spec.gpu_memory_mib or 0)
 
     wait = WaitKind.SHARE
@@ -114,21 +114,21 @@ class Share:
         return {old.gpu_model or "", new.gpu_model or ""}
 
     def size(self, demand: Demand) -> tuple[int, int, int]:
-        return demand.shares, demand.share_memory_mib, demand.share_cores
+        return demand.share.devices, demand.share.memory_mib, demand.share.cores
 
     def pack_shape(self, request: PodRequest) -> tuple[object, ...]:
-        return ("share", request.share_memory_mib)  # which devices are large enough
+        return ("share", request.share.memory_mib)  # which devices are large enough
 
     def unit(self, request: PodRequest) -> PodRequest:
-        return dataclasses.replace(request, shares=1)
+        return dataclasses.replace(request, share=dataclasses.replace(request.share, devices=1))
 
     def describe(self, demand: Demand) -> dict[str, object]:
-        if not demand.shares:
+        if not demand.share.devices:
             return {}
         return {
-            "shares": demand.shares,
-            "shareMemoryMiB": demand.share_memory_mib,
-            "shareCores": demand.share_cores,
+            "shares": demand.share.devices,
+            "shareMemoryMiB": demand.share.memory_mib,
+            "shareCores": demand.share.cores,
         }
 
     def detail(self, view: NodeView, request: PodRequest, reason: Reason) -> str | None:

@@ -130,10 +130,10 @@ def free_after(view: NodeView, victims: Sequence[Holding]) -> list[int]:
     gone = {h.uid for h in victims}
     shared = list(view.share_memory) or [0] * len(view.holders)  # MiB of shares per device
     for victim in victims:
-        if victim.shares:
+        if victim.share.devices:
             for index in victim.gpu_ids or ():
                 if 0 <= index < len(shared):
-                    shared[index] -= victim.share_memory_mib
+                    shared[index] -= victim.share.memory_mib
     # Unhealthy GPUs, GPUs in MIG mode and GPUs in use by containers schedext did not place
     # (no eviction of schedext's frees them) are never free whole.
     closed = {index for index, _ in view.spec.gpu_unhealthy} | set(view.spec.gpu_mig)

@@ -20,7 +20,7 @@ __all__ = ["SCORER", "for_share_pods", "share_rating", "share_weight"]
 
 def for_share_pods(nodes: Candidates) -> bool:
     """``applies`` of the share objectives."""
-    return nodes.request.shares > 0
+    return nodes.request.share.devices > 0
 
 
 def share_rating(nodes: Candidates, placement: SharePlacement) -> FloatArray:
@@ -32,7 +32,7 @@ def share_rating(nodes: Candidates, placement: SharePlacement) -> FloatArray:
     share goes onto a shared device wherever one has room, and opens a device, when it must,
     on the node with the fewest free whole devices: scores are whole numbers 0..10, so the
     two kinds of choice are kept far apart. ``spread``: 1 less how full the device gets."""
-    if nodes.request.shares == 1:
+    if nodes.request.share.devices == 1:
         return _one_device(nodes, placement)
     return _every_device(nodes, placement)
 
@@ -51,8 +51,8 @@ def _every_device(nodes: Candidates, placement: SharePlacement) -> FloatArray:
         device = 1.0 - used
     rated = np.where(fits, device, -np.inf)
     ordered = -np.sort(-rated, axis=1)
-    chosen = ordered[:, : request.shares]
-    room = np.isfinite(chosen).all(axis=1) & (chosen.shape[1] == request.shares)
+    chosen = ordered[:, : request.share.devices]
+    room = np.isfinite(chosen).all(axis=1) & (chosen.shape[1] == request.share.devices)
     mean = np.where(np.isfinite(chosen), chosen, 0.0).mean(axis=1) if chosen.size else 0.0
     rating: FloatArray = np.where(room, np.clip(mean, 0.0, 1.0), 0.0)
     return rating
@@ -84,7 +84,7 @@ def _one_device(nodes: Candidates, placement: SharePlacement) -> FloatArray:
     counts = room_counts(nodes.inventory, request)
     fits = counts.fits.take(ids, axis=0)
     capacity = np.maximum(nodes.column("gpu_memory_mib"), 1)  # as used_after has it
-    mib = request.share_memory_mib
+    mib = request.share.memory_mib
     if placement is SharePlacement.PACK:
         shared = shared_devices(nodes.inventory).take(ids, axis=0)
         # A device without room is pushed _FAR above every device with room.

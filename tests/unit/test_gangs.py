@@ -19,7 +19,7 @@ from extender.config import SHARE_PRESETS
 from extender.errors import BindRefusedError
 from extender.gang import FitCache, GangEventKind, fits_all, member_nodes, min_resources_gap
 from extender.gang.packing import _exact_fit
-from extender.model import BindPlan, PodRequest
+from extender.model import BindPlan, GpuShare, PodRequest
 from extender.policy import PolicyConfig
 from extender.scheduler import Scheduler
 from tests.builders import (
@@ -818,8 +818,8 @@ def gang_share(
 
 def share(memory_mib: int, shares: int = 1, cores: int = 0, model: str | None = None) -> PodRequest:
     return PodRequest(
-        uid=f"s{memory_mib}", namespace="default", name="s", shares=shares,
-        share_memory_mib=memory_mib, share_cores=cores, gpu_model=model,
+        uid=f"s{memory_mib}", namespace="default", name="s",
+        share=GpuShare(shares, memory_mib, cores), gpu_model=model,
     )  # fmt: skip
 
 
@@ -1025,7 +1025,7 @@ def brute_fits(
         """The device once ``r`` takes it (whole, or its share), None when it cannot."""
         if r.gpus:
             return [False, -1, -1] if device[0] else None
-        memory, cores = device[1] - r.share_memory_mib, device[2] - r.share_cores
+        memory, cores = device[1] - r.share.memory_mib, device[2] - r.share.cores
         return [False, memory, cores] if memory >= 0 and cores >= 0 else None
 
     def place(i: int) -> bool:

@@ -69,7 +69,7 @@ def test_a_pods_mig_resources_decode_per_profile(
         return
     request = pod_request(pod)
     assert request.mig == asked
-    assert (request.gpus, request.shares) == (0, 0)
+    assert (request.gpus, request.share.devices) == (0, 0)
     assert request.needs_gpu_node is bool(asked)
 
 

@@ -401,7 +401,7 @@ def test_a_share_request_is_decoded(
     limits: dict[str, str], shares: ShareResources, expected: tuple[int, int, int, int]
 ) -> None:
     request = pod_request(asking(limits), shares=shares)
-    got = (request.gpus, request.shares, request.share_memory_mib, request.share_cores)
+    got = (request.gpus, request.share.devices, request.share.memory_mib, request.share.cores)
     assert got == expected
     assert request.devices == (expected[0] or expected[1])
 
@@ -504,5 +504,5 @@ def test_a_bound_share_pod_holds_its_share(
     holding = holding_from_pod(pod)
     assert holding is not None
     assert holding.gpus == 0
-    got = (holding.shares, holding.share_memory_mib, holding.share_cores, holding.gpu_ids)
+    got = (holding.share.devices, holding.share.memory_mib, holding.share.cores, holding.gpu_ids)
     assert got == expected

@@ -113,7 +113,7 @@ def test_room_counts_are_the_nodes_own_room(seed: int) -> None:
         ids = scheduler.inventory.ids(names)
         got = list(zip(counts.memory[ids].tolist(), counts.both[ids].tolist(), strict=True))
         expected = [
-            expected_counts(scheduler, n, request.share_memory_mib, request.share_cores)
+            expected_counts(scheduler, n, request.share.memory_mib, request.share.cores)
             for n in names
         ]
         assert got == expected
@@ -130,16 +130,16 @@ def test_filter_turns_away_the_nodes_without_room_for_the_share(seed: int) -> No
         reasons = {n: r.reason for r in verdict.rejections for n in r.nodes}
         for name in names:
             memory, both = expected_counts(
-                scheduler, name, request.share_memory_mib, request.share_cores
+                scheduler, name, request.share.memory_mib, request.share.cores
             )
             reason = reasons.get(name)
             if reason in (None, Reason.GPU_SHARE_MEMORY, Reason.GPU_SHARE_CORES):
                 # nothing the specs decide stood in the way: the room alone decides
                 expected = (
                     Reason.GPU_SHARE_MEMORY
-                    if memory < request.shares
+                    if memory < request.share.devices
                     else Reason.GPU_SHARE_CORES
-                    if both < request.shares
+                    if both < request.share.devices
                     else None
                 )
                 assert reason is expected, (name, memory, both)

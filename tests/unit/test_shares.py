@@ -18,7 +18,7 @@ from extender.columns import NO_ROOM
 from extender.config import PolicyConfig, SharePlacement
 from extender.errors import BindRefusedError
 from extender.inventory import Inventory, InventoryConflictError
-from extender.model import Demand, Holding, HoldingKind
+from extender.model import Demand, GpuShare, Holding, HoldingKind
 from extender.nodes import node_spec
 from extender.packed import PackedNames
 from extender.requests import holding_from_pod, pod_request
@@ -115,7 +115,7 @@ def share_holding(
 ) -> Holding:
     return Holding(
         uid=uid, namespace="ns", name=uid, node=node, kind=kind, gpu_ids=ids,
-        shares=len(ids), share_memory_mib=memory, share_cores=cores,
+        share=GpuShare(len(ids), memory, cores),
     )  # fmt: skip
 
 
@@ -236,7 +236,7 @@ class Walk:
             self.inventory.upsert_holding(holding)
         self.held[uid] = holding
         for i in ids:
-            if holding.shares:
+            if holding.share:
                 node.devices[i].shares[uid] = (memory, cores)
             else:
                 node.devices[i].whole = uid
@@ -247,10 +247,10 @@ def bound_pod(holding: Holding, uuids: Sequence[str]) -> dict[str, Any]:
     """The pod object of a holding as the API server shows it once bound: bind's
     annotations (indices, UUIDs where the node publishes them, the share)."""
     ids = holding.gpu_ids or ()
-    if holding.shares:
+    if holding.share:
         pod = share_pod(
-            holding.name, uid=holding.uid, memory_mib=holding.share_memory_mib,
-            cores=holding.share_cores or None, shares=holding.shares, node=holding.node,
+            holding.name, uid=holding.uid, memory_mib=holding.share.memory_mib,
+            cores=holding.share.cores or None, shares=holding.share.devices, node=holding.node,
             gpu_ids=ids,
         )  # fmt: skip
     else:
@@ -499,9 +499,7 @@ DEVICE_MIB = 1000  # the devices of the cases below
 
 
 def demand(memory: int, shares: int = 1, cores: int = 0) -> Demand:
-    return Demand(
-        uid="d", namespace="ns", name="d", shares=shares, share_memory_mib=memory, share_cores=cores
-    )
+    return Demand(uid="d", namespace="ns", name="d", share=GpuShare(shares, memory, cores))
 
 
 NONE = (NO_ROOM, NO_ROOM)
