@@ -73,11 +73,11 @@ class ServerSettings(_Group):
     # bind moves pods, so the verbs must be reachable only over loopback or mTLS; this opts out.
     insecure_allow_remote: bool = False
     # A second listener, plain HTTP on every address, serving only /metrics and /healthz (for
-    # Prometheus; see app.metrics_listener). Off by default.
+    # Prometheus; see app.service.metrics_listener). Off by default.
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     # A third listener, plain HTTP on every address, serving only the read-only views
     # (/inventory, /explain/NAMESPACE/NAME, /healthz): what `kubectl schedext` reads through the
-    # API server's service proxy (see app.views_listener). Off by default. A port apart from
+    # API server's service proxy (see app.service.views_listener). Off by default. A port apart from
     # the metrics one, so that a NetworkPolicy can let Prometheus scrape metrics without also
     # letting it read pod names, and the API server read the views without the metrics.
     views_port: int | None = Field(default=None, ge=0, le=65535)
