@@ -1,7 +1,9 @@
-"""``schedext`` command line: ``serve`` (the extender), ``explain`` (asks a running one why a
-pod fits each node), ``agent`` (the node agent, :mod:`app.agent.command`). The benchmarks are
-not commands of the package, which does not ship them: they run from a source tree
-(``python -m loadtests.bench``)."""
+"""``schedext`` command line, the front door of ``app``'s buildings: ``serve`` (the extender,
+:mod:`app.service`), ``explain`` (asks a running one why a pod fits each node, printed as the
+kubectl plugin prints it, :mod:`app.plugin.tables`), ``agent`` (the node agent,
+:mod:`app.agent.command`). A command imports its building when it runs, so that neither
+``--help`` nor the agent loads the service. The benchmarks are not commands of the package,
+which does not ship them: they run from a source tree (``python -m loadtests.bench``)."""
 
 from __future__ import annotations
 
@@ -17,16 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from app import __version__, logs
+from app import __version__
 from app.agent.command import add_command as add_agent_command
-from app.pipes import reader_gone
-from app.plugin.tables import explanation_text
-from app.settings import Settings, load_settings
-from app.snapshot import SnapshotError
+from app.stdio import logs
+from app.stdio.pipes import reader_gone
 
 if TYPE_CHECKING:
-    from app.plain_listener import PlainListener
-    from app.service import Service
+    from app.service.assembly import Service
+    from app.service.plain_listener import PlainListener
+    from app.service.settings import Settings
 
 __all__ = ["main"]
 
@@ -149,6 +150,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from app.service.settings import load_settings  # noqa: PLC0415
+    from app.service.snapshot import SnapshotError  # noqa: PLC0415
+
     overrides: dict[str, Any] = {}
     server = {
         key: value
@@ -189,8 +193,8 @@ def _serve(args: argparse.Namespace) -> int:
 def _run(settings: Settings) -> int:
     import uvicorn  # noqa: PLC0415 (keep `schedext --help` fast)
 
-    from app.main import create_app, live_cluster_configured  # noqa: PLC0415
-    from app.verb_protocol import protocol_for  # noqa: PLC0415
+    from app.service.main import create_app, live_cluster_configured  # noqa: PLC0415
+    from app.service.verb_protocol import protocol_for  # noqa: PLC0415
 
     try:
         app = create_app(settings)
@@ -258,8 +262,8 @@ def _run(settings: Settings) -> int:
 
 def _plain_listeners(settings: Settings, service: Service) -> list[tuple[str, PlainListener]]:
     """The plain-HTTP listeners beside the verbs' (metrics, read-only views), by their flag."""
-    from app.metrics_listener import MetricsListener  # noqa: PLC0415
-    from app.views_listener import ViewsListener  # noqa: PLC0415
+    from app.service.metrics_listener import MetricsListener  # noqa: PLC0415
+    from app.service.views_listener import ViewsListener  # noqa: PLC0415
 
     server = settings.server
     listeners: list[tuple[str, PlainListener]] = []
@@ -273,6 +277,8 @@ def _plain_listeners(settings: Settings, service: Service) -> list[tuple[str, Pl
 
 def _explain(args: argparse.Namespace) -> int:
     import httpx  # noqa: PLC0415
+
+    from app.plugin.tables import explanation_text  # noqa: PLC0415
 
     namespace, _, name = args.pod.partition("/")
     if not namespace or not name:

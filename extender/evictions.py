@@ -10,7 +10,7 @@ left waiting in the unschedulable queue. The end-to-end tests saw exactly that u
 
 This book lets filter recognise the moment: the preemptor is offered a node whose approved
 victims schedext still holds. The shell then waits, briefly, for the watch to catch up
-(``app.victims``). One wait per approval: whatever ends it (the victims seen gone, or the
+(``app.service.victims``). One wait per approval: whatever ends it (the victims seen gone, or the
 wait's bound), the entry is settled, so that a node kube-scheduler offers for another reason
 (victims it does not need gone, still terminating) costs at most one short wait.
 

@@ -942,7 +942,10 @@ def _env(root: Path) -> dict[str, str]:
     them with prioritizeVerb registered; a tree that has shortlist mode is told so (an older
     one, without the setting, would refuse it)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    if "shortlist" in (root / "app" / "settings.py").read_text():
+    settings = root / "app" / "service" / "settings.py"
+    if not settings.is_file():  # a tree from before app/service/
+        settings = root / "app" / "settings.py"
+    if "shortlist" in settings.read_text():
         env.setdefault("SCHEDEXT_POLICY__SHORTLIST", "0")
     return env
 
@@ -983,7 +986,7 @@ def _timed(
     conn: http.client.HTTPConnection, path: str, body: bytes, write_size: int
 ) -> tuple[bytes, float, Split | None]:
     """The answer, the round trip (ms), and where the server's timing headers (schedext with
-    the benchmark endpoints: app.routes.verbs.timing_headers) put its parts. Both sides read
+    the benchmark endpoints: app.service.routes.verbs.timing_headers) put its parts. Both sides read
     the same monotonic clock."""
     sent = time.perf_counter()
     data, response = _exchange(conn, path, body, write_size)

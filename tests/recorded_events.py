@@ -3,7 +3,7 @@ posts Events and patches pods)."""
 
 from __future__ import annotations
 
-from app.events import Event
+from app.kube.events import Event
 
 
 class RecordedEvents:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from app import logs
 from app.agent.nvml import Nvml, NvmlError
 from app.agent.settings import AgentSettings
+from app.stdio import logs
 
 __all__ = ["add_command"]
 

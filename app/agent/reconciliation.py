@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 from app.agent.pod_resources import PodResources, PodResourcesError
 from app.agent.ports import PodLedger
-from app.events import EventRecorder, NodeEvent
 from app.kube.api import KubeApi
 from app.kube.errors import ApiError
+from app.kube.events import EventRecorder, NodeEvent
 from extender import names
 from extender.devices import DocumentError
 from extender.devices.allocation import NodePod

@@ -47,9 +47,9 @@ from app.agent.servicer import Allocator, DevicePluginServicer
 from app.agent.settings import AgentSettings
 from app.agent.sharing import Shares
 from app.agent.xid_watch import GpuFault, XidWatch
-from app.events import ApiEventRecorder
 from app.kube.api import KubeApi
 from app.kube.errors import ApiError
+from app.kube.events import ApiEventRecorder
 from app.kube.watch import WatchHooks, watch_forever
 from extender.devices import Gpu, GpuHealth, Topology, UseSample
 from extender.devices.links import nvlink_groups

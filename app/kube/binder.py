@@ -26,8 +26,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.binder import BindError, BindOutcomeUnknownError
 from app.kube.api import Deadline, KubeApi
+from app.kube.binding import BindError, BindOutcomeUnknownError
 from app.kube.claims import delete_claim, ensure_claim
 from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError, ApiTransientError
 from extender.model import BindPlan

@@ -8,11 +8,11 @@ import contextlib
 import logging
 from typing import Any
 
-from app.binder import BindError
 from app.kube.api import Deadline, KubeApi
+from app.kube.binding import BindError
 from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError
+from app.kube.readiness import Readiness
 from app.kube.status import SCHEDEXT_PATH
-from app.readiness import Readiness
 from extender.model import ClaimPlan
 from extender.scheduler import Scheduler
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from app.kube.api import KubeApi
 from app.kube.errors import ApiError, ApiNotFoundError
-from app.readiness import Readiness
+from app.kube.readiness import Readiness
 from extender.quotas import used_quantities
 from extender.scheduler import Scheduler
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
-from app.pipes import reader_gone
 from app.plugin import tables
 from app.plugin.access import (
     DEFAULT_NAMESPACE,
@@ -30,6 +29,7 @@ from app.plugin.access import (
     Target,
     Views,
 )
+from app.stdio.pipes import reader_gone
 
 __all__ = ["main"]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.main import create_app
-from app.settings import load_settings
+from app.service.main import create_app
+from app.service.settings import load_settings
 from tests.api.server import RunningServer, running
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

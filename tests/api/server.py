@@ -15,7 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from app.verb_protocol import protocol_for
+from app.service.verb_protocol import protocol_for
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
-from app.binder import BindError
+from app.kube.binding import BindError
 from extender.model import BindPlan
 from tests.api.conftest import Serve
 from tests.builders import ip_pod, make_ip_pool, make_node, name_of, uid_of

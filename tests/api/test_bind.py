@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import orjson
 
-from app.binder import BindError
+from app.kube.binding import BindError
 from extender.model import BindPlan
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer

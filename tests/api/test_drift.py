@@ -28,9 +28,9 @@ from app.agent.memory import MemoryLedger
 from app.agent.pod_resources import KubeletPodResources, PodResources
 from app.agent.probes import AgentState, metrics_registry
 from app.agent.reconciliation import DriftPublisher, ReconciledLedger, Reconciler
-from app.events import NodeEvent
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig
+from app.kube.events import NodeEvent
 from extender import names
 from extender.devices.allocation import NodePod
 from extender.devices.drift import SETTLE_S, DriftResources, KubeletDevices

@@ -9,8 +9,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from app.main import create_app
-from app.settings import load_settings
+from app.service.main import create_app
+from app.service.settings import load_settings
 from tests.api.server import RunningServer, running
 
 

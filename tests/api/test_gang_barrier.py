@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from app.binder import BindError, InMemoryBinder
+from app.kube.binding import BindError, InMemoryBinder
 from extender.model import BindPlan
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer

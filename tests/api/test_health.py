@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from app.service import Service
+from app.service.assembly import Service
 from tests.api.conftest import Serve, fixture
 
 NOT_LEADER = "not the leader (the leader is schedext-0_ab12)"

@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from app.routes.inventory import PENDING_LISTED
+from app.service.routes.inventory import PENDING_LISTED
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
 from tests.builders import (

@@ -11,11 +11,11 @@ import httpx
 import orjson
 import pytest
 
-from app.cluster import ClusterSource
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig
-from app.service import Service
-from app.settings import load_settings
+from app.service.assembly import Service
+from app.service.cluster import ClusterSource
+from app.service.settings import load_settings
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer
 from tests.builders import A100, make_node, make_pod

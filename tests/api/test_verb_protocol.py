@@ -1,5 +1,5 @@
-"""schedext's HTTP protocol (app.verb_protocol) over real HTTP: filter and prioritize answered in
-place, exactly as the ASGI path answers them, and every case it leaves to that path (the
+"""schedext's HTTP protocol (app.service.verb_protocol) over real HTTP: filter and prioritize
+answered in place, exactly as the ASGI path answers them, and every case it leaves to that path (the
 server notes which requests reached the ASGI app: ``RunningServer.asgi``)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import httpx
 import orjson
 import pytest
 
-from app.main import create_app
-from app.settings import load_settings
+from app.service.main import create_app
+from app.service.settings import load_settings
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer, running
 from tests.builders import gang_pod, make_node, make_pod, make_pod_group, name_of, uid_of

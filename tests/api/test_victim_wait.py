@@ -1,5 +1,5 @@
 """Filter waits for the victims preempt approved when kube-scheduler offers their node while
-schedext's watch still shows them (extender.evictions, app.victims), over real HTTP with the
+schedext's watch still shows them (extender.evictions, app.service.victims), over real HTTP with the
 cluster source reading a canned API server whose pod watch the test drives."""
 
 from __future__ import annotations

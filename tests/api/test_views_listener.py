@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from app.views_listener import INVENTORY_REUSE_S, ViewsListener
+from app.service.views_listener import INVENTORY_REUSE_S, ViewsListener
 from tests.api.conftest import fixture
 from tests.api.server import RunningServer
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 
-from app.cluster import ClusterSource
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig
+from app.service.cluster import ClusterSource
 from tests.handler_transport import HandlerTransport
 from tests.unit.kube_fakes import page
 

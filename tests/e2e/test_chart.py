@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.settings import load_settings
+from app.service.settings import load_settings
 from tests.e2e.conftest import GPU, Schedext
 from tests.e2e.harness import ApiError as HarnessApiError
 from tests.e2e.harness import ControlPlane, free_port, pod_manifest
@@ -412,7 +412,7 @@ def test_one_mtls_replica_without_leader_election_is_served_without_the_leader_l
         (("--set", "agent.enable=true"), "additional properties 'enable' not allowed"),
         (("--set", "metrics.port=http"), "at '/metrics/port'"),
         (("--set", "scheduler.schedulerName=Schedext"), "at '/scheduler/schedulerName'"),
-        # schedext's own settings, checked against app.settings' schema.
+        # schedext's own settings, checked against app.service.settings' schema.
         (
             ("--set-json", 'schedext.config={"policy": {"gpu_scorng": "spread"}}'),
             "additional properties 'gpu_scorng' not allowed",

@@ -18,8 +18,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from app.agent.probes import AgentState, metrics_registry
-from app.metrics import Metrics
-from app.readiness import Readiness
+from app.kube.readiness import Readiness
+from app.service.metrics import Metrics
 from extender.scheduler import Scheduler
 from tests.quality.promql import PromQLError, metric_names
 

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.main import create_app
-from app.settings import load_settings
+from app.service.main import create_app
+from app.service.settings import load_settings
 from tests.api.conftest import write_snapshot
 from tests.api.server import RunningServer, running
 
@@ -30,8 +30,8 @@ def snapshot_server(
     with running(create_app(load_settings(snapshot=snapshot))) as server:
         page = httpx.get(f"{server.url}/ui", timeout=10)
         assert page.status_code == 200, (
-            f"GET /ui answered {page.status_code}: create_app in app/main.py must include "
-            "app.routes.ui.router"
+            f"GET /ui answered {page.status_code}: create_app in app/service/main.py must include "
+            "app.service.routes.ui.router"
         )
         yield server
 

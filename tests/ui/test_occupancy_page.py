@@ -16,7 +16,7 @@ import orjson
 import pytest
 from fastapi import FastAPI, Response
 
-from app.routes import ui
+from app.service.routes import ui
 from extender import names
 from extender.devices.drift import Cause, Drift, InUse, StaleRecord
 from tests.api.server import RunningServer, running

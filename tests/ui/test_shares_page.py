@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.main import create_app
-from app.settings import load_settings
+from app.service.main import create_app
+from app.service.settings import load_settings
 from tests.api.server import running
 from tests.builders import A100, make_node, make_pod, share_pod
 from tests.ui.browser import dump_dom

@@ -13,14 +13,14 @@ import pytest
 from pydantic import ValidationError
 
 from app import cli
-from app.binder import BindError, BindOutcomeUnknownError
 from app.kube.api import KubeApi
 from app.kube.binder import ApiBinder
+from app.kube.binding import BindError, BindOutcomeUnknownError
 from app.kube.config import ClusterConfig
-from app.main import create_app
-from app.settings import load_settings
-from app.snapshot import Snapshot
-from app.sources import SnapshotSource
+from app.service.main import create_app
+from app.service.settings import load_settings
+from app.service.snapshot import Snapshot
+from app.service.sources import SnapshotSource
 from extender.model import BindPlan
 from tests.builders import make_node, make_pod, uid_of
 from tests.handler_transport import HandlerTransport

@@ -10,10 +10,10 @@ import httpx
 import orjson
 import pytest
 
-from app.binder import BindError
 from app.kube.binder import ApiBinder
+from app.kube.binding import BindError
 from app.kube.claims import ClaimReleaser
-from app.readiness import Readiness
+from app.kube.readiness import Readiness
 from extender.model import BindPlan, ClaimPlan, ClaimPolicy
 from extender.scheduler import Scheduler
 from tests.unit.kube_fakes import FakeApiServer

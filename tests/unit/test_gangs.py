@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.gangs import GangWaiters
-from app.metrics import Metrics
+from app.service.gangs import GangWaiters
+from app.service.metrics import Metrics
 from extender import names
 from extender.config import SHARE_PRESETS
 from extender.errors import BindRefusedError

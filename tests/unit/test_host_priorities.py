@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 
-from app import wire
+from app.service import wire
 from extender.packed import PackedNames
 
 

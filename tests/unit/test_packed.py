@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
-from app import wire
+from app.service import wire
 from extender import _packed_py, node_slots, packed, policy
 from extender.packed import PackedNames
 from tests.builders import make_node, make_pod

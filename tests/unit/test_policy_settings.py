@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.settings import load_settings
+from app.service.settings import load_settings
 from extender.scoring import NAMES
 
 

@@ -12,10 +12,10 @@ import httpx
 import orjson
 import pytest
 
-from app.events import QuotaEvent
+from app.kube.events import QuotaEvent
+from app.kube.readiness import Readiness
 from app.kube.status import QuotaStatusWriter
-from app.quotas import INVALID, SHADOWED, QuotaSink
-from app.readiness import Readiness
+from app.service.quotas import INVALID, SHADOWED, QuotaSink
 from extender import names
 from extender.scheduler import Scheduler
 from tests.builders import elastic_quota, make_node, make_pod

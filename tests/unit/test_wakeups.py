@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from app.main import create_app
-from app.service import Service
-from app.settings import load_settings
+from app.service.assembly import Service
+from app.service.main import create_app
+from app.service.settings import load_settings
 from extender.capacity_waits import WaitKind
 from extender.scheduler import Scheduler
 from tests.builders import A100, elastic_quota, make_node, make_pod, share_pod

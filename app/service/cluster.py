@@ -1,9 +1,9 @@
 """The live-cluster inventory source: list+watch of everything the core decides on, plus the
 background writers (status, claim release) and leader election.
 
-It wires ``app.kube``'s informers and writers to the :class:`~app.service.Service` (its
+It wires ``app.kube``'s informers and writers to the :class:`~app.service.assembly.Service` (its
 readiness, metrics and victim waits), so it belongs to the service layer, beside
-``app.sources``: ``app.kube`` itself stays plain Kubernetes I/O that knows nothing of the
+``app.service.sources``: ``app.kube`` itself stays plain Kubernetes I/O that knows nothing of the
 service assembled around it."""
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app.events import EventRecorder
 from app.kube.api import KubeApi
 from app.kube.claims import ClaimReleaser
+from app.kube.events import EventRecorder
 from app.kube.leader import LeaderElector
 from app.kube.role import LEADER, ROLE_LABEL, PodRoleLabel
 from app.kube.shapes import NODE_DECODERS, POD_DECODERS
 from app.kube.status import PODGROUPS_PATH, SCHEDEXT_PATH, QuotaStatusWriter, StatusWriter
 from app.kube.watch import Relist, Resource, Sink, WatchHooks, watch_forever
-from app.quotas import QuotaSink
-from app.service import Service
-from app.settings import LeaderSettings
+from app.service.assembly import Service
+from app.service.quotas import QuotaSink
+from app.service.settings import LeaderSettings
 from extender.scheduler import Scheduler
 
 __all__ = [
@@ -96,7 +96,7 @@ def _sinks(scheduler: Scheduler, events: EventRecorder) -> dict[str, Sink]:
         "podgroups": _Sink(
             scheduler.pod_group_relist, scheduler.upsert_pod_group, scheduler.delete_pod_group
         ),
-        # Bad and shadowed quotas are skipped with a Warning event (app.quotas).
+        # Bad and shadowed quotas are skipped with a Warning event (app.service.quotas).
         "elasticquotas": QuotaSink(scheduler, events),
         "ippools": _Sink(
             scheduler.ip_pool_relist, scheduler.upsert_ip_pool, scheduler.delete_ip_pool

@@ -1,5 +1,5 @@
 """A plain-HTTP listener for read-only answers, on every address: the shape of
-``--metrics-port`` (app.metrics_listener) and ``--views-port`` (app.views_listener).
+``--metrics-port`` (app.service.metrics_listener) and ``--views-port`` (app.service.views_listener).
 
 The main listener stays on loopback (sidecar) or behind client certificates (mTLS), because it
 serves ``bind``. A plain listener answers ``GET`` and ``HEAD`` of the paths its subclass

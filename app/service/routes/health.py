@@ -10,9 +10,9 @@ from fastapi import APIRouter, Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__
-from app.metrics import CONTENT_TYPE
-from app.readiness import Readiness
-from app.service import Service
+from app.kube.readiness import Readiness
+from app.service.assembly import Service
+from app.service.metrics import CONTENT_TYPE
 
 __all__ = ["CloseWhenNotReady", "router"]
 

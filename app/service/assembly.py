@@ -12,14 +12,14 @@ from typing import TypeVar
 
 from starlette.types import Receive, Scope
 
-from app.binder import Binder
-from app.errors import BodyTimeoutError, BodyTooLargeError, ClientGoneError, NotReadyError
-from app.events import EventRecorder
-from app.gangs import GangWaiters
-from app.metrics import Metrics
-from app.readiness import Readiness
-from app.settings import Settings
-from app.victims import VictimWaits
+from app.kube.binding import Binder
+from app.kube.events import EventRecorder
+from app.kube.readiness import Readiness
+from app.service.errors import BodyTimeoutError, BodyTooLargeError, ClientGoneError, NotReadyError
+from app.service.gangs import GangWaiters
+from app.service.metrics import Metrics
+from app.service.settings import Settings
+from app.service.victims import VictimWaits
 from extender.scheduler import Scheduler
 
 __all__ = ["Service"]

@@ -3,10 +3,11 @@ place.
 
 uvicorn takes a protocol class (``Config(http=...)``; :func:`protocol_for` makes schedext's).
 For every request it stamps the scope with when the event loop read its first bytes and its
-last body byte (:data:`app.routes.verbs.READ`, :data:`~app.routes.verbs.BODY_READ`), from
-which the verbs' stages are measured (``schedext_request_stage_seconds``). Time a request
-spends in the socket before the event loop reads it is not seen here: only a client's round
-trip shows it (``loadtests.bench --load``).
+last body byte (:data:`app.service.routes.verbs.READ`,
+:data:`~app.service.routes.verbs.BODY_READ`), from which the verbs' stages are measured
+(``schedext_request_stage_seconds``). Time a request spends in the socket before the event
+loop reads it is not seen here: only a client's round trip shows it (``loadtests.bench
+--load``).
 
 Filter and prioritize (the verbs with a synchronous handler, ``Verb.handle_now``) sit on
 kube-scheduler's serial path, once each per pod. uvicorn serves a request through an ASGI task:
@@ -15,12 +16,12 @@ writes it 4 KiB at a time), run after whatever else the event loop has ready (bi
 continuations, pod watch events), answering in two writes. Here instead the body is gathered in
 the parser's callbacks and the verb answered in the callback that completes it, in one write:
 no task, no wake-ups, nothing ahead of it once its bytes are read. The answers, errors, limits,
-metrics and logs are the ASGI path's (:func:`~app.routes.verbs.answer_now` shares its code).
+metrics and logs are the ASGI path's (:func:`~app.service.routes.verbs.answer_now` shares its code).
 
 A request is handed to uvicorn's own path, and so to the ASGI app, as if this protocol had not
 looked at it, whenever it is not the plain case: another method or path (a query string
 included, but prioritize's ``full`` in its usual spellings, ``?full=1``, answered here with
-the answer the ASGI path chooses: :func:`~app.routes.verbs.queried_routes`), ``Expect:
+the answer the ASGI path chooses: :func:`~app.service.routes.verbs.queried_routes`), ``Expect:
 100-continue``, an upgrade, a declared length over the limit, a request
 pipelined behind one still being answered (answers keep their order) or after one that closed
 the connection, a client not reading its answers, a replica not ready (whose answers close the
@@ -59,8 +60,9 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.protocols.utils import get_client_addr
 
-from app.errors import BodyTimeoutError, ClientGoneError
-from app.routes.verbs import (
+from app.service.assembly import Service
+from app.service.errors import BodyTimeoutError, ClientGoneError
+from app.service.routes.verbs import (
     BODY_READ,
     PLANNED,
     READ,
@@ -71,7 +73,6 @@ from app.routes.verbs import (
     routes,
     timing_headers,
 )
-from app.service import Service
 
 __all__ = ["VerbProtocol", "protocol_for"]
 
@@ -137,7 +138,7 @@ class _Served:
     limit: int  # server.max_body_bytes
     timeout_s: float  # server.body_timeout_s
     header_timeout_s: float  # server.header_timeout_s
-    timing: bool  # the benchmark's timing headers (see app.routes.verbs.timing_headers)
+    timing: bool  # the benchmark's timing headers (see app.service.routes.verbs.timing_headers)
     binds: _BindsInFlight = field(default_factory=_BindsInFlight)
 
 

@@ -13,7 +13,7 @@ router = APIRouter()
 
 
 def _asset(name: str) -> bytes:
-    return (files("app") / "ui" / name).read_bytes()
+    return (files("app.service") / "ui" / name).read_bytes()
 
 
 # Read once at import: the files ship with the package and never change while it runs.

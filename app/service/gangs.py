@@ -10,8 +10,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from app.events import EventRecorder, PodEvent
-from app.metrics import Metrics
+from app.kube.events import EventRecorder, PodEvent
+from app.service.metrics import Metrics
 from extender.gang import GangEvent, GangEventKind
 from extender.model import BindPlan
 from extender.scheduler import Scheduler

@@ -1,19 +1,20 @@
 """The four extender verbs. Each decodes, calls one method of the core (bind: the bind
-workflow of :mod:`app.bind_workflow`, which holds the gang wait and the Binding), and encodes.
+workflow of :mod:`app.service.bind_workflow`, which holds the gang wait and the Binding), and
+encodes.
 
 They are served by :class:`VerbEndpoints`, a bare ASGI layer in front of FastAPI: kube-scheduler
 calls filter and prioritize serially for every pod, and FastAPI's routing, request objects
 and middleware would add a fifth of a millisecond to each call for nothing the verbs use. The
-OpenAPI document still describes them (``app/openapi.py``); every other path goes on to
+OpenAPI document still describes them (``app/service/openapi.py``); every other path goes on to
 FastAPI. Filter and prioritize (and the benchmark's constant answer) have a synchronous
-handler too (``_Verb.handle_now``): schedext's HTTP protocol (:mod:`app.verb_protocol`)
+handler too (``_Verb.handle_now``): schedext's HTTP protocol (:mod:`app.service.verb_protocol`)
 answers them with it inside its parser's callback once the body is in, without an ASGI task,
 and hands them here only when that handler cannot answer at once (filter waiting for
 victims) or the request is unusual (see there).
 
 prioritize has two answers (:data:`_FORMS`): the compact one kube-scheduler gets by default
-(the hosts above the lowest score, lowered by it: :func:`app.wire.host_priorities`) and the
-full one (every host, its absolute score: :func:`app.wire.host_scores`), chosen by the query
+(the hosts above the lowest score, lowered by it: :func:`app.service.wire.host_priorities`) and the
+full one (every host, its absolute score: :func:`app.service.wire.host_scores`), chosen by the query
 parameter ``full`` (:func:`with_query`) or, for a request without it, by
 ``server.prioritize_full``. Other query parameters are ignored.
 
@@ -34,9 +35,9 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from app import bind_workflow, wire
-from app.errors import InvalidPodError, RequestRejectedError
-from app.service import Service
+from app.service import bind_workflow, wire
+from app.service.assembly import Service
+from app.service.errors import InvalidPodError, RequestRejectedError
 from extender.model import FilterVerdict
 from extender.requests import PodRequestError
 from extender.scoring import ScoreArray
@@ -69,9 +70,9 @@ HandlerNow = Callable[[Service, bytes], tuple[bytes, str] | None]
 
 _HEADERS = [(b"content-type", b"application/json")]
 
-# Scope keys set by the HTTP protocol (app.verb_protocol): the perf_counter times at which the
-# event loop read the request's first bytes and its last body byte. Absent under another
-# server; the stages are then not measured.
+# Scope keys set by the HTTP protocol (app.service.verb_protocol): the perf_counter times at
+# which the event loop read the request's first bytes and its last body byte. Absent under
+# another server; the stages are then not measured.
 READ = "schedext.read"
 BODY_READ = "schedext.body_read"
 # Set by the protocol on a bind whose body is in: called once its plan is made (its GPUs
@@ -124,8 +125,8 @@ def routes(
 
 
 _FULL = {"1": True, "true": True, "": True, "0": False, "false": False}
-# The spellings of ``full`` answered in place too (app.verb_protocol): any other query string
-# goes the ASGI path, which reads it with the same function.
+# The spellings of ``full`` answered in place too (app.service.verb_protocol): any other query
+# string goes the ASGI path, which reads it with the same function.
 _QUERIES = ("full=1", "full=0", "full=true", "full=false", "full")
 
 
@@ -144,7 +145,7 @@ def with_query(verb: _Verb, query: bytes) -> _Verb:
     """The verb's answer that ``query`` (the URL's query string) asks for: ``full`` (``1``,
     ``true`` or bare) or ``full=0`` (``false``) picks prioritize's full or compact answer;
     other parameters, and ``full`` on the other verbs, are ignored. A ``full`` of another
-    value raises :class:`~app.wire.WireError`."""
+    value raises :class:`~app.service.wire.WireError`."""
     forms = _FORMS.get(verb.name)
     if forms is None or not query:
         return verb

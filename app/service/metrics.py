@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from app.readiness import Readiness
+from app.kube.readiness import Readiness
 from extender import names
 from extender.quotas import Kind
 from extender.scheduler import Scheduler

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app.events import EventRecorder, QuotaEvent
+from app.kube.events import EventRecorder, QuotaEvent
 from extender.quotas import QuotaError
 from extender.scheduler import Scheduler
 

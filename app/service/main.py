@@ -15,24 +15,25 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.types import Receive, Scope, Send
 
-from app import __version__, openapi
-from app.binder import Binder, InMemoryBinder
-from app.cluster import ClusterSource
-from app.events import ApiEventRecorder, EventRecorder, LogEventRecorder
-from app.gangs import GangWaiters
+from app import __version__
 from app.kube.api import KubeApi
 from app.kube.binder import ApiBinder
+from app.kube.binding import Binder, InMemoryBinder
 from app.kube.config import in_cluster_available, load_cluster_config
-from app.metrics import Metrics
-from app.node_problems import NodeProblemReporter
-from app.readiness import Readiness
-from app.routes import explain, health, inventory, ui
-from app.routes.verbs import VerbEndpoints
-from app.service import Service
-from app.settings import Settings
-from app.snapshot import demo_snapshot, read_snapshot
-from app.sources import InventorySource, SnapshotSource
-from app.victims import VictimWaits
+from app.kube.events import ApiEventRecorder, EventRecorder, LogEventRecorder
+from app.kube.readiness import Readiness
+from app.service import openapi
+from app.service.assembly import Service
+from app.service.cluster import ClusterSource
+from app.service.gangs import GangWaiters
+from app.service.metrics import Metrics
+from app.service.node_problems import NodeProblemReporter
+from app.service.routes import explain, health, inventory, ui
+from app.service.routes.verbs import VerbEndpoints
+from app.service.settings import Settings
+from app.service.snapshot import demo_snapshot, read_snapshot
+from app.service.sources import InventorySource, SnapshotSource
+from app.service.victims import VictimWaits
 from extender.preemption import GangVictims
 from extender.scheduler import Scheduler
 

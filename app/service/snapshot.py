@@ -43,7 +43,7 @@ def read_snapshot(path: Path) -> Snapshot:
 
 
 def demo_snapshot() -> Snapshot:
-    data = resources.files("app").joinpath("demo/inventory.json").read_bytes()
+    data = resources.files("app.service").joinpath("demo/inventory.json").read_bytes()
     return parse_snapshot(data, source="embedded demo inventory")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.events import EventRecorder, NodeEvent
+from app.kube.events import EventRecorder, NodeEvent
 
 __all__ = ["NodeProblemReporter"]
 

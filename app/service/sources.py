@@ -1,13 +1,13 @@
-"""Where the inventory comes from: a snapshot file, the embedded demo, or (``app.cluster``) a
-live cluster watched by informers."""
+"""Where the inventory comes from: a snapshot file, the embedded demo, or
+(``app.service.cluster``) a live cluster watched by informers."""
 
 from __future__ import annotations
 
 import logging
 from typing import Protocol
 
-from app.service import Service
-from app.snapshot import Snapshot
+from app.service.assembly import Service
+from app.service.snapshot import Snapshot
 
 __all__ = ["InventorySource", "SnapshotSource"]
 
@@ -17,7 +17,7 @@ log = logging.getLogger("schedext.snapshot")
 class InventorySource(Protocol):
     description: str
     # Whether pod events keep coming once started (a live cluster's watch). Without them
-    # nothing ends filter's wait for preempted victims early (app.victims): it is off.
+    # nothing ends filter's wait for preempted victims early (app.service.victims): it is off.
     watches_pods: bool
 
     async def start(self, service: Service) -> None:

@@ -117,7 +117,7 @@ class ServerSettings(_Group):
         "moves pods, so the verbs are otherwise reachable only over loopback or mTLS: anyone "
         "who can reach the port could bind pods. For demos only.",
     )
-    # See app.metrics_listener.
+    # See app.service.metrics_listener.
     metrics_port: int | None = Field(
         default=None,
         ge=0,
@@ -125,7 +125,7 @@ class ServerSettings(_Group):
         description="A second listener, plain HTTP on every address, that serves only "
         "`/metrics` and `/healthz`, for Prometheus (9090 in the manifests). null: none.",
     )
-    # See app.views_listener. A port apart from the metrics one, so that a NetworkPolicy can
+    # See app.service.views_listener. A port apart from the metrics one, so that a NetworkPolicy can
     # let Prometheus scrape metrics without also letting it read pod names, and the API server
     # read the views without the metrics.
     views_port: int | None = Field(

@@ -1,7 +1,7 @@
 """``GET /explain/{namespace}/{pod}``: per node, whether the pod fits and why not, and the
 score schedext gives each node it fits.
 
-:func:`answer` is also what the read-only views port serves (app.views_listener)."""
+:func:`answer` is also what the read-only views port serves (app.service.views_listener)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.service import Service
+from app.service.assembly import Service
 from extender.model import QuotaHold, Reason
 
 __all__ = ["answer", "router"]

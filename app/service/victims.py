@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from app.metrics import Metrics
+from app.service.metrics import Metrics
 from extender import fields
 from extender.fields import JSONObject
 from extender.scheduler import Scheduler
@@ -39,7 +39,7 @@ class VictimWaits:
 
     def needed(self, scheduler: Scheduler, pod: JSONObject, node_names: Sequence[str]) -> bool:
         """Whether :meth:`wait` would wait: when not, filter can be answered at once, without
-        a task (app.verb_protocol)."""
+        a task (app.service.verb_protocol)."""
         if self._bound_s <= 0:
             return False  # waiting is switched off
         return bool(scheduler.awaited_victims(pod, node_names, self._clock()))

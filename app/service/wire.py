@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from app.errors import RequestRejectedError
+from app.service.errors import RequestRejectedError
 from extender import fields
 from extender.model import RANKED, FilterVerdict, Rejection, Victim
 from extender.packed import NameView, NodeSubset, PackedNames

@@ -15,9 +15,9 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from app.binder import BindError, BindOutcomeUnknownError
-from app.events import PodEvent
-from app.service import Service
+from app.kube.binding import BindError, BindOutcomeUnknownError
+from app.kube.events import PodEvent
+from app.service.assembly import Service
 from extender.errors import BindRefusedError
 from extender.model import BindPlan
 
@@ -113,7 +113,7 @@ async def bind_pod(
 
 def _give_back(service: Service, plan: BindPlan, *, keep: bool) -> None:
     """After a failed bind: what it reserved goes back, or (``keep``: a Binding may have been
-    written) stays for the watch to settle (see app.binder.BindOutcomeUnknownError)."""
+    written) stays for the watch to settle (see app.kube.binding.BindOutcomeUnknownError)."""
     if keep:
         service.scheduler.doubt_bind(plan, now=service.clock())
     else:

@@ -1,7 +1,9 @@
 """Binders perform a :class:`extender.model.BindPlan`: they move the pod onto its node.
 
-The in-memory binder serves the embedded demo and snapshot modes; the API binder (which
-posts ``pods/binding``) lives in ``app.kube``.
+The port the service binds through (:class:`Binder`), the two ways a bind fails, and the
+in-memory binder of the embedded demo and snapshot modes. The API binder, which posts
+``pods/binding``, is :mod:`app.kube.binder`; it raises these errors, so they live here, below
+the service.
 """
 
 from __future__ import annotations

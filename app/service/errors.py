@@ -1,14 +1,14 @@
-"""Errors of the service shell.
+"""Errors of the extender service (``app.service``).
 
     Exception
      +-- RequestRejectedError       a request we refuse to answer as asked; has an HTTP status
-     |    +-- WireError             body is not the protocol's shape (400)     [app.wire]
+     |    +-- WireError             body is not the protocol's shape (400)     [app.service.wire]
      |    +-- InvalidPodError       the pod's request cannot be read (400): prioritize
      |    +-- BodyTooLargeError     body over server.max_body_bytes (413)
      |    +-- BodyTimeoutError      body not received within server.body_timeout_s (408)
      |    +-- ClientGoneError       client disconnected before its whole body (400)
      |    +-- NotReadyError         inventory not synced / not the leader (503)
-     +-- BindError                  the binder could not bind (reported in Error) [app.binder]
+     +-- BindError                  the binder could not bind (reported in Error) [app.kube.binding]
 
 Filter and bind report these in the protocol's ``Error`` field with HTTP 200 (what
 kube-scheduler reads); prioritize and preempt, whose results have no such field, answer the

@@ -8,8 +8,9 @@ each), pod names and namespaces, the pools' addresses and holders, gangs and tea
 No Secret, token, certificate, environment or pod spec beyond what schedext decides with
 (docs/deploy.md weighs who may read them). Nothing here changes the inventory: each answer
 reads it, on the event loop thread, as the main listener's routes do, and is the same body
-(app.routes.inventory.document, app.routes.explain.answer). See app.plain_listener for what
-the listener refuses (bodies, other methods, slow or oversized heads).
+(app.service.routes.inventory.document, app.service.routes.explain.answer). See
+app.service.plain_listener for what the listener refuses (bodies, other methods, slow or
+oversized heads).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from collections.abc import Callable
 
 import orjson
 
-from app.plain_listener import Answer, PlainListener
-from app.routes import explain, inventory
-from app.service import Service
+from app.service.assembly import Service
+from app.service.plain_listener import Answer, PlainListener
+from app.service.routes import explain, inventory
 
 __all__ = ["ViewsListener"]
 

@@ -1,8 +1,8 @@
 """Whether this replica may answer the verbs, and why not.
 
-A module of its own, importing nothing of ``app``: the service, the health routes and the
-Kubernetes writers in ``app.kube`` (status, claim release) all read it, and ``app.kube`` must
-not depend on the service layer that assembles it."""
+A module of its own, importing nothing of ``app``: the service, its health routes and the
+Kubernetes writers beside it in ``app.kube`` (status, claim release) all read it, and
+``app.kube`` must not depend on the service (``app.service``) that assembles it."""
 
 from __future__ import annotations
 

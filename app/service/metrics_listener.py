@@ -1,13 +1,13 @@
 """``--metrics-port``: a second, plain-HTTP listener on every address that serves only
-``GET /metrics`` and ``GET /healthz``, for Prometheus to scrape (see app.plain_listener for
+``GET /metrics`` and ``GET /healthz``, for Prometheus to scrape (see app.service.plain_listener for
 what every such listener refuses)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.metrics import CONTENT_TYPE
-from app.plain_listener import Answer, PlainListener
+from app.service.metrics import CONTENT_TYPE
+from app.service.plain_listener import Answer, PlainListener
 
 __all__ = ["MetricsListener"]
 

@@ -25,7 +25,7 @@ barrier (``waitLeftSeconds``, null when none waits), and how its last wait ended
 group completing (``lastFailure``: ``outcome`` ``timed_out`` or ``released``, and the
 ``reason``; null once it completes).
 
-:func:`document` is also what the read-only views port serves (app.views_listener)."""
+:func:`document` is also what the read-only views port serves (app.service.views_listener)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.service import Service
+from app.service.assembly import Service
 from extender.devices.drift import describe
 from extender.model import Holding, HoldingKind, PodRequest
 from extender.node_state import NodeView
