@@ -29,9 +29,12 @@ from pathlib import Path
 import httpx
 
 from extender.devices.drift import KubeletDevices
-from tests.e2e.harness import ControlPlane, find_binaries, free_port, pod_manifest, wait_for
-from tests.kubelet import KubeletThread
-from tests.pod_resources import PodResourcesThread
+from testbed.controlplane import ControlPlane, find_binaries
+from testbed.kubelet import KubeletThread
+from testbed.manifests import pod_manifest
+from testbed.pod_resources import PodResourcesThread
+from testbed.processes import free_port
+from testbed.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests" / "fixtures" / "nvml" / "hgx-8-nvlink.json"

@@ -2,7 +2,8 @@
 random clusters: the check that a refactoring changed no decision.
 
 It runs ``loadtests/scenarios.py`` (this tree's copy) twice, with ``PYTHONPATH`` set to each
-checkout so that each imports its own ``extender`` and test builders. Then it compares the
+checkout so that each imports its own ``extender`` and test builders (``testbed/builders.py``;
+``tests/builders.py`` in a checkout from before ``testbed/``). Then it compares the
 two outputs scenario by scenario: filter verdicts, scores, preempt answers, bind plans and
 refusals, explanations, expiries, gang events and statuses. Exit status 0 means every answer
 was the same; 1 means at least one differed, and the first scenario that differs is printed
@@ -18,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]  # this tree
 SCRIPT = Path(__file__).resolve().with_name("scenarios.py")
+BUILDERS = "testbed/builders.py"
+OLD_BUILDERS = "tests/builders.py"  # where a checkout from before testbed/ keeps them
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,26 +63,44 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _checkout(value: str) -> Path:
     """--baseline's type: a checkout with the core and the test builders."""
     path = Path(value).resolve()
-    for needed in ("extender/scheduler.py", "tests/builders.py"):
-        if not (path / needed).is_file():
-            raise argparse.ArgumentTypeError(f"{value}: not a schedext checkout (no {needed})")
+    if not (path / "extender/scheduler.py").is_file():
+        raise argparse.ArgumentTypeError(
+            f"{value}: not a schedext checkout (no extender/scheduler.py)"
+        )
+    if not ((path / BUILDERS).is_file() or (path / OLD_BUILDERS).is_file()):
+        raise argparse.ArgumentTypeError(f"{value}: not a schedext checkout (no {BUILDERS})")
     return path
 
 
 def _answers(root: Path, scenarios: int, seed: int) -> list[dict[str, Any]]:
     """The scenarios' answers from the core of the checkout at ``root``."""
-    result = subprocess.run(  # noqa: S603 (this tree's script, arguments built here)
-        [sys.executable, str(SCRIPT), str(scenarios), str(seed)],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        capture_output=True,
-        timeout=3600,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory() as shim:
+        path = [str(root)]
+        if not (root / BUILDERS).is_file():
+            path.append(_old_builders(Path(shim)))
+        result = subprocess.run(  # noqa: S603 (this tree's script, arguments built here)
+            [sys.executable, str(SCRIPT), str(scenarios), str(seed)],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+            capture_output=True,
+            timeout=3600,
+            check=False,
+        )
     if result.returncode != 0:
         tail = result.stderr.decode(errors="replace")[-2000:]
         raise SystemExit(f"the scenarios failed in {root}:\n{tail}")
     return [orjson.loads(line) for line in result.stdout.splitlines()]
+
+
+def _old_builders(directory: Path) -> str:
+    """A ``testbed`` package in ``directory`` whose ``builders`` are the checkout's
+    ``tests.builders``, for a checkout from before ``testbed/``; ``directory``, to put on
+    ``PYTHONPATH`` after the checkout."""
+    package = directory / "testbed"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "builders.py").write_text("from tests.builders import *  # noqa: F403\n")
+    return str(directory)
 
 
 def _print_first_difference(mine: list[Any], theirs: list[Any]) -> None:

@@ -9,7 +9,7 @@
 - creatable node and pod objects adapted from :mod:`loadtests.payloads`;
 - a small Prometheus text-format parser, for before/after differences of counters.
 
-Run the benchmarks from the repository root: they import the harness as ``tests.e2e.harness``.
+Run the benchmarks from the repository root: they import the harness from ``testbed``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ import orjson
 import yaml
 
 from loadtests import payloads
-from tests.e2e.harness import ApiError, ControlPlane, find_binaries, free_port, wait_for
+from testbed.controlplane import ControlPlane, find_binaries
+from testbed.kubeapi import ApiError
+from testbed.processes import free_port
+from testbed.waiting import wait_for
 
 __all__ = [
     "GPU",

@@ -4,7 +4,8 @@ per scenario.
 ``loadtests.answers`` runs this file as a script (not ``-m``) once per source tree, with
 ``PYTHONPATH`` set to that checkout, so that ``extender`` and the test builders are imported
 from it. It therefore uses only what has long been stable there: the ``Scheduler`` verbs and
-intake, ``PolicyConfig``, ``GangVictims``, ``Victim``, and ``tests.builders``.
+intake, ``PolicyConfig``, ``GangVictims``, ``Victim``, and ``testbed.builders`` (which
+``loadtests.answers`` finds in ``tests/`` in a checkout from before ``testbed/``).
 
     python loadtests/scenarios.py SCENARIOS [FIRST_SEED]
 
@@ -30,7 +31,7 @@ from extender.model import FilterVerdict, Victim
 from extender.policy import GpuScoring, PolicyConfig
 from extender.preemption import GangVictims
 from extender.scheduler import Scheduler
-from tests.builders import (
+from testbed.builders import (
     bound_ip_pod,
     gang_pod,
     ip_pod,

@@ -47,7 +47,7 @@ import httpx
 
 from loadtests import kubeload
 from loadtests.kubeload import Call, RestPool, SchedextProcess
-from tests.e2e.harness import ControlPlane
+from testbed.controlplane import ControlPlane
 
 JSON = dict[str, Any]
 NAMESPACE = "sync-bench"

@@ -71,7 +71,7 @@ from loadtests import kubeload, quality, report
 from loadtests.kubeload import Call, CpuMeter, RestPool, SchedextProcess, Scrape
 from loadtests.mix import Mix
 from loadtests.variants import Variant, VariantError, parse_variants
-from tests.e2e.harness import ControlPlane
+from testbed.controlplane import ControlPlane
 
 JSON = dict[str, Any]
 APP_LABEL = {"app": "throughput"}

@@ -14,7 +14,7 @@ from typing import Any
 
 from extender import names
 from extender.devices import Gpu, GpuHealth, MigSlice, Topology, encode_topology
-from tests.builders import make_node, make_pod
+from testbed.builders import make_node, make_pod
 
 
 def mig_uuid(node: str, gpu: int, mig: int) -> str:

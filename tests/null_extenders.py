@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.harness import free_port
+from testbed.processes import free_port
 
 TOKEN = "floor-token"  # the stand-in API server's, nothing else's
 REFUSED_POD = "taken"  # the stand-in answers 409 for this pod's Binding

@@ -17,7 +17,7 @@ from typing import Any
 from extender import names
 from loadtests.soak.checker import Claim, Group, Node, Pod, Snapshot
 from loadtests.soak.workload import SOAK_LABEL
-from tests.e2e.harness import KubeApi
+from testbed.kubeapi import KubeApi
 
 __all__ = ["pod_of", "read"]
 

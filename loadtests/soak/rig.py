@@ -1,7 +1,7 @@
 """The soak's cluster: the end-to-end harness's real control plane, two schedext replicas
 under leader election, and the proxies that both route to them and break things.
 
-* etcd, kube-apiserver and kube-scheduler are the harness's (``tests.e2e.harness``), with the
+* etcd, kube-apiserver and kube-scheduler are the harness's (``testbed.controlplane``), with the
   project's CRDs and the soak's PriorityClasses, namespaces, nodes and address pools.
 * Two ``schedext serve`` replicas elect a leader through a Lease, each told its own Pod
   object (``POD_NAME``), and the leader labels its pod, as in mTLS mode (deploy-mtls.yaml).
@@ -40,9 +40,11 @@ from loadtests import kubeload
 from loadtests.kubeload import SchedextProcess, status_kib
 from loadtests.soak.faults import FaultKind
 from loadtests.soak.workload import HIGH, LOW, NAMESPACES
-from tests.e2e.harness import ApiError, ControlPlane, KubeApi, find_binaries, wait_for
-from tests.e2e.kubeapply import stand_in_pod
-from tests.e2e.proxy import LaggingProxy, ReadyProxy
+from testbed.controlplane import ControlPlane, find_binaries
+from testbed.kubeapi import ApiError, KubeApi
+from testbed.kubeapply import stand_in_pod
+from testbed.proxy import LaggingProxy, ReadyProxy
+from testbed.waiting import wait_for
 
 __all__ = ["Layout", "Replica", "Rig"]
 

@@ -28,7 +28,7 @@ from loadtests.soak.faults import Fault, FaultKind, schedule
 from loadtests.soak.reading import read
 from loadtests.soak.rig import Layout, Replica, Rig
 from loadtests.soak.workload import SOAK_LABEL, Unit, UnitKind, Workload
-from tests.e2e.harness import ApiError, KubeApi
+from testbed.kubeapi import ApiError, KubeApi
 
 __all__ = ["Options", "Outcome", "soak"]
 

@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from extender import names
-from tests.e2e.harness import pod_manifest, statefulset_manifest
+from testbed.manifests import pod_manifest, statefulset_manifest
 
 __all__ = [
     "HIGH",

@@ -20,8 +20,8 @@ import orjson
 
 from app.kube.binding import BindError
 from extender.model import BindPlan
+from testbed.builders import ip_pod, make_ip_pool, make_node, name_of, uid_of
 from tests.api.conftest import Serve
-from tests.builders import ip_pod, make_ip_pool, make_node, name_of, uid_of
 
 NODES = [make_node(f"n{i}", labels={"topology.kubernetes.io/rack": "r"}) for i in range(10)]
 FIRST, LAST = "10.40.0.1", "10.40.3.132"

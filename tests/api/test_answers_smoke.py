@@ -25,9 +25,9 @@ def answers(*args: str) -> subprocess.CompletedProcess[str]:
 def core_copy(into: Path) -> Path:
     """What the check needs of a checkout: the core and the test builders."""
     shutil.copytree(REPO / "extender", into / "extender", ignore=shutil.ignore_patterns("*.pyc"))
-    (into / "tests").mkdir()
+    (into / "testbed").mkdir()
     for name in ("__init__.py", "builders.py"):
-        shutil.copy(REPO / "tests" / name, into / "tests" / name)
+        shutil.copy(REPO / "testbed" / name, into / "testbed" / name)
     return into
 
 

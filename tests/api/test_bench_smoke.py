@@ -15,8 +15,8 @@ import pytest
 from extender.model import Reason
 from extender.quotas import Kind
 from extender.scheduler import Scheduler
-from loadtests import bench as bench_module
 from loadtests import payloads
+from loadtests.bench import workload as bench_module
 
 VERBS = ("constant", "filter", "prioritize")
 SIZES = (10, 50)

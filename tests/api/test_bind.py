@@ -10,9 +10,9 @@ import orjson
 
 from app.kube.binding import BindError
 from extender.model import BindPlan
+from testbed.builders import make_node, make_pod, name_of, uid_of
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer
-from tests.builders import make_node, make_pod, name_of, uid_of
 
 
 def filter_then_bind(client: httpx.Client, pod: dict[str, Any], node: str) -> str:

@@ -16,8 +16,8 @@ from typing import IO, Any
 
 import httpx
 
+from testbed.builders import make_node
 from tests.api.conftest import fixture, write_snapshot
-from tests.builders import make_node
 
 SCHEDEXT = [sys.executable, "-m", "app.cli"]
 

@@ -24,7 +24,7 @@ from app.agent.registration import serve
 from app.agent.servicer import DevicePluginServicer
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import Gpu, GpuHealth
-from tests.kubelet import WAIT_S, FakeKubelet, quick_endpoint
+from testbed.kubelet import WAIT_S, FakeKubelet, quick_endpoint
 
 T = TypeVar("T")
 PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))

@@ -35,13 +35,13 @@ from extender import names
 from extender.devices.allocation import NodePod
 from extender.devices.drift import SETTLE_S, DriftResources, KubeletDevices
 from extender.devices.gpus import Gpu
+from testbed.builders import agent_annotations, make_node, make_pod
+from testbed.pod_resources import PodResourcesThread
+from testbed.waiting import wait_for
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
 from tests.api.watched_api import WatchedApi
-from tests.builders import agent_annotations, make_node, make_pod
-from tests.e2e.harness import wait_for
 from tests.handler_transport import HandlerTransport
-from tests.pod_resources import PodResourcesThread
 from tests.recorded_events import RecordedEvents
 from tests.unit.kube_fakes import event
 

@@ -8,9 +8,7 @@ import sys
 import orjson
 import pytest
 
-from tests.api.conftest import Serve, fixture
-from tests.api.server import RunningServer
-from tests.builders import (
+from testbed.builders import (
     bound_ip_pod,
     elastic_quota,
     gang_pod,
@@ -22,6 +20,8 @@ from tests.builders import (
     make_pod_group,
     share_pod,
 )
+from tests.api.conftest import Serve, fixture
+from tests.api.server import RunningServer
 
 
 def test_explain_gives_every_nodes_verdict_for_a_pending_pod(demo: RunningServer) -> None:

@@ -10,9 +10,9 @@ import orjson
 
 from app.kube.binding import BindError, InMemoryBinder
 from extender.model import BindPlan
+from testbed.builders import gang_pod, make_node, make_pod_group, name_of, uid_of
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
-from tests.builders import gang_pod, make_node, make_pod_group, name_of, uid_of
 from tests.recorded_events import RecordedEvents
 
 

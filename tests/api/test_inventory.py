@@ -11,9 +11,7 @@ import orjson
 import pytest
 
 from app.service.routes.inventory import PENDING_LISTED
-from tests.api.conftest import Serve
-from tests.api.server import RunningServer
-from tests.builders import (
+from testbed.builders import (
     A100,
     H100,
     gang_pod,
@@ -26,6 +24,8 @@ from tests.builders import (
     share_pod,
     uid_of,
 )
+from tests.api.conftest import Serve
+from tests.api.server import RunningServer
 from tests.mig_builders import mig_node, mig_pod, mig_uuid
 
 # g: 4 GPUs of 40000 MiB. GPU 0: two shares; GPUs 1-2: one pod's share on each; GPU 3 whole.

@@ -17,7 +17,7 @@ from aiohttp import web
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig
 from app.kube.errors import ApiConflictError, ApiError, ApiTransientError
-from tests.e2e.harness import CertAuthority
+from testbed.pki import CertAuthority
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -27,7 +27,7 @@ from app.agent.replay import ReplayBackend
 from app.agent.servicer import DevicePluginServicer
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import GpuHealth
-from tests.kubelet import WAIT_S, FakeKubelet, quick_endpoint
+from testbed.kubelet import WAIT_S, FakeKubelet, quick_endpoint
 from tests.nvml_builders import H100_MIG, MIG_MINORS, mig_uuid
 
 T = TypeVar("T")

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from app.plugin import tables
-from tests.api.conftest import Serve
-from tests.builders import (
+from testbed.builders import (
     A100,
     H100,
     bound_ip_pod,
@@ -22,6 +21,7 @@ from tests.builders import (
     make_pod_group,
     share_pod,
 )
+from tests.api.conftest import Serve
 
 pytestmark = pytest.mark.api
 

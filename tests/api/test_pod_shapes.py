@@ -33,9 +33,9 @@ from extender.devices.gpus import Gpu
 from extender.devices.links import nvlink_groups
 from extender.devices.share_handle import ShareHandle, slot_gpu
 from extender.node_pods import node_pod
-from tests.builders import make_pod, share_pod, with_containers
+from testbed.builders import make_pod, share_pod, with_containers
+from testbed.kubelet import KubeletClient, ServedPlugins, quick_endpoint
 from tests.device_manager import Container, DeviceManager
-from tests.kubelet import KubeletClient, ServedPlugins, quick_endpoint
 from tests.nvml_builders import H100_MIG, HGX_8_MINORS, HGX_MINORS, MIG_MINORS, mig_uuid
 
 GPU = names.GPU_RESOURCE

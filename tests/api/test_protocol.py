@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
+from testbed.builders import make_node, make_pod
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer
-from tests.builders import make_node, make_pod
 
 FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
 

@@ -3,8 +3,8 @@ used and max per resource it names, and the shadowed ones by name."""
 
 from __future__ import annotations
 
+from testbed.builders import elastic_quota, make_node, make_pod
 from tests.api.conftest import Serve
-from tests.builders import elastic_quota, make_node, make_pod
 
 
 def test_inventory_lists_each_quota_with_min_used_and_max_and_the_shadowed_ones(

@@ -16,10 +16,10 @@ from app.kube.config import ClusterConfig
 from app.service.assembly import Service
 from app.service.cluster import ClusterSource
 from app.service.settings import load_settings
+from testbed.builders import A100, make_node, make_pod
+from testbed.waiting import wait_for
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer
-from tests.builders import A100, make_node, make_pod
-from tests.e2e.harness import wait_for
 from tests.handler_transport import HandlerTransport
 from tests.unit.kube_fakes import page
 

@@ -27,7 +27,7 @@ from extender import names
 from extender.devices.allocation import NodePod
 from extender.devices.gpus import Gpu, GpuHealth
 from extender.devices.share_handle import ShareHandle
-from tests.kubelet import WAIT_S, FakeKubelet, quick_endpoint
+from testbed.kubelet import WAIT_S, FakeKubelet, quick_endpoint
 
 T = TypeVar("T")
 SLOTS = 4

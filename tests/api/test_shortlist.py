@@ -10,9 +10,9 @@ import httpx
 import orjson
 import pytest
 
+from testbed.builders import make_node, make_pod, name_of, uid_of
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
-from tests.builders import make_node, make_pod, name_of, uid_of
 
 FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
 

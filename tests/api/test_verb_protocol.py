@@ -19,10 +19,11 @@ import pytest
 
 from app.service.main import create_app
 from app.service.settings import load_settings
+from testbed.builders import gang_pod, make_node, make_pod, make_pod_group, name_of, uid_of
+from testbed.pki import CertAuthority
+from testbed.waiting import wait_for
 from tests.api.conftest import Serve, fixture
 from tests.api.server import RunningServer, running
-from tests.builders import gang_pod, make_node, make_pod, make_pod_group, name_of, uid_of
-from tests.e2e.harness import CertAuthority, wait_for
 
 FILTER = orjson.dumps(fixture("filter_request_nodecache_true.json"))
 PRIORITIZE = orjson.dumps(fixture("prioritize_request_nodecache_true.json"))

@@ -13,11 +13,11 @@ import httpx
 import orjson
 import pytest
 
+from testbed.builders import H100, make_node, make_pod
+from testbed.waiting import wait_for
 from tests.api.conftest import Serve
 from tests.api.server import RunningServer
 from tests.api.watched_api import WatchedApi
-from tests.builders import H100, make_node, make_pod
-from tests.e2e.harness import wait_for
 from tests.unit.kube_fakes import event
 
 NODE = make_node("n1", gpus=4, model=H100)

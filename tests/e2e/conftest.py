@@ -21,17 +21,13 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.harness import ApiError as HarnessApiError
-from tests.e2e.harness import (
-    ControlPlane,
-    KubeApi,
-    find_binaries,
-    free_port,
-    pod_manifest,
-    statefulset_manifest,
-    wait_for,
-)
-from tests.e2e.proxy import LaggingProxy
+from testbed.controlplane import ControlPlane, find_binaries
+from testbed.kubeapi import ApiError as HarnessApiError
+from testbed.kubeapi import KubeApi
+from testbed.manifests import pod_manifest, statefulset_manifest
+from testbed.processes import free_port
+from testbed.proxy import LaggingProxy
+from testbed.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULER_CONFIG = ROOT / "manifests" / "scheduler-config.yaml"

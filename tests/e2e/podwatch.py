@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from tests.e2e.harness import ControlPlane
+from testbed.controlplane import ControlPlane
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.kubeapply import SYSTEM_NAMESPACE
+from testbed.kubeapply import SYSTEM_NAMESPACE
 
 BUILD_SCRIPT = Path(__file__).resolve().parent / "tools" / "build.sh"
 BIN_ENV = "SCHEDEXT_TOOLS_BIN"

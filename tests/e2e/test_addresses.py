@@ -10,8 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from testbed.controlplane import ControlPlane
+from testbed.kubeapi import ApiError
+from testbed.manifests import pod_manifest
 from tests.e2e.conftest import Cluster, eventually
-from tests.e2e.harness import ApiError, ControlPlane, pod_manifest
 from tests.e2e.test_scheduling import H100
 
 RACK = "topology.kubernetes.io/rack"

@@ -23,8 +23,8 @@ from collections.abc import Callable
 import pytest
 
 from extender import names
+from testbed.manifests import pod_manifest
 from tests.e2e.conftest import Cluster
-from tests.e2e.harness import pod_manifest
 from tests.e2e.podwatch import PodWatch
 from tests.e2e.test_gpu_shares import GIB, share_node, share_pod
 from tests.e2e.test_preemption import seen_bound

@@ -40,16 +40,18 @@ import pytest
 import yaml
 
 from app.service.settings import load_settings
-from tests.e2e.conftest import GPU, Schedext
-from tests.e2e.harness import ApiError as HarnessApiError
-from tests.e2e.harness import ControlPlane, free_port, pod_manifest
-from tests.e2e.kubeapply import (
+from testbed.controlplane import ControlPlane
+from testbed.kubeapi import ApiError as HarnessApiError
+from testbed.kubeapply import (
     SYSTEM_NAMESPACE,
     Kube,
     documents,
     kube_with_namespaces,
     service_account_kubeconfig,
 )
+from testbed.manifests import pod_manifest
+from testbed.processes import free_port
+from tests.e2e.conftest import GPU, Schedext
 from tests.e2e.rendering import CHART, ROOT, Key, by_key, helm_template, key, run_tool
 from tests.e2e.test_manifests import OPERATOR_GROUPS, container_of, flags, new_lines
 from tests.e2e.test_mtls import running_cluster

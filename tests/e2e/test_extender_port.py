@@ -18,8 +18,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from testbed.manifests import pod_manifest
 from tests.e2e.conftest import Cluster
-from tests.e2e.harness import pod_manifest
 from tests.e2e.test_scheduling import H100
 
 T4 = "Tesla-T4"

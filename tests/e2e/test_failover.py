@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from app.kube.role import LEADER, ROLE_LABEL
+from testbed.kubeapi import ApiError, KubeApi
+from testbed.kubeapply import pod_labels, stand_in_pod
+from testbed.proxy import ReadyProxy
 from tests.e2e.conftest import ROOT, Cluster, Schedext, eventually, scheduler_config
-from tests.e2e.harness import ApiError, KubeApi
-from tests.e2e.kubeapply import pod_labels, stand_in_pod
-from tests.e2e.proxy import ReadyProxy
 from tests.e2e.test_scheduling import H100, _assert_no_gpu_given_twice
 
 # Short leases so that the test does not wait long; the settings check that a stepping-down

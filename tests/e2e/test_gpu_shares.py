@@ -16,8 +16,8 @@ from collections import Counter
 from typing import Any
 
 from extender import names
+from testbed.manifests import pod_manifest
 from tests.e2e.conftest import Cluster, eventually
-from tests.e2e.harness import pod_manifest
 from tests.e2e.test_preemption import pods, seen_bound
 from tests.e2e.test_scheduling import H100
 

@@ -36,16 +36,17 @@ import pytest
 
 from app.plugin import tables
 from app.plugin.access import VIEWS_PORT
-from tests.e2e.conftest import GROUP_LABEL, PODGROUPS, Cluster, Schedext, eventually
-from tests.e2e.harness import ApiError as HarnessApiError
-from tests.e2e.harness import ControlPlane, free_port
-from tests.e2e.kubeapply import (
+from testbed.controlplane import ControlPlane
+from testbed.kubeapi import ApiError as HarnessApiError
+from testbed.kubeapply import (
     SYSTEM_NAMESPACE,
     Kube,
     documents,
     service_account_kubeconfig,
     stand_in_pod,
 )
+from testbed.processes import free_port
+from tests.e2e.conftest import GROUP_LABEL, PODGROUPS, Cluster, Schedext, eventually
 from tests.e2e.test_manifests import MANIFESTS, SIDECAR
 from tests.e2e.test_mtls import ensure_namespace
 from tests.e2e.test_scheduling import H100

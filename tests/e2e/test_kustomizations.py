@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import ControlPlane
-from tests.e2e.kubeapply import Kube, documents, kube_with_namespaces
+from testbed.controlplane import ControlPlane
+from testbed.kubeapply import Kube, documents, kube_with_namespaces
 from tests.e2e.rendering import ROOT, Key, by_key, key, kustomize_build
 
 MANIFESTS = ROOT / "manifests"

@@ -37,15 +37,15 @@ import yaml
 
 from app.kube.role import LEADER, ROLE_LABEL
 from app.plugin.access import VIEWER_ROLE, Target
-from tests.e2e.conftest import GROUP_LABEL, ROOT, SCHEDULER_CONFIG, Cluster, Schedext, eventually
-from tests.e2e.harness import ControlPlane
-from tests.e2e.kubeapply import (
+from testbed.controlplane import ControlPlane
+from testbed.kubeapply import (
     SYSTEM_NAMESPACE,
     Kube,
     documents,
     kube_with_namespaces,
     service_account_kubeconfig,
 )
+from tests.e2e.conftest import GROUP_LABEL, ROOT, SCHEDULER_CONFIG, Cluster, Schedext, eventually
 from tests.e2e.rendering import helm_template
 from tests.e2e.test_mtls import ensure_namespace, running_cluster
 from tests.e2e.test_scheduling import H100

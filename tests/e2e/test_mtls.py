@@ -28,6 +28,20 @@ import pytest
 import yaml
 
 from app.kube.role import LEADER, ROLE_LABEL
+from testbed.controlplane import KUBECONFIG_PLACEHOLDER as KUBECONFIG
+from testbed.controlplane import ControlPlane
+from testbed.kubeapi import ApiError as HarnessApiError
+from testbed.kubeapply import (
+    SYSTEM_NAMESPACE,
+    Kube,
+    documents,
+    pod_labels,
+    service_account_kubeconfig,
+    stand_in_pod,
+)
+from testbed.manifests import pod_manifest
+from testbed.processes import free_port
+from testbed.waiting import wait_for
 from tests.e2e.conftest import (
     GPU,
     GROUP_LABEL,
@@ -38,17 +52,6 @@ from tests.e2e.conftest import (
     _reset,
     eventually,
     scheduler_config,
-)
-from tests.e2e.harness import KUBECONFIG_PLACEHOLDER as KUBECONFIG
-from tests.e2e.harness import ApiError as HarnessApiError
-from tests.e2e.harness import ControlPlane, free_port, pod_manifest, wait_for
-from tests.e2e.kubeapply import (
-    SYSTEM_NAMESPACE,
-    Kube,
-    documents,
-    pod_labels,
-    service_account_kubeconfig,
-    stand_in_pod,
 )
 from tests.e2e.test_scheduling import H100
 

@@ -33,16 +33,18 @@ import yaml
 
 from extender.devices.containers import parse_grants
 from extender.devices.drift import KubeletDevices
-from tests.builders import with_containers
+from testbed.builders import with_containers
+from testbed.controlplane import ControlPlane
+from testbed.kubeapi import ApiError as HarnessApiError
+from testbed.kubeapi import KubeApi as HarnessKubeApi
+from testbed.kubeapply import Kube, documents
+from testbed.kubelet import KubeletClient, KubeletThread
+from testbed.manifests import pod_manifest
+from testbed.pod_resources import PodResourcesThread
+from testbed.processes import free_port
 from tests.device_manager import Container, DeviceManager
 from tests.e2e.conftest import ROOT, Cluster, eventually, scheduler_config
-from tests.e2e.harness import ApiError as HarnessApiError
-from tests.e2e.harness import ControlPlane, free_port, pod_manifest
-from tests.e2e.harness import KubeApi as HarnessKubeApi
-from tests.e2e.kubeapply import Kube, documents
 from tests.fake_mps import FakeMps
-from tests.kubelet import KubeletClient, KubeletThread
-from tests.pod_resources import PodResourcesThread
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 RECORDING = ROOT / "tests" / "fixtures" / "nvml" / "hgx-8-nvlink.json"

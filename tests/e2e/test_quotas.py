@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.manifests import pod_manifest
 from tests.e2e.conftest import GPU, PODGROUPS, Cluster, eventually
-from tests.e2e.harness import pod_manifest
 from tests.e2e.test_scheduling import H100
 
 

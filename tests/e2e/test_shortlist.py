@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
+from testbed.manifests import pod_manifest
 from tests.e2e.conftest import Cluster
-from tests.e2e.harness import pod_manifest
 from tests.e2e.test_scheduling import H100
 
 GPU = "nvidia.com/gpu"

@@ -15,8 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.api.server import RunningServer
-from tests.builders import (
+from testbed.builders import (
     A100,
     H100,
     T4,
@@ -28,6 +27,7 @@ from tests.builders import (
     make_pod_group,
     uid_of,
 )
+from tests.api.server import RunningServer
 from tests.ui.browser import read_png
 from tests.ui.conftest import ServeSnapshot, snapshot_server
 from tests.ui.devtools import Page, browser

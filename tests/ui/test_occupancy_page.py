@@ -19,8 +19,7 @@ from fastapi import FastAPI, Response
 from app.service.routes import ui
 from extender import names
 from extender.devices.drift import Cause, Drift, InUse, StaleRecord
-from tests.api.server import RunningServer, running
-from tests.builders import (
+from testbed.builders import (
     A100,
     H100,
     T4,
@@ -35,6 +34,7 @@ from tests.builders import (
     name_of,
     uid_of,
 )
+from tests.api.server import RunningServer, running
 from tests.ui.browser import dump_dom, read_png, screenshot
 from tests.ui.conftest import ServeSnapshot, snapshot_server
 from tests.ui.dom import Element, parse

@@ -13,8 +13,8 @@ import pytest
 
 from app.service.main import create_app
 from app.service.settings import load_settings
+from testbed.builders import A100, make_node, make_pod, share_pod
 from tests.api.server import running
-from tests.builders import A100, make_node, make_pod, share_pod
 from tests.ui.browser import dump_dom
 from tests.ui.conftest import snapshot_server
 from tests.ui.dom import Element, parse

@@ -18,14 +18,7 @@ from app.service.settings import load_settings
 from extender.capacity_waits import WaitKind
 from extender.model import Reason
 from extender.scheduler import Scheduler
-from tests.builders import (
-    bound_ip_pod,
-    ip_pod,
-    make_ip_claim,
-    make_ip_pool,
-    make_node,
-    make_pod,
-)
+from testbed.builders import bound_ip_pod, ip_pod, make_ip_claim, make_ip_pool, make_node, make_pod
 from tests.recorded_events import RecordedEvents
 
 RACK = "topology.kubernetes.io/rack"

@@ -23,7 +23,7 @@ from extender.devices import (
 )
 from extender.devices.document import MAX_DOCUMENT, DocumentError
 from extender.nodes import node_spec
-from tests.builders import agent_annotations, make_node, make_pod
+from testbed.builders import agent_annotations, make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
 XID79 = "XID 79: GPU fell off the bus"

@@ -22,7 +22,7 @@ from app.service.settings import load_settings
 from app.service.snapshot import Snapshot
 from app.service.sources import SnapshotSource
 from extender.model import BindPlan
-from tests.builders import make_node, make_pod, uid_of
+from testbed.builders import make_node, make_pod, uid_of
 from tests.handler_transport import HandlerTransport
 from tests.unit.kube_fakes import FakeApiServer
 

@@ -3,7 +3,7 @@ from dataclasses import dataclass
 import pytest
 
 from extender.policy import choose_gpus
-from tests.builders import make_node, make_pod
+from testbed.builders import make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
 

@@ -14,7 +14,7 @@ import yaml
 from app.kube import config as kube_config
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig, in_cluster_available, load_cluster_config
-from tests.e2e.harness import CertAuthority
+from testbed.pki import CertAuthority
 from tests.handler_transport import HandlerTransport
 
 

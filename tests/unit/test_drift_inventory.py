@@ -12,7 +12,7 @@ import pytest
 from extender import names
 from extender.devices.drift import Cause, Drift, InUse, StaleRecord
 from extender.model import Reason, Victim
-from tests.builders import agent_annotations, make_node, make_pod
+from testbed.builders import agent_annotations, make_node, make_pod
 from tests.mig_builders import mig_node, mig_pod, mig_uuid
 from tests.unit.helpers import scheduler_with
 

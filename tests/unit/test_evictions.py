@@ -12,7 +12,7 @@ import pytest
 from extender.evictions import EvictionBook
 from extender.model import Victim
 from extender.scheduler import Scheduler
-from tests.builders import make_node, make_pod
+from testbed.builders import make_node, make_pod
 
 HIGH, LOW = 100, 10
 TTL = 120.0

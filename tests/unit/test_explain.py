@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from extender.scheduler import Scheduler
-from tests.builders import make_node, make_pod, share_pod
+from testbed.builders import make_node, make_pod, share_pod
 from tests.unit.helpers import scheduler_with
 
 

@@ -7,7 +7,7 @@ import pytest
 from extender.model import Reason
 from extender.packed import PackedNames
 from extender.policy import PolicyConfig
-from tests.builders import A100, H100, T4, agent_annotations, make_node, make_pod
+from testbed.builders import A100, H100, T4, agent_annotations, make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
 FITS = "fits"

@@ -22,7 +22,7 @@ from extender.gang.packing import _exact_fit
 from extender.model import BindPlan, GpuShare, PodRequest
 from extender.policy import PolicyConfig
 from extender.scheduler import Scheduler
-from tests.builders import (
+from testbed.builders import (
     A100,
     H100,
     gang_pod,

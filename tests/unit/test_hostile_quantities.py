@@ -15,7 +15,7 @@ import pytest
 from extender.errors import BindRefusedError
 from extender.model import Reason, Victim
 from extender.requests import PodRequestError
-from tests.builders import make_node, make_pod
+from testbed.builders import make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
 RESOURCES = [

@@ -7,7 +7,7 @@ from extender.model import Holding, HoldingKind
 from extender.nodes import node_spec
 from extender.policy import PolicyConfig, filter_nodes
 from extender.requests import pod_request
-from tests.builders import make_node, make_pod
+from testbed.builders import make_node, make_pod
 
 
 def inventory_with(*nodes: dict[str, object]) -> Inventory:

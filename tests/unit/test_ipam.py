@@ -15,7 +15,7 @@ from extender.model import ClaimPolicy, Reason
 from extender.policy import PolicyConfig
 from extender.requests import PodRequestError, pod_request, statefulset_identity
 from extender.scheduler import Scheduler
-from tests.builders import bound_ip_pod, ip_pod, make_ip_pool, make_node, name_of, uid_of
+from testbed.builders import bound_ip_pod, ip_pod, make_ip_pool, make_node, name_of, uid_of
 
 
 def addr(text: str) -> int:

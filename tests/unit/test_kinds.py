@@ -18,7 +18,7 @@ from extender.kinds.whole_gpu import WHOLE_GPU
 from extender.model import Reason
 from extender.requests import pod_request
 from extender.scheduler import Scheduler
-from tests.builders import make_node, make_pod, share_pod
+from testbed.builders import make_node, make_pod, share_pod
 from tests.mig_builders import mig_node, mig_pod
 
 GIB = 1024

@@ -21,7 +21,7 @@ from extender.model import Holding, HoldingKind, MigSlot, Reason, Victim
 from extender.nodes import node_spec
 from extender.requests import PodRequestError, holding_from_pod, pod_request
 from extender.shares import room_after
-from tests.builders import make_node, make_pod, share_pod, uid_of
+from testbed.builders import make_node, make_pod, share_pod, uid_of
 from tests.mig_builders import mig_node, mig_pod, mig_topology, mig_uuid
 from tests.unit.helpers import scheduler_with
 

@@ -4,7 +4,7 @@ import pytest
 
 from extender import names
 from extender.nodes import node_spec, parse_topology
-from tests.builders import A100, H100, make_node
+from testbed.builders import A100, H100, make_node
 
 
 def test_node_spec_reads_allocatable_and_gpu_labels() -> None:

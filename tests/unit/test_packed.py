@@ -16,7 +16,7 @@ import pytest
 from app.service import wire
 from extender import _packed_py, node_slots, packed, policy
 from extender.packed import PackedNames
-from tests.builders import make_node, make_pod
+from testbed.builders import make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
 try:

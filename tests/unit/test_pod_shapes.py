@@ -32,7 +32,7 @@ from extender.devices.mig_allocation import grant_mig, preferred_mig
 from extender.devices.share_allocation import grant_share, preferred_share
 from extender.devices.share_handle import ShareHandle, slot_gpu
 from extender.node_pods import node_pod
-from tests.builders import make_pod, share_pod, with_containers
+from testbed.builders import make_pod, share_pod, with_containers
 from tests.device_manager import Container, DeviceManager
 
 GPU = names.GPU_RESOURCE

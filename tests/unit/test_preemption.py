@@ -11,7 +11,7 @@ from extender.model import Victim
 from extender.preemption import GangVictims, select_victims
 from extender.requests import pod_request
 from extender.scheduler import Scheduler
-from tests.builders import (
+from testbed.builders import (
     A100,
     H100,
     bound_ip_pod,

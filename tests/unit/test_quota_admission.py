@@ -17,7 +17,7 @@ from extender.pending import PendingPods
 from extender.requests import pod_request
 from extender.scheduler import Scheduler
 from extender.tally import ZERO, Amounts, amounts
-from tests.builders import (
+from testbed.builders import (
     elastic_quota,
     gang_pod,
     make_node,

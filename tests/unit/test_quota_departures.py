@@ -13,7 +13,7 @@ from extender.model import Holding, Victim
 from extender.quotas import Departures
 from extender.scheduler import Scheduler
 from extender.tally import Amounts
-from tests.builders import elastic_quota, make_node, make_pod
+from testbed.builders import elastic_quota, make_node, make_pod
 
 GPU = names.GPU_RESOURCE
 

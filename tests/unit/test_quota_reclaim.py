@@ -11,7 +11,7 @@ import pytest
 from extender import names
 from extender.model import Victim
 from extender.scheduler import Scheduler
-from tests.builders import elastic_quota, make_node, make_pod
+from testbed.builders import elastic_quota, make_node, make_pod
 
 GPU = names.GPU_RESOURCE
 HIGH = 100

@@ -18,7 +18,7 @@ from app.kube.status import QuotaStatusWriter
 from app.service.quotas import INVALID, SHADOWED, QuotaSink
 from extender import names
 from extender.scheduler import Scheduler
-from tests.builders import elastic_quota, make_node, make_pod
+from testbed.builders import elastic_quota, make_node, make_pod
 from tests.recorded_events import RecordedEvents
 from tests.unit.kube_fakes import FakeApiServer
 

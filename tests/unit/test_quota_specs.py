@@ -12,7 +12,7 @@ from extender.config import SHARE_PRESETS, ShareResources
 from extender.quotas import Kind, Limit, QuotaBook, QuotaError, quota_spec, used_quantities
 from extender.scheduler import Scheduler
 from extender.tally import Amounts
-from tests.builders import elastic_quota
+from testbed.builders import elastic_quota
 
 GPU = names.GPU_RESOURCE
 MEM = names.SHARE_MEMORY_RESOURCE

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from extender.model import PRECEDENCE, Reason
-from tests.builders import A100, T4, ip_pod, make_ip_pool, make_node, make_pod
+from testbed.builders import A100, T4, ip_pod, make_ip_pool, make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
 

@@ -16,7 +16,7 @@ from extender.names import (
     SHARE_MEMORY_RESOURCE,
 )
 from extender.requests import PodRequestError, gpu_ids_annotation, holding_from_pod, pod_request
-from tests.builders import make_pod, share_pod
+from testbed.builders import make_pod, share_pod
 
 
 def container(

@@ -4,7 +4,7 @@ from extender import names
 from extender.errors import BindRefusedError
 from extender.model import HoldingKind
 from extender.scheduler import Scheduler
-from tests.builders import make_node, make_pod, name_of, uid_of
+from testbed.builders import make_node, make_pod, name_of, uid_of
 from tests.unit.helpers import scheduler_with
 
 

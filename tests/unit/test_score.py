@@ -4,7 +4,7 @@ import pytest
 
 from extender.policy import GpuScoring, PolicyConfig
 from extender.requests import PodRequestError
-from tests.builders import make_node, make_pod
+from testbed.builders import make_node, make_pod
 from tests.unit.helpers import scheduler_with
 
 NVLINK_2X4 = [[0, 1, 2, 3], [4, 5, 6, 7]]

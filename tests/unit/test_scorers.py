@@ -32,7 +32,7 @@ from extender.scoring import (
     weights,
 )
 from extender.scoring.scorer import Candidates
-from tests.builders import (
+from testbed.builders import (
     agent_annotations,
     bound_ip_pod,
     gang_pod,

@@ -19,14 +19,7 @@ from extender.requests import (
     statefulset_identity,
 )
 from loadtests import payloads
-from tests.builders import (
-    A100,
-    bound_ip_pod,
-    gang_pod,
-    ip_pod,
-    make_node,
-    make_pod,
-)
+from testbed.builders import A100, bound_ip_pod, gang_pod, ip_pod, make_node, make_pod
 
 pytestmark = pytest.mark.unit
 

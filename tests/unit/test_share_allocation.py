@@ -31,7 +31,7 @@ from extender.devices.share_handle import (
     slot_gpu,
 )
 from extender.node_pods import node_pod
-from tests.builders import make_pod, share_pod
+from testbed.builders import make_pod, share_pod
 
 H100_MIB = 81559
 SICK = GpuHealth(healthy=False, reason="XID 79: GPU fell off the bus")

@@ -18,7 +18,7 @@ from extender.scheduler import Scheduler
 from extender.scoring import share_pack
 from extender.scoring.scorer import Candidates
 from extender.shares import count_per_row, room_counts, shared_devices
-from tests.builders import agent_annotations, make_node, make_pod, share_pod
+from testbed.builders import agent_annotations, make_node, make_pod, share_pod
 from tests.unit.helpers import scheduler_with
 
 pytestmark = pytest.mark.unit

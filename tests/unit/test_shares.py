@@ -23,7 +23,7 @@ from extender.nodes import node_spec
 from extender.packed import PackedNames
 from extender.requests import holding_from_pod, pod_request
 from extender.shares import pick_share_gpus, room_after, share_detail
-from tests.builders import agent_annotations, make_node, make_pod, name_of, share_pod, uid_of
+from testbed.builders import agent_annotations, make_node, make_pod, name_of, share_pod, uid_of
 from tests.unit.helpers import scheduler_with
 
 PACK, SPREAD = SharePlacement.PACK, SharePlacement.SPREAD

@@ -15,7 +15,7 @@ from extender.packed import PackedNames
 from extender.policy import PolicyConfig
 from extender.scheduler import Scheduler
 from extender.shortlist import cut
-from tests.builders import make_node, make_pod, name_of, uid_of
+from testbed.builders import make_node, make_pod, name_of, uid_of
 from tests.unit.helpers import scheduler_with
 
 

@@ -18,7 +18,7 @@ from app.service.main import create_app
 from app.service.settings import load_settings
 from extender.capacity_waits import WaitKind
 from extender.scheduler import Scheduler
-from tests.builders import A100, elastic_quota, make_node, make_pod, share_pod
+from testbed.builders import A100, elastic_quota, make_node, make_pod, share_pod
 from tests.mig_builders import mig_node, mig_pod, mig_uuid
 from tests.recorded_events import RecordedEvents
 

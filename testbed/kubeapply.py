@@ -1,6 +1,7 @@
 """Applying manifests/ to the real API server as kubectl would (server-side apply, strict
 field validation), and credentials of a ServiceAccount as its pod would have them mounted:
-shared by the manifest and mTLS end-to-end tests."""
+shared by the manifest and mTLS end-to-end tests; the fault soak's replicas stand in pods
+made here."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.e2e.harness import ControlPlane, KubeApi
+from testbed.controlplane import ControlPlane
+from testbed.kubeapi import KubeApi
 
 SYSTEM_NAMESPACE = "schedext-system"
 # Namespaced objects without a namespace (the examples) are applied here, as kubectl would.

@@ -1,4 +1,6 @@
-"""Builders for Kubernetes node and pod objects, shaped like what the API server sends.
+"""Builders for Kubernetes node and pod objects, shaped like what the API server sends: what
+the unit and api tests feed the core and the service, and the scenarios of
+``loadtests.scenarios`` too.
 
 ``make_node(gpus=8, model="NVIDIA-H100-80GB-HBM3", groups=[[0, 1, 2, 3], [4, 5, 6, 7]])``
 ``make_pod("trainer", gpus=2, model="H100", node="gpu-1", gpu_ids=[0, 1])``

@@ -1,7 +1,8 @@
 """The kubelet's PodResources socket, for tests: a real ``PodResourcesLister`` gRPC server
 (asyncio) on a unix socket, answering ``List`` and ``GetAllocatableResources`` from what the
 test sets, optionally slower than a reader's deadline; served from a thread of its own
-(:class:`PodResourcesThread`), so that the reader under test may use any event loop."""
+(:class:`PodResourcesThread`), so that the reader under test may use any event loop. The drift
+benchmark (``loadtests.agent_drift``) reads the same socket."""
 
 from __future__ import annotations
 

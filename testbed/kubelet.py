@@ -2,7 +2,8 @@
 on ``kubelet.sock`` (:class:`FakeKubelet`, asyncio), the same run on a thread of its own for
 synchronous tests (:class:`KubeletThread`), and the calls the kubelet's device manager makes
 (:class:`KubeletClient`, which :class:`tests.device_manager.DeviceManager` drives as the
-kubelet does), and plugins served on a thread for such tests (:class:`ServedPlugins`)."""
+kubelet does), and plugins served on a thread for such tests (:class:`ServedPlugins`). The
+drift benchmark (``loadtests.agent_drift``) runs the node agent against the same kubelet."""
 
 from __future__ import annotations
 

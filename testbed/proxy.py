@@ -1,4 +1,5 @@
-"""Loopback TCP proxies.
+"""Loopback TCP proxies, between schedext and what it talks to, for the faults the e2e tests
+and the soak put there.
 
 :class:`ReadyProxy` forwards each new connection to the first backend that is an endpoint:
 what a Kubernetes Service does for kube-scheduler in front of several schedext replicas. By

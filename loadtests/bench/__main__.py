@@ -1,0 +1,5 @@
+"""``python -m loadtests.bench``."""
+
+from loadtests.bench.cli import main
+
+raise SystemExit(main())

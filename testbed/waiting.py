@@ -1,0 +1,41 @@
+"""Polling until a condition holds: the one wait every control-plane test and benchmark uses,
+with the API server's restarts counted as "not yet" rather than as failures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+
+def wait_for(
+    predicate: Callable[[], T],
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    message: str = "condition not met",
+    *,
+    retry_on: tuple[type[BaseException], ...] = (httpx.TransportError,),
+) -> T:
+    """Poll ``predicate`` until it returns a truthy value, and return that value.
+
+    Exceptions of the ``retry_on`` types count as "not yet" (e.g. the apiserver restarting).
+    On timeout raises AssertionError with ``message`` and the last value or exception seen.
+    """
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        try:
+            value = predicate()
+        except retry_on as exc:
+            last = exc
+        else:
+            if value:
+                return value
+            last = value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{message} (waited {timeout:g}s; last observed: {last!r})")
+        time.sleep(interval)
