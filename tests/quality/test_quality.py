@@ -39,7 +39,7 @@ def test_code_is_ruff_formatted() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("package", ["extender", "app", "loadtests"])
+@pytest.mark.parametrize("package", ["extender", "app", "loadtests", "testbed"])
 def test_mypy_strict_passes(package: str) -> None:
     result = run("mypy", "--strict", package)
     assert result.returncode == 0, result.stdout + result.stderr
