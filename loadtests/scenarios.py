@@ -10,8 +10,9 @@ intake, ``PolicyConfig``, ``GangVictims``, ``Victim``, and ``testbed.builders`` 
     python loadtests/scenarios.py SCENARIOS [FIRST_SEED]
 
 A scenario: 2-8 nodes (0, 2, 4 or 8 GPUs of three models, NVLink groups, racks, some GPUs
-held), two IP pools and a sticky claim, two PodGroups, 3-8 pending pods (plain, CPU, gang,
-model-hinted, address), then 12 random steps (filter, prioritize, preempt, bind with
+held whole or shared; some with a GPU in MIG mode), two IP pools and a sticky claim, two
+PodGroups, 3-8 pending pods (plain, CPU, gang, model-hinted, address, a GPU share, MIG
+devices), then 12 random steps (filter, prioritize, preempt, bind with
 confirm or abort, explain, expiry, delete), each followed by the gang events, the groups'
 status, the reservation and pending counts and the claims to release.
 """
@@ -26,8 +27,10 @@ from typing import Any
 
 import orjson
 
+from extender.devices import Gpu, MigSlice, Topology, encode_topology
 from extender.errors import BindRefusedError
 from extender.model import FilterVerdict, Victim
+from extender.names import GPU_TOPOLOGY
 from extender.policy import GpuScoring, PolicyConfig
 from extender.preemption import GangVictims
 from extender.scheduler import Scheduler
@@ -41,6 +44,7 @@ from testbed.builders import (
     make_pod,
     make_pod_group,
     name_of,
+    share_pod,
     uid_of,
 )
 
@@ -95,13 +99,28 @@ def _cluster(scheduler: Scheduler, rng: random.Random) -> list[str]:
         labels = {"topology.kubernetes.io/rack": f"r{rng.randint(0, 2)}"}
         cpu = rng.choice(["4", "32"])
         node = make_node(f"n{i}", gpus=gpus, model=model, groups=groups, labels=labels, cpu=cpu)
+        mig = gpus and rng.random() < 0.2
+        if mig:  # its last GPU in MIG mode, with three MIG devices
+            node["metadata"]["annotations"][GPU_TOPOLOGY] = _mig_topology(f"n{i}", gpus)
+            node["status"]["allocatable"]["nvidia.com/gpu"] = str(gpus - 1)
         scheduler.upsert_node(node)
         names.append(f"n{i}")
         if gpus and rng.random() < 0.7:
-            used = sorted(rng.sample(range(gpus), rng.randint(1, gpus)))
+            used = sorted(rng.sample(range(gpus - mig), rng.randint(0, gpus - mig)))
             priority = rng.choice([0, 5, 100])
-            bound = make_pod(f"b{i}", gpus=len(used), node=f"n{i}", gpu_ids=used, priority=priority)
-            scheduler.upsert_pod(bound)
+            if used and rng.random() < 0.3:  # shares of GPU memory instead of whole GPUs
+                for index in used:
+                    memory = rng.choice([10240, 20480])
+                    bound = share_pod(
+                        f"s{i}-{index}", memory_mib=memory, node=f"n{i}", gpu_ids=[index],
+                        priority=priority,
+                    )  # fmt: skip
+                    scheduler.upsert_pod(bound)
+            elif used:
+                bound = make_pod(
+                    f"b{i}", gpus=len(used), node=f"n{i}", gpu_ids=used, priority=priority
+                )
+                scheduler.upsert_pod(bound)
     scheduler.upsert_ip_pool(make_ip_pool("p0", cidr="10.0.0.0/30", rack="r0"))
     scheduler.upsert_ip_pool(make_ip_pool("p1", cidr="10.0.1.0/29", rack="r1"))
     scheduler.upsert_pod(bound_ip_pod("ipb", node="n0", ip="10.0.0.1", pool="p0", priority=1))
@@ -114,7 +133,7 @@ def _cluster(scheduler: Scheduler, rng: random.Random) -> list[str]:
 def _pending(scheduler: Scheduler, rng: random.Random) -> list[dict[str, Any]]:
     pods = []
     for j in range(rng.randint(3, 8)):
-        kind = rng.choice(["plain", "cpu", "gang", "gang", "ip", "model"])
+        kind = rng.choice(["plain", "cpu", "gang", "gang", "ip", "model", "share", "mig"])
         gpus = rng.randint(1, 4)
         name = f"q{j}"
         if kind == "plain":
@@ -127,6 +146,18 @@ def _pending(scheduler: Scheduler, rng: random.Random) -> list[dict[str, Any]]:
             pod = gang_pod(name, group, gpus=gpus, priority=rng.choice([0, 200]))
         elif kind == "model":
             pod = make_pod(name, gpus=gpus, model=rng.choice(["A100", "H100", "t4"]))
+        elif kind == "share":
+            pod = share_pod(
+                name, memory_mib=rng.choice([10240, 40960]), cores=rng.choice([None, 30, 80]),
+                shares=rng.choice([1, 2]), priority=rng.choice([0, 200]),
+            )  # fmt: skip
+        elif kind == "mig":
+            pod = make_pod(name, priority=rng.choice([0, 200]))
+            resources = pod["spec"]["containers"][0]["resources"]
+            for profile in rng.sample(_MIG_PROFILES, rng.randint(1, 2)):
+                count = str(rng.randint(1, 2))
+                resources["limits"][f"nvidia.com/mig-{profile}"] = count
+                resources["requests"][f"nvidia.com/mig-{profile}"] = count
         else:
             pool = rng.choice(["p0", "p1", "nope"])
             pod = ip_pod(name, pool=pool, gpus=rng.randint(0, 1), priority=200)
@@ -201,6 +232,29 @@ def _delete(step: _Step) -> list[Any]:
 OPERATIONS: tuple[Callable[[_Step], list[Any]], ...] = (
     _filter, _filter, _prioritize, _preempt, _bind, _bind, _explain, _expire, _delete,
 )  # fmt: skip
+
+
+_MIG_PROFILES = ["1g.10gb", "2g.20gb"]
+
+
+def _mig_topology(node: str, gpus: int) -> str:
+    """The node agent's topology document: GPUs 0..gpus-1, the last in MIG mode."""
+    last = gpus - 1
+    profiles = ("1g.10gb", "1g.10gb", "2g.20gb")
+    slices = tuple(MigSlice(profile, f"MIG-{node}-{m}") for m, profile in enumerate(profiles))
+    return encode_topology(
+        Topology(
+            gpus=tuple(
+                Gpu(
+                    index=i,
+                    uuid=f"GPU-{node}-{i}",
+                    mig_enabled=i == last,
+                    migs=slices if i == last else (),
+                )
+                for i in range(gpus)
+            )
+        )
+    )
 
 
 def _verdict(verdict: FilterVerdict) -> list[Any]:

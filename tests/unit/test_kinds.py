@@ -153,7 +153,7 @@ def test_a_gang_member_reduced_to_one_unit_asks_one_of_its_kind(case: KindCase) 
     assert case.kind.size(unit) == case.unit_size
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("case", CASES[:2], ids=IDS[:2])
 def test_explain_names_what_the_pod_asks_of_its_kind(case: KindCase) -> None:
     described = case.kind.describe(pod_request(case.pod("p")))
     assert described
