@@ -53,7 +53,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol
 
 from extender.model import Holding, NodeSpec
@@ -61,8 +61,10 @@ from extender.model import Holding, NodeSpec
 __all__ = ["BORROWING", "Nudge", "Vacancies", "Wait", "WaitBook", "WaitKind"]
 
 
-class WaitKind(Enum):
-    """What a pod waits for; the metric's label (``schedext_requeues_total{kind}``)."""
+class WaitKind(StrEnum):
+    """What a pod waits for; the metric's label (``schedext_requeues_total{kind}``). A
+    resource kind (:mod:`extender.kinds`) waits under its own name (``Kind.name``): the
+    shipped ones are named here too, and a new one needs no member."""
 
     ADDRESS = "address"
     GPU = "gpu"
@@ -71,7 +73,7 @@ class WaitKind(Enum):
     QUOTA = "quota"
 
 
-Wait = tuple[WaitKind, str]  # a kind and its key (a pool, a GPU model, a profile, a namespace)
+Wait = tuple[str, str]  # a kind and its key (a pool, a GPU model, a profile, a namespace)
 BORROWING = ""  # the quota key of pods held back from borrowing (no namespace is named "")
 
 
@@ -81,7 +83,7 @@ class Nudge:
 
     pod: str
     uid: str
-    kind: WaitKind
+    kind: str  # a WaitKind, or a resource kind's name
 
 
 class Vacancies(Protocol):
@@ -120,7 +122,7 @@ class WaitBook:
         """How many pods wait, or are due a nudge."""
         return len(self._waiters) + len(self._due)
 
-    def waiting(self, kind: WaitKind, key: str) -> bool:
+    def waiting(self, kind: str, key: str) -> bool:
         """Whether some pod waits for ``key`` of ``kind``."""
         return (kind, key) in self._on
 
@@ -154,10 +156,10 @@ class WaitBook:
             for key in waiter.on:
                 self._drop(key, uid)
 
-    def freed(self, kind: WaitKind, key: str | None = None, count: int = 1) -> None:
+    def freed(self, kind: str, key: str | None = None, count: int = 1) -> None:
         """``count`` of ``key`` of ``kind`` were freed (None: of every key of the kind): the
         ``per_event`` pods waiting longest for it, for each, are due a nudge."""
-        keys = [w for w in self._on if w[0] is kind] if key is None else [(kind, key)]
+        keys = [w for w in self._on if w[0] == kind] if key is None else [(kind, key)]
         candidates = {uid for w in keys for uid in self._on.get(w, ())}
         if not candidates:
             return

@@ -21,13 +21,13 @@ pod gone frees borrowing (what it asked weighs in the sharing of what may be bor
 address book keeps its own record of freed addresses (an address vacated and held again in
 one step frees nothing) and hands it over at :meth:`WakeUps.take`.
 
-A resource kind says its own keys and what frees them (:class:`extender.kinds.Kind`: ``wait``,
-``waits``, ``departure_frees``, ``node_frees``), under a member of
-:class:`~extender.capacity_waits.WaitKind` (the metric's label). Anything else a pod may wait
-for: a member there; where filter turns a pod away for it, the keys it then waits under
-(:meth:`WakeUps.turned_away` or :meth:`WakeUps.held_back`); where the books see it freed, a
-call of ``freed`` with the same keys. The shell sends the nudges and counts them by kind with
-nothing more.
+A resource kind says which of its reasons a freeing may lift, its own keys and what frees
+them (:class:`extender.kinds.Kind`: ``freed_by_departure``, ``freed_by_node``, ``waits``,
+``departure_frees``, ``node_frees``), under its own name (the metric's label). Anything else
+a pod may wait for: a member of :class:`~extender.capacity_waits.WaitKind`; where filter
+turns a pod away for it, the keys it then waits under (:meth:`WakeUps.turned_away` or
+:meth:`WakeUps.held_back`); where the books see it freed, a call of ``freed`` with the same
+keys. The shell sends the nudges and counts them by kind with nothing more.
 """
 
 from __future__ import annotations
@@ -42,24 +42,13 @@ from extender.quotas import QuotaBook
 
 __all__ = ["WakeUps"]
 
-# Why a node turns a device away that a pod leaving it may change...
-_FREED_BY_DEPARTURE = (
-    Reason.GPU_FREE,
-    Reason.GPU_SHARE_MEMORY,
-    Reason.GPU_SHARE_CORES,
-    Reason.GPU_MIG_FREE,
+# Why a node turns a device away that a pod leaving it (each kind's freed_by_departure) or a
+# change of the node may change (a node schedext has not seen yet included). Not the reasons
+# of nodes of another kind (no GPU at all, another model): they are most nodes, and they wait.
+_FREED_BY_NODE = frozenset({Reason.UNKNOWN_NODE, Reason.GPU_MEMORY})
+_DEVICE_REASONS = _FREED_BY_NODE.union(
+    *(kind.freed_by_departure | kind.freed_by_node for kind in KINDS)
 )
-# ...or a change of the node (a node schedext has not seen yet included). Not the reasons of
-# nodes of another kind (no GPU at all, another model): they are most nodes, and they wait.
-_FREED_BY_NODE = (
-    Reason.UNKNOWN_NODE,
-    Reason.GPU_MEMORY,
-    Reason.GPU_TOTAL,
-    Reason.GPU_UNHEALTHY,
-    Reason.GPU_SHARE_SIZE,
-    Reason.GPU_MIG_PROFILE,
-)
-_DEVICE_REASONS = frozenset(_FREED_BY_DEPARTURE + _FREED_BY_NODE)
 
 
 class WakeUps:
@@ -83,7 +72,7 @@ class WakeUps:
         on: set[Wait] = set()
         if any(r.reason in _DEVICE_REASONS for r in verdict.rejections):
             for kind in asked(request):
-                on.update((kind.wait, key) for key in kind.waits(inventory, request))
+                on.update((kind.name, key) for key in kind.waits(inventory, request))
         if request.ip is not None and waits_for_address({r.reason for r in verdict.rejections}):
             context = ip_context(inventory, request)
             if context is not None:
@@ -117,7 +106,7 @@ class WakeUps:
         # Every kind, not only the one the pod asked for: a share gone may leave a GPU whole.
         for kind in KINDS:
             for key, count in kind.departure_frees(holding, spec) if spec is not None else ():
-                book.freed(kind.wait, key, count)
+                book.freed(kind.name, key, count)
         if self._quotas.applying(holding.namespace) is not None:
             book.freed(WaitKind.QUOTA, holding.namespace)
             book.freed(WaitKind.QUOTA, BORROWING)
@@ -125,15 +114,12 @@ class WakeUps:
     def node_changed(self, old: NodeSpec | None, new: NodeSpec) -> None:
         """A node was added or its spec changed (see
         :class:`~extender.capacity_waits.Vacancies`)."""
-        book = self._book
-        if not new.gpu_indices:
-            return  # a node without GPUs gives no device
         for kind in KINDS:
-            if old is None or not old.gpu_indices:
-                book.freed(kind.wait)  # a new GPU node may give any of it
-                continue
-            for key in kind.node_frees(old, new):
-                book.freed(kind.wait, key)
+            keys = kind.node_frees(old, new)
+            if keys is None:
+                self._book.freed(kind.name)  # any of it: a node that now has the kind
+            for key in keys or ():
+                self._book.freed(kind.name, key)
 
     def quotas_changed(self) -> None:
         """A team quota was created, changed or deleted: any quota wait may be over."""

@@ -64,8 +64,8 @@ class Service:
         now = self.clock()
         nudges = self.scheduler.take_capacity_requeues(now)
         for kind in dict.fromkeys(nudge.kind for nudge in nudges):
-            due = [(n.pod, n.uid) for n in nudges if n.kind is kind]
-            self._requeue(f"{kind.value} freed", kind.value, due)
+            due = [(n.pod, n.uid) for n in nudges if n.kind == kind]
+            self._requeue(f"{kind} freed", str(kind), due)
         self._requeue("victims gone", "preemptor", self.scheduler.take_preemptor_requeues())
         self._requeue_later(now)
 

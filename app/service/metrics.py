@@ -119,7 +119,8 @@ class Metrics:
         self._requeues = Counter(
             "schedext_requeues_total",
             "Pods sent back to kube-scheduler (the schedext.io/requeued-at nudge), by what they "
-            "waited for: gpu, share, mig, address or quota once schedext's watch saw it freed, "
+            "waited for: gpu, share, mig (a resource kind's name), address or quota once "
+            "schedext's watch saw it freed, "
             "gang (a gang member, once its group had its members), preemptor (once its victims "
             "were seen gone).",
             ["kind"],

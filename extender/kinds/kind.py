@@ -21,10 +21,11 @@ The members, in the order a pod meets them:
   pod what it asks of this kind (prepared once per node: the search asks it many times);
 - ``freed``: what evicting one pod frees in this kind's unit, for the preemptor that asks
   it (the search prefers the set that frees the least for nothing);
-- ``wait``, ``waits``, ``departure_frees``, ``node_frees``: what a pod filter turned away
-  waits for (its :class:`~extender.capacity_waits.WaitKind` and keys: a GPU model, a MIG
-  profile), and what a pod leaving a node, or a node changing, frees of it
-  (:mod:`extender.wakeups`);
+- ``freed_by_departure``, ``freed_by_node``, ``waits``, ``departure_frees``, ``node_frees``:
+  which of its reasons a pod leaving a node, or a change of the node, may lift; the keys a
+  pod filter turned away for them waits under (a GPU model, a MIG profile; the kind's name
+  is the wait's kind and the metric's label); and what a pod leaving, or a node changing,
+  frees of it (:mod:`extender.wakeups`);
 - ``size``, ``pack_shape`` and ``unit``: in a gang's whole-group fit, what a member takes of
   this kind (the search's cache key), what of the kind decides which nodes it may use beside
   its count, and the member reduced to one unit (its eligible nodes are those that could give
@@ -46,7 +47,6 @@ from typing import NamedTuple, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from extender.capacity_waits import WaitKind
 from extender.config import SharePlacement
 from extender.inventory import IdArray, Inventory
 from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
@@ -61,6 +61,7 @@ __all__ = [
     "VictimsCheck",
     "frozen",
     "gpu_models",
+    "gpu_node_frees",
 ]
 
 BoolArray = npt.NDArray[np.bool_]
@@ -121,13 +122,16 @@ class Kind(Protocol[K]):
     def freed(self, view: NodeView, victim: Holding) -> int: ...
 
     @property
-    def wait(self) -> WaitKind: ...
+    def freed_by_departure(self) -> frozenset[Reason]: ...
+
+    @property
+    def freed_by_node(self) -> frozenset[Reason]: ...
 
     def waits(self, inventory: Inventory, request: PodRequest) -> set[str]: ...
 
     def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]: ...
 
-    def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]: ...
+    def node_frees(self, old: NodeSpec | None, new: NodeSpec) -> set[str] | None: ...
 
     def size(self, demand: Demand) -> Hashable: ...
 
@@ -148,3 +152,13 @@ def frozen(messages: dict[Reason, str]) -> Mapping[Reason, str]:
 def gpu_models(inventory: Inventory, hint: str | None) -> set[str]:
     """The GPU models a pod with model ``hint`` may use ("": a node that names none)."""
     return {inventory.model_name(int(m)) for m in np.flatnonzero(inventory.model_mask(hint))}
+
+
+def gpu_node_frees(old: NodeSpec | None, new: NodeSpec, keys: set[str]) -> set[str] | None:
+    """What a node added or changed frees of a GPU kind: nothing on a node without GPUs;
+    anything (None: every key) on a node that had none before; else ``keys``."""
+    if not new.gpu_indices:
+        return set()
+    if old is None or not old.gpu_indices:
+        return None
+    return keys

@@ -15,10 +15,17 @@ from collections.abc import Mapping
 import numpy as np
 
 from extender import names
-from extender.capacity_waits import WaitKind
 from extender.config import SharePlacement
 from extender.inventory import IdArray, Inventory
-from extender.kinds.kind import BoolArray, Column, Conditions, Placed, VictimsCheck, frozen
+from extender.kinds.kind import (
+    BoolArray,
+    Column,
+    Conditions,
+    Placed,
+    VictimsCheck,
+    frozen,
+    gpu_node_frees,
+)
 from extender.mig import Mig, choose_mig, met_after, mig_messages
 from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
 from extender.node_state import NodeView
@@ -76,7 +83,8 @@ class MigDevices:
         sets as small, the one that evicts the fewest whole-GPU pods."""
         return victim.gpus
 
-    wait = WaitKind.MIG
+    freed_by_departure = frozenset({Reason.GPU_MIG_FREE})
+    freed_by_node = frozenset({Reason.GPU_MIG_PROFILE})
 
     def waits(self, inventory: Inventory, request: PodRequest) -> set[str]:
         return {profile for profile, _ in request.mig}
@@ -84,8 +92,9 @@ class MigDevices:
     def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]:
         return list(holding.mig)
 
-    def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]:
-        return {slot.profile for slot in old.mig_slices + new.mig_slices}
+    def node_frees(self, old: NodeSpec | None, new: NodeSpec) -> set[str] | None:
+        slots = (*(old.mig_slices if old else ()), *new.mig_slices)
+        return gpu_node_frees(old, new, {slot.profile for slot in slots})
 
     def size(self, demand: Demand) -> Mig:
         return demand.mig

@@ -13,7 +13,6 @@ import functools
 from collections.abc import Mapping, Sequence
 
 from extender import names
-from extender.capacity_waits import WaitKind
 from extender.config import SharePlacement
 from extender.inventory import IdArray, Inventory
 from extender.kinds.kind import (
@@ -24,6 +23,7 @@ from extender.kinds.kind import (
     VictimsCheck,
     frozen,
     gpu_models,
+    gpu_node_frees,
 )
 from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
 from extender.node_state import NodeView
@@ -101,7 +101,8 @@ class Share:
             return victim.share.memory_mib * victim.share.devices
         return victim.gpus * (view.spec.gpu_memory_mib or 0)
 
-    wait = WaitKind.SHARE
+    freed_by_departure = frozenset({Reason.GPU_SHARE_MEMORY, Reason.GPU_SHARE_CORES})
+    freed_by_node = frozenset({Reason.GPU_TOTAL, Reason.GPU_UNHEALTHY, Reason.GPU_SHARE_SIZE})
 
     def waits(self, inventory: Inventory, request: PodRequest) -> set[str]:
         return gpu_models(inventory, request.gpu_model)
@@ -110,8 +111,8 @@ class Share:
         # A share gone leaves room, and a whole GPU gone takes shares.
         return [(spec.gpu_model or "", holding.devices)] if holding.devices else []
 
-    def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]:
-        return {old.gpu_model or "", new.gpu_model or ""}
+    def node_frees(self, old: NodeSpec | None, new: NodeSpec) -> set[str] | None:
+        return gpu_node_frees(old, new, {m.gpu_model or "" for m in (old, new) if m})
 
     def size(self, demand: Demand) -> tuple[int, int, int]:
         return demand.share.devices, demand.share.memory_mib, demand.share.cores

@@ -13,7 +13,6 @@ import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 
-from extender.capacity_waits import WaitKind
 from extender.config import SharePlacement
 from extender.devices.placement import pick_gpus
 from extender.inventory import IdArray, Inventory
@@ -25,6 +24,7 @@ from extender.kinds.kind import (
     VictimsCheck,
     frozen,
     gpu_models,
+    gpu_node_frees,
 )
 from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
 from extender.node_state import NodeView
@@ -94,7 +94,8 @@ class WholeGpu:
     def freed(self, view: NodeView, victim: Holding) -> int:
         return victim.gpus
 
-    wait = WaitKind.GPU
+    freed_by_departure = frozenset({Reason.GPU_FREE})
+    freed_by_node = frozenset({Reason.GPU_TOTAL, Reason.GPU_UNHEALTHY})
 
     def waits(self, inventory: Inventory, request: PodRequest) -> set[str]:
         # Under each GPU model it may use: an A100 freed wakes no one waiting for H100s.
@@ -104,8 +105,8 @@ class WholeGpu:
         # A whole GPU gone, and a share gone that may leave its device whole.
         return [(spec.gpu_model or "", holding.devices)] if holding.devices else []
 
-    def node_frees(self, old: NodeSpec, new: NodeSpec) -> set[str]:
-        return {old.gpu_model or "", new.gpu_model or ""}
+    def node_frees(self, old: NodeSpec | None, new: NodeSpec) -> set[str] | None:
+        return gpu_node_frees(old, new, {m.gpu_model or "" for m in (old, new) if m})
 
     def size(self, demand: Demand) -> int:
         return demand.gpus

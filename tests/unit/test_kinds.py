@@ -169,3 +169,16 @@ def test_the_score_gate_of_a_kind_reads_only_the_candidates() -> None:
     ids = inventory.ids(["m", "n"])
     assert WHOLE_GPU.score_gate(inventory, request, ids).tolist() == [True, False]
     assert WHOLE_GPU.score_gate(inventory, request, ids[1:]).tolist() == [False]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_the_reasons_a_freeing_lifts_are_reasons_the_kind_raises(case: KindCase) -> None:
+    scheduler = placed_once(case)
+    inventory = scheduler.inventory
+    request = pod_request(case.pod("second"))
+    kind = case.kind
+    spec = {reason for _, reason in kind.spec_conditions(inventory, kind.spec_key(request))}
+    held = {reason for _, reason in kind.held_conditions(inventory, request, lambda c: c)}
+    assert kind.freed_by_departure
+    assert kind.freed_by_departure <= held
+    assert kind.freed_by_node <= spec
