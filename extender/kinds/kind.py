@@ -34,8 +34,8 @@ The members, in the order a pod meets them:
   turned it away for one of this kind's reasons (None: the filter's message says it all).
 
 The IP address a pod may ask for is not a kind: it comes from a cluster-wide pool, not from a
-node's columns, and its claim outlives the pod (see :mod:`extender.addressing`, one floor
-beside this one).
+node's columns, and its claim outlives the pod (see :mod:`extender.addressing`, on the floor
+below).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ __all__ = [
     "BoolArray",
     "Column",
     "Conditions",
+    "GpuModelWaits",
     "Kind",
     "Placed",
     "VictimsCheck",
@@ -162,3 +163,19 @@ def gpu_node_frees(old: NodeSpec | None, new: NodeSpec, keys: set[str]) -> set[s
     if old is None or not old.gpu_indices:
         return None
     return keys
+
+
+class GpuModelWaits:
+    """The waits of a kind that takes GPUs themselves (whole, or a share of them): under each
+    GPU model the pod may use (an A100 freed wakes no one waiting for H100s), freed by any pod
+    leaving a node of that model (a whole GPU gone gives room for shares, a share gone may
+    leave its GPU whole) and by a node of that model added or changed."""
+
+    def waits(self, inventory: Inventory, request: PodRequest) -> set[str]:
+        return gpu_models(inventory, request.gpu_model)
+
+    def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]:
+        return [(spec.gpu_model or "", holding.devices)] if holding.devices else []
+
+    def node_frees(self, old: NodeSpec | None, new: NodeSpec) -> set[str] | None:
+        return gpu_node_frees(old, new, {m.gpu_model or "" for m in (old, new) if m})

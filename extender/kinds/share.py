@@ -19,13 +19,12 @@ from extender.kinds.kind import (
     BoolArray,
     Column,
     Conditions,
+    GpuModelWaits,
     Placed,
     VictimsCheck,
     frozen,
-    gpu_models,
-    gpu_node_frees,
 )
-from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
+from extender.model import Demand, Holding, PodRequest, Reason
 from extender.node_state import NodeView
 from extender.shares import (
     choose_share_gpus,
@@ -38,7 +37,7 @@ from extender.shares import (
 __all__ = ["SHARE", "Share"]
 
 
-class Share:
+class Share(GpuModelWaits):
     name = "share"
 
     def asks(self, demand: Demand) -> bool:
@@ -103,16 +102,6 @@ class Share:
 
     freed_by_departure = frozenset({Reason.GPU_SHARE_MEMORY, Reason.GPU_SHARE_CORES})
     freed_by_node = frozenset({Reason.GPU_TOTAL, Reason.GPU_UNHEALTHY, Reason.GPU_SHARE_SIZE})
-
-    def waits(self, inventory: Inventory, request: PodRequest) -> set[str]:
-        return gpu_models(inventory, request.gpu_model)
-
-    def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]:
-        # A share gone leaves room, and a whole GPU gone takes shares.
-        return [(spec.gpu_model or "", holding.devices)] if holding.devices else []
-
-    def node_frees(self, old: NodeSpec | None, new: NodeSpec) -> set[str] | None:
-        return gpu_node_frees(old, new, {m.gpu_model or "" for m in (old, new) if m})
 
     def size(self, demand: Demand) -> tuple[int, int, int]:
         return demand.share.devices, demand.share.memory_mib, demand.share.cores

@@ -20,19 +20,18 @@ from extender.kinds.kind import (
     BoolArray,
     Column,
     Conditions,
+    GpuModelWaits,
     Placed,
     VictimsCheck,
     frozen,
-    gpu_models,
-    gpu_node_frees,
 )
-from extender.model import Demand, Holding, NodeSpec, PodRequest, Reason
+from extender.model import Demand, Holding, PodRequest, Reason
 from extender.node_state import NodeView
 
 __all__ = ["WHOLE_GPU", "WholeGpu", "free_after"]
 
 
-class WholeGpu:
+class WholeGpu(GpuModelWaits):
     name = "gpu"
 
     def asks(self, demand: Demand) -> bool:
@@ -96,17 +95,6 @@ class WholeGpu:
 
     freed_by_departure = frozenset({Reason.GPU_FREE})
     freed_by_node = frozenset({Reason.GPU_TOTAL, Reason.GPU_UNHEALTHY})
-
-    def waits(self, inventory: Inventory, request: PodRequest) -> set[str]:
-        # Under each GPU model it may use: an A100 freed wakes no one waiting for H100s.
-        return gpu_models(inventory, request.gpu_model)
-
-    def departure_frees(self, holding: Holding, spec: NodeSpec) -> list[tuple[str, int]]:
-        # A whole GPU gone, and a share gone that may leave its device whole.
-        return [(spec.gpu_model or "", holding.devices)] if holding.devices else []
-
-    def node_frees(self, old: NodeSpec | None, new: NodeSpec) -> set[str] | None:
-        return gpu_node_frees(old, new, {m.gpu_model or "" for m in (old, new) if m})
 
     def size(self, demand: Demand) -> int:
         return demand.gpus
