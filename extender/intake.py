@@ -1,5 +1,6 @@
 """The intake of cluster events: the one path by which what the informers see (nodes, pods,
-PodGroups, IP pools and claims, StatefulSets, ElasticQuotas) changes the core's books.
+PodGroups, IP pools and claims, StatefulSets, ElasticQuotas, and DRA's ResourceSlices,
+ResourceClaims, DeviceClasses and DeviceTaintRules) changes the core's books.
 
 Per kind: an upsert and a delete for watch events, and a relist that takes a full list page by
 page and replaces that kind's state when committed. :class:`Intake` is given the books it
@@ -15,7 +16,16 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from extender import fields
+from extender.claimed import claimed_in_use
 from extender.config import ShareResources
+from extender.dra import (
+    ClaimsLedger,
+    decode_claim,
+    decode_device_class,
+    decode_pod_claims,
+    decode_slice,
+    decode_taint_rule,
+)
 from extender.evictions import EvictionBook
 from extender.fields import JSONObject
 from extender.gang import GangBook, PodGroupSpec, pod_group_spec
@@ -44,7 +54,7 @@ Spec = TypeVar("Spec")
 class Books:
     """What cluster events change: the inventory (nodes, holdings, addresses), the pending
     pods, the gangs' members and groups, preempt's approvals, StatefulSet identities, the
-    team quotas, the pods waiting for something to be freed."""
+    team quotas, the pods waiting for something to be freed, DRA's claims ledger."""
 
     inventory: Inventory
     pending: PendingPods
@@ -56,6 +66,7 @@ class Books:
     shares: ShareResources
     quotas: QuotaBook
     wakeups: WakeUps
+    dra: ClaimsLedger
 
 
 class Intake:
@@ -66,7 +77,12 @@ class Intake:
 
     def upsert_node(self, node: JSONObject) -> bool:
         spec = node_spec(node, gpu_resource=self._books.gpu_resource)
-        return bool(spec.name) and self._books.inventory.upsert_node(spec)
+        if not spec.name:
+            return False
+        changed = self._books.inventory.upsert_node(spec)
+        if self._books.dra.node(spec.name).held:  # its GPU UUIDs may have changed
+            _charge(self._books, (spec.name,))
+        return changed
 
     def delete_node(self, name: str) -> bool:
         return self._books.inventory.remove_node(name)
@@ -85,6 +101,7 @@ class Intake:
 
     def delete_pod(self, uid: str) -> None:
         b = self._books
+        _charge(b, b.dra.delete_pod(uid))
         b.inventory.remove_holding(uid)
         b.wakeups.pod_gone(uid, b.pending.get(uid))
         b.pending.forget(uid)
@@ -173,6 +190,42 @@ class Intake:
         relist.commit()
         return refused
 
+    # ------------------------------------------ DRA: slices, claims, classes, taint rules
+
+    def upsert_resource_slice(self, obj: JSONObject) -> None:
+        piece = decode_slice(obj)
+        if piece is not None:
+            _charge(self._books, self._books.dra.upsert_slice(piece))
+
+    def delete_resource_slice(self, obj: JSONObject) -> None:
+        _charge(self._books, self._books.dra.delete_slice(_name(obj)))
+
+    def upsert_resource_claim(self, obj: JSONObject) -> None:
+        claim = decode_claim(obj)
+        if claim is not None:
+            _charge(self._books, self._books.dra.upsert_claim(claim))
+
+    def delete_resource_claim(self, obj: JSONObject) -> None:
+        meta = fields.obj(obj, "metadata")
+        key = f"{fields.text(meta, 'namespace') or 'default'}/{fields.text(meta, 'name')}"
+        _charge(self._books, self._books.dra.delete_claim(key))
+
+    def upsert_device_taint_rule(self, obj: JSONObject) -> None:
+        rule = decode_taint_rule(obj)
+        if rule is not None:
+            _charge(self._books, self._books.dra.upsert_taint_rule(rule))
+
+    def delete_device_taint_rule(self, obj: JSONObject) -> None:
+        _charge(self._books, self._books.dra.delete_taint_rule(_name(obj)))
+
+    def upsert_device_class(self, obj: JSONObject) -> None:
+        device_class = decode_device_class(obj)
+        if device_class is not None:
+            self._books.dra.upsert_device_class(device_class)
+
+    def delete_device_class(self, obj: JSONObject) -> None:
+        self._books.dra.delete_device_class(_name(obj))
+
     # ---------------------------------------------------------- StatefulSets
 
     def set_statefulset(self, key: str, replicas: int | None) -> None:
@@ -181,6 +234,18 @@ class Intake:
 
     def replace_statefulsets(self, replicas: Mapping[str, int]) -> None:
         self._books.statefulsets.replace_replicas(replicas)
+
+
+def _charge(b: Books, nodes: Iterable[str]) -> None:
+    """DRA's claims changed on ``nodes``: the GPUs they hold there are in use."""
+    for name in nodes:
+        spec = b.inventory.spec(name)
+        uuids = spec.gpu_uuids if spec is not None else ()
+        b.inventory.set_claimed(name, claimed_in_use(b.dra.node(name), uuids, b.dra.pod_key))
+
+
+def _name(obj: JSONObject) -> str:
+    return fields.text(fields.obj(obj, "metadata"), "name")
 
 
 def _upsert_pod(b: Books, pod: JSONObject) -> None:
@@ -193,6 +258,9 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
     identity = statefulset_identity(meta)
     if identity is not None:
         b.statefulsets.set_identity(uid, identity)
+    claims = decode_pod_claims(pod)
+    if claims is not None and (claims.keys or b.dra.claims_of(uid)):
+        _charge(b, b.dra.upsert_pod(claims))  # before its holding: where its claims are
     holding = holding_from_pod(pod, gpu_resource=b.gpu_resource, shares=b.shares)
     if holding is not None:
         b.inventory.upsert_holding(holding)

@@ -24,7 +24,7 @@ from extender.capacity_waits import Vacancies
 from extender.columns import BoolArray, DeviceArrays, IdArray, IntArray, NodeArrays
 from extender.conflicts import reservation_conflict
 from extender.ipam import AddressBook, IPPoolSpec, IPUse
-from extender.model import Holding, HoldingKind, NodeSpec
+from extender.model import GpuInUse, Holding, HoldingKind, NodeSpec
 from extender.node_slots import NodeSlots
 from extender.node_state import NodeState, NodeView
 from extender.tally import Amounts, NamespaceTally
@@ -76,6 +76,10 @@ class Inventory(NodeSlots):
         self.addresses = AddressBook()  # IP pools and who holds which address
         self._pool_masks: dict[str, tuple[tuple[int, int], BoolArray]] = {}
         self.removals = 0  # bumped when a pod stops holding anything: something was freed
+        # Each node's spec as the node watch gave it, and the GPUs DRA's claims hold there
+        # (extender.claimed): the spec the books use is the one with both in gpu_in_use.
+        self._received: dict[str, NodeSpec] = {}
+        self._claimed: dict[str, tuple[GpuInUse, ...]] = {}
 
     # ----------------------------------------------------------------- reads
 
@@ -133,6 +137,8 @@ class Inventory(NodeSlots):
 
     def upsert_node(self, spec: NodeSpec) -> bool:
         """Add or update a node; False when nothing that matters changed."""
+        self._received[spec.name] = spec
+        spec = self._with_claimed(spec)
         problems = tuple(
             p for p in (spec.topology_problem, spec.use_problem, spec.drift_problem) if p
         )
@@ -185,8 +191,29 @@ class Inventory(NodeSlots):
             self._vacancies.node_changed(None, spec)
         return True
 
+    def set_claimed(self, name: str, uses: tuple[GpuInUse, ...]) -> bool:
+        """The GPUs DRA's claims hold on node ``name`` now (:func:`extender.claimed.
+        claimed_in_use`); kept for a node not seen yet. False when nothing changed."""
+        if self._claimed.get(name, ()) == uses:
+            return False
+        if uses:
+            self._claimed[name] = uses
+        else:
+            self._claimed.pop(name, None)
+        received = self._received.get(name)
+        return received is not None and self.upsert_node(received)
+
+    def _with_claimed(self, spec: NodeSpec) -> NodeSpec:
+        """``spec`` with the GPUs DRA's claims hold beside the drift's in ``gpu_in_use``."""
+        claimed = self._claimed.get(spec.name)
+        if not claimed:
+            return spec
+        in_use = tuple(sorted(set(spec.gpu_in_use) | set(claimed)))
+        return dataclasses.replace(spec, gpu_in_use=in_use)
+
     def remove_node(self, name: str) -> bool:
         """Forget a node. Holdings on it stay: its pods are still there until deleted."""
+        self._received.pop(name, None)
         slot = self._slots.pop(name, None)
         self._problems.pop(name, None)
         if slot is None:

@@ -24,6 +24,7 @@ from dataclasses import replace
 from extender import binding, fields, policy, scoring, shortlist
 from extender.capacity_waits import WaitBook
 from extender.choices import ChoiceBook
+from extender.dra import ClaimsLedger
 from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
 from extender.explain import explain_pod
@@ -90,6 +91,8 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
             vacancies=self._wakeups,
         )
         self._pending = PendingPods(pending_capacity)
+        # What DRA's claims hold, per node (extender.dra): in use, never handed out here.
+        self._dra = ClaimsLedger()
         self._gangs = GangCoordinator(
             self._inventory, config, default_timeout_s=gang_timeout_s, max_wait_s=gang_max_wait_s
         )
@@ -116,6 +119,7 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
                 shares=config.shares,
                 quotas=self._quotas,
                 wakeups=self._wakeups,
+                dra=self._dra,
             )
         )
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the

@@ -166,6 +166,12 @@ class ClaimsLedger:
     def claim(self, key: str) -> Claim | None:
         return self._claims.get(key)
 
+    def pod_key(self, uid: str) -> str:
+        """The "namespace/name" of a pod that names a claim (or a claim serves), by UID; ""
+        for a pod the book has not seen."""
+        pod = self._pods.get(uid)
+        return f"{pod.namespace}/{pod.name}" if pod is not None else ""
+
     def claims_of(self, uid: str) -> tuple[str, ...]:
         """The claims a pod uses: those it names, and those reserved for it. Sorted."""
         pod = self._pods.get(uid)
