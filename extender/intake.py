@@ -19,7 +19,11 @@ from extender import fields
 from extender.claimed import claimed_in_use
 from extender.config import ShareResources
 from extender.dra import (
+    Claim,
     ClaimsLedger,
+    DeviceClass,
+    ResourceSlice,
+    TaintRule,
     decode_claim,
     decode_device_class,
     decode_pod_claims,
@@ -225,6 +229,23 @@ class Intake:
 
     def delete_device_class(self, obj: JSONObject) -> None:
         self._books.dra.delete_device_class(_name(obj))
+
+    def resource_slice_relist(self) -> SpecRelist[ResourceSlice]:
+        dra = self._books.dra
+        return SpecRelist(decode_slice, lambda s: _charge(self._books, dra.replace_slices(s)))
+
+    def resource_claim_relist(self) -> SpecRelist[Claim]:
+        dra = self._books.dra
+        return SpecRelist(decode_claim, lambda c: _charge(self._books, dra.replace_claims(c)))
+
+    def device_taint_rule_relist(self) -> SpecRelist[TaintRule]:
+        dra = self._books.dra
+        return SpecRelist(
+            decode_taint_rule, lambda r: _charge(self._books, dra.replace_taint_rules(r))
+        )
+
+    def device_class_relist(self) -> SpecRelist[DeviceClass]:
+        return SpecRelist(decode_device_class, self._books.dra.replace_device_classes)
 
     # ---------------------------------------------------------- StatefulSets
 

@@ -154,6 +154,39 @@ class ClaimsLedger:
         self._refused.pop(("DeviceClass", name), None)
         self._classes.pop(name, None)
 
+    # -- relists: each makes one kind exactly what a full list gave -----------------------
+
+    def replace_slices(self, pieces: Iterable[ResourceSlice]) -> tuple[str, ...]:
+        pieces = list(pieces)
+        gone = {s.name for s in self._index.slices()} - {p.name for p in pieces}
+        return _touched(
+            [self.delete_slice(name) for name in sorted(gone)]
+            + [self.upsert_slice(piece) for piece in pieces]
+        )
+
+    def replace_claims(self, claims: Iterable[Claim]) -> tuple[str, ...]:
+        claims = list(claims)
+        gone = set(self._claims) - {c.key for c in claims}
+        return _touched(
+            [self.delete_claim(key) for key in sorted(gone)]
+            + [self.upsert_claim(claim) for claim in claims]
+        )
+
+    def replace_taint_rules(self, rules: Iterable[TaintRule]) -> tuple[str, ...]:
+        rules = list(rules)
+        gone = set(self._rules) - {r.name for r in rules}
+        return _touched(
+            [self.delete_taint_rule(name) for name in sorted(gone)]
+            + [self.upsert_taint_rule(rule) for rule in rules]
+        )
+
+    def replace_device_classes(self, classes: Iterable[DeviceClass]) -> None:
+        classes = list(classes)
+        for name in sorted(set(self._classes) - {c.name for c in classes}):
+            self.delete_device_class(name)
+        for device_class in classes:
+            self.upsert_device_class(device_class)
+
     # -- reads -----------------------------------------------------------------------------
 
     def node(self, name: str) -> NodeDra:
@@ -296,3 +329,7 @@ def _slice_problems(piece: ResourceSlice) -> Iterable[Problem]:
             yield Problem("ResourceSlice", piece.name, f"device {device.name!r}: {device.problem}")
         elif not device.node:
             yield Problem("ResourceSlice", piece.name, f"device {device.name!r} is on no one node")
+
+
+def _touched(writes: list[tuple[str, ...]]) -> tuple[str, ...]:
+    return tuple(sorted({node for nodes in writes for node in nodes}))

@@ -174,3 +174,18 @@ def test_a_node_seen_after_its_claims_counts_them() -> None:
     assert scheduler.inventory.node("n1") is None
     scheduler.upsert_node(node())
     assert free(scheduler) == (1, 2, 3)
+
+
+def test_a_relist_without_the_claim_frees_its_gpus_and_keeps_the_others() -> None:
+    scheduler = fed(
+        lambda s: s.upsert_node(node()),
+        lambda s: s.upsert_resource_slice(dra_slice()),
+        lambda s: s.upsert_resource_claim(claim("gone", (0,))),
+        lambda s: s.upsert_resource_claim(claim("kept", (3,))),
+    )
+    assert free(scheduler) == (1, 2)
+    relist = scheduler.resource_claim_relist()
+    relist.add([claim("kept", (3,))])
+    assert free(scheduler) == (1, 2)  # nothing changes before the commit
+    relist.commit()
+    assert free(scheduler) == (0, 1, 2)
