@@ -39,7 +39,8 @@ __all__ = ["LOAD_POD", "StandIn", "load_pod"]
 JSON = dict[str, Any]
 LOAD_POD = "load-pod-{}"
 LOAD_UID = "load-uid-{}"
-_MISSING = ("/apis/scheduling.x-k8s.io/", "/apis/schedext.io/")  # CRDs not installed here
+# CRDs not installed here, and no Dynamic Resource Allocation (resource.k8s.io) served.
+_MISSING = ("/apis/scheduling.x-k8s.io/", "/apis/schedext.io/", "/apis/resource.k8s.io/")
 _STATUS = orjson.dumps({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
 
 

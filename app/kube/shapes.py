@@ -68,10 +68,16 @@ class _PodSpec(TypedDict, total=False):
     # Soft preferences: a pod stating them gets a longer shortlist (extender.shortlist).
     affinity: Any
     topologySpreadConstraints: Any
+    # DRA: the claims it names (extender.dra.pod_claims).
+    resourceClaims: Any
 
 
 class _PodStatus(TypedDict, total=False):
     phase: Any
+    # DRA: the claims generated from its templates, and the one that serves an extended
+    # resource (KEP-5004).
+    resourceClaimStatuses: Any
+    extendedResourceClaimStatus: Any
 
 
 class _Pod(_Status, total=False):

@@ -53,6 +53,7 @@ class Resource:
     # readiness does not wait for it), and the list is retried now and then.
     optional: bool = False
     missing_retry_s: float = 30.0
+    missing_hint: str = "is its CRD installed?"  # what the log line asks of a 404
     # Decoders that keep only the fields schedext reads (app/kube/shapes.py); None decodes
     # everything (small, rare objects).
     decoders: Decoders | None = None
@@ -142,8 +143,9 @@ async def watch_once(
         if not resource.optional:
             raise
         log.warning(
-            "%s: no such resource (is its CRD installed?); treating as empty, retrying in %gs",
+            "%s: no such resource (%s); treating as empty, retrying in %gs",
             resource.name,
+            resource.missing_hint,
             resource.missing_retry_s,
         )
         sink.relist().commit()

@@ -65,9 +65,60 @@ ELASTICQUOTAS = Resource(
 IPPOOLS = Resource(name="ippools", path=f"{SCHEDEXT_PATH}/ippools", optional=True)
 IPCLAIMS = Resource(name="ipclaims", path=f"{SCHEDEXT_PATH}/ipclaims", optional=True)
 STATEFULSETS = Resource(name="statefulsets", path="/apis/apps/v1/statefulsets")
-RESOURCES = (NODES, PODS, PODGROUPS, ELASTICQUOTAS, IPPOOLS, IPCLAIMS, STATEFULSETS)
+DRA_PATH = "/apis/resource.k8s.io/v1"
+DRA_TAINTS_PATH = "/apis/resource.k8s.io/v1beta2"  # DeviceTaintRules: only here in v1.36
+# Dynamic Resource Allocation (extender.dra): the GPUs ResourceClaims hold. Optional: a cluster
+# that does not serve resource.k8s.io (or, for DeviceTaintRules, its v1beta2 behind the
+# DRADeviceTaintRules gate) runs as before, with one log line.
+_DRA_HINT = "does the API server serve resource.k8s.io/v1?"
+RESOURCESLICES = Resource(
+    name="resourceslices",
+    path=f"{DRA_PATH}/resourceslices",
+    optional=True,
+    missing_hint=_DRA_HINT,
+)
+RESOURCECLAIMS = Resource(
+    name="resourceclaims",
+    path=f"{DRA_PATH}/resourceclaims",
+    optional=True,
+    missing_hint=_DRA_HINT,
+)
+DEVICECLASSES = Resource(
+    name="deviceclasses", path=f"{DRA_PATH}/deviceclasses", optional=True, missing_hint=_DRA_HINT
+)
+DEVICETAINTRULES = Resource(
+    name="devicetaintrules",
+    path=f"{DRA_TAINTS_PATH}/devicetaintrules",
+    optional=True,
+    missing_hint="resource.k8s.io/v1beta2 is served only with the DRADeviceTaintRules gate on",
+)
+RESOURCES = (
+    NODES,
+    PODS,
+    PODGROUPS,
+    ELASTICQUOTAS,
+    IPPOOLS,
+    IPCLAIMS,
+    STATEFULSETS,
+    RESOURCESLICES,
+    RESOURCECLAIMS,
+    DEVICECLASSES,
+    DEVICETAINTRULES,
+)
 # The resources whose events may free what a pod turned away waits for.
-_FREEING = frozenset(r.name for r in (NODES, PODS, ELASTICQUOTAS, IPPOOLS, IPCLAIMS))
+_FREEING = frozenset(
+    r.name
+    for r in (
+        NODES,
+        PODS,
+        ELASTICQUOTAS,
+        IPPOOLS,
+        IPCLAIMS,
+        RESOURCESLICES,
+        RESOURCECLAIMS,
+        DEVICETAINTRULES,
+    )
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +154,26 @@ def _sinks(scheduler: Scheduler, events: EventRecorder) -> dict[str, Sink]:
         ),
         "ipclaims": _Sink(
             scheduler.ip_claim_relist, scheduler.upsert_ip_claim, scheduler.delete_ip_claim
+        ),
+        "resourceslices": _Sink(
+            scheduler.resource_slice_relist,
+            scheduler.upsert_resource_slice,
+            scheduler.delete_resource_slice,
+        ),
+        "resourceclaims": _Sink(
+            scheduler.resource_claim_relist,
+            scheduler.upsert_resource_claim,
+            scheduler.delete_resource_claim,
+        ),
+        "deviceclasses": _Sink(
+            scheduler.device_class_relist,
+            scheduler.upsert_device_class,
+            scheduler.delete_device_class,
+        ),
+        "devicetaintrules": _Sink(
+            scheduler.device_taint_rule_relist,
+            scheduler.upsert_device_taint_rule,
+            scheduler.delete_device_taint_rule,
         ),
         "statefulsets": _Sink(
             lambda: _StatefulSetRelist(scheduler),
