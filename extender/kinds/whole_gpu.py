@@ -94,7 +94,9 @@ class WholeGpu(GpuModelWaits):
         return victim.gpus
 
     freed_by_departure = frozenset({Reason.GPU_FREE})
-    freed_by_node = frozenset({Reason.GPU_TOTAL, Reason.GPU_UNHEALTHY})
+    # GPU_IN_USE: the GPUs are held by what schedext did not place (the agent's drift, DRA's
+    # claims); both reach the node's spec, so a change of the node may lift it.
+    freed_by_node = frozenset({Reason.GPU_TOTAL, Reason.GPU_UNHEALTHY, Reason.GPU_IN_USE})
 
     def size(self, demand: Demand) -> int:
         return demand.gpus

@@ -189,3 +189,16 @@ def test_a_relist_without_the_claim_frees_its_gpus_and_keeps_the_others() -> Non
     assert free(scheduler) == (1, 2)  # nothing changes before the commit
     relist.commit()
     assert free(scheduler) == (0, 1, 2)
+
+
+def test_a_pod_turned_away_for_claimed_gpus_is_sent_back_when_the_claim_lets_go() -> None:
+    scheduler = fed(
+        lambda s: s.upsert_node(node()),
+        lambda s: s.upsert_resource_slice(dra_slice()),
+        lambda s: s.upsert_resource_claim(claim("train", (0, 1, 2, 3))),
+    )
+    waiting = make_pod("waiting", gpus=1)
+    assert scheduler.filter(waiting, ["n1"]).passed == []
+    assert scheduler.take_capacity_requeues(NOW) == []
+    scheduler.upsert_resource_claim(resource_claim("train"))  # deallocated
+    assert [n.pod for n in scheduler.take_capacity_requeues(NOW)] == ["default/waiting"]
