@@ -1,11 +1,14 @@
 """A real, loopback-only Kubernetes control plane, for the end-to-end tests and the benchmarks
 that need kube-scheduler and the API server as they are.
 
-etcd, kube-apiserver and kube-scheduler are the unmodified upstream binaries that
-``tests/e2e/controlplane/build.sh`` compiles from Go modules (cached outside the repo).
-There is no kubelet and no kube-controller-manager: tests create Nodes as API objects
-(with status) and a bound pod stays ``Pending`` with ``spec.nodeName`` set, which is all a
-scheduler extender test needs to observe.
+etcd, kube-apiserver, kube-scheduler and kube-controller-manager are the unmodified upstream
+binaries that ``tests/e2e/controlplane/build.sh`` compiles from Go modules (cached outside the
+repo). There is no kubelet: tests create Nodes as API objects (with status) and a bound pod stays
+``Pending`` with ``spec.nodeName`` set, which is all a scheduler extender test needs to observe.
+kube-controller-manager runs only when a test asks (``start_controller_manager``), with only the
+controllers it names: the DRA tests need its resourceclaim controller, which makes the
+ResourceClaims of a pod's ResourceClaimTemplates, and its garbage collector, which deletes them
+with the pod.
 
 Typical use::
 
@@ -14,6 +17,11 @@ Typical use::
         cp.api.create_node("n1", gpus=8)
         cp.api.create_pod("default", pod_manifest("p", requests={"cpu": "100m"}))
         assert cp.api.wait_pod_bound("default", "p") == "n1"
+
+    # DRA: kube-controller-manager for the claims of ResourceClaimTemplates; DeviceTaintRule
+    # (beta, off by default in v1.36) only when asked.
+    with ControlPlane(find_binaries(), device_taint_rules=True) as cp:
+        cp.start_controller_manager()   # DRA_CONTROLLERS
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -51,13 +59,29 @@ from testbed.waiting import wait_for
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "e2e" / "controlplane" / "build.sh"
 BIN_ENV = "SCHEDEXT_K8S_BIN"
 KEEP_ENV = "SCHEDEXT_E2E_KEEP_WORKDIR"
-COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler")
+KUBE_CONTROLLER_MANAGER = "kube-controller-manager"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", KUBE_CONTROLLER_MANAGER)
+# Every control plane needs these three. kube-controller-manager only where a test starts it:
+# a bin dir built before it joined (or the device machine's pack, which leaves it out) lacks it.
+REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+# kube-controller-manager's controllers (--controllers names, v1.36). The resourceclaim
+# controller creates a pod's ResourceClaims from its ResourceClaimTemplates, reserves nothing
+# (kube-scheduler does), and when the pod is gone drops it from status.reservedFor, deallocates
+# the claim and removes its finalizer; deleting the claim object itself (an ownerReference to
+# the pod) is the garbage collector's.
+RESOURCECLAIM_CONTROLLER = "resourceclaim-controller"
+GARBAGE_COLLECTOR = "garbage-collector-controller"
+DRA_CONTROLLERS = (RESOURCECLAIM_CONTROLLER, GARBAGE_COLLECTOR)
+# DeviceTaintRule is served only as resource.k8s.io/v1beta2 in v1.36, a beta API version that
+# is off by default, and its feature gate DRADeviceTaintRules is beta and off by default too.
+DEVICE_TAINT_RULES_GATES: Mapping[str, bool] = {"DRADeviceTaintRules": True}
+DEVICE_TAINT_RULES_API: Mapping[str, bool] = {"resource.k8s.io/v1beta2": True}
 KUBECONFIG_PLACEHOLDER = "{{KUBECONFIG}}"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 
 
 def _check_bin_dir(bin_dir: Path) -> Path:
-    missing = [c for c in COMPONENTS if not os.access(bin_dir / c, os.X_OK)]
+    missing = [c for c in REQUIRED_BINARIES if not os.access(bin_dir / c, os.X_OK)]
     if missing:
         raise FileNotFoundError(f"{bin_dir} lacks executables: {', '.join(missing)}")
     return bin_dir
@@ -65,7 +89,8 @@ def _check_bin_dir(bin_dir: Path) -> Path:
 
 @functools.cache
 def find_binaries() -> Path:
-    """Directory holding etcd, kube-apiserver and kube-scheduler.
+    """Directory holding etcd, kube-apiserver and kube-scheduler (and kube-controller-manager,
+    which only start_controller_manager() requires).
 
     ``$SCHEDEXT_K8S_BIN`` points at prebuilt binaries; otherwise run build.sh, which is a quick
     no-op once its cache is complete (a cold build takes minutes).
@@ -99,10 +124,18 @@ def _stop_leftovers() -> None:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver (+ kube-scheduler on demand) on loopback, torn down on stop().
+    """etcd + kube-apiserver (+ kube-scheduler and kube-controller-manager on demand) on
+    loopback, torn down on stop().
 
     Use as a context manager, or call start()/stop() (stop() is idempotent and safe to call
     after a failed start()).
+
+    ``feature_gates`` go to kube-apiserver, kube-scheduler and kube-controller-manager alike
+    (``--feature-gates``), ``runtime_config`` to kube-apiserver (``--runtime-config``, API
+    versions such as ``resource.k8s.io/v1beta2``). ``device_taint_rules=True`` adds both that
+    DeviceTaintRule needs (DEVICE_TAINT_RULES_GATES, DEVICE_TAINT_RULES_API). The default
+    passes neither flag: resource.k8s.io/v1 (DRA, GA and locked on since v1.35) is served
+    anyway, and so are the beta gates that are on by default (DRAExtendedResource among them).
     """
 
     def __init__(
@@ -111,6 +144,9 @@ class ControlPlane:
         work_dir: Path | None = None,
         *,
         apiserver_args: Sequence[str] = (),
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Mapping[str, bool] | None = None,
+        device_taint_rules: bool = False,
         startup_timeout: float = 120.0,
         keep_work_dir: bool | None = None,
     ) -> None:
@@ -122,6 +158,11 @@ class ControlPlane:
             keep_work_dir if keep_work_dir is not None else bool(os.environ.get(KEEP_ENV))
         )
         self.apiserver_args = list(apiserver_args)
+        self.feature_gates = dict(feature_gates or {})
+        self.runtime_config = dict(runtime_config or {})
+        if device_taint_rules:
+            self.feature_gates.update(DEVICE_TAINT_RULES_GATES)
+            self.runtime_config.update(DEVICE_TAINT_RULES_API)
         self.startup_timeout = startup_timeout
         self.timings: dict[str, float] = {}  # seconds each component took to become ready
         self._components = {
@@ -130,6 +171,7 @@ class ControlPlane:
         self._pki: ClusterPki | None = None
         self._api: KubeApi | None = None
         self.etcd_port = self.etcd_peer_port = self.apiserver_port = self.scheduler_port = 0
+        self.controller_manager_port = 0
 
     # --- public properties ----------------------------------------------------------------
 
@@ -232,6 +274,7 @@ class ControlPlane:
             f"--tls-cert-file={cert}",
             f"--tls-private-key-file={key}",
             "--v=2",
+            *self._feature_gate_args(),
             *extra_args,
         ]
         url = f"https://127.0.0.1:{self.scheduler_port}/healthz"
@@ -258,6 +301,78 @@ class ControlPlane:
         resp.raise_for_status()
         return resp.text
 
+    def start_controller_manager(
+        self,
+        controllers: Sequence[str] = DRA_CONTROLLERS,
+        *,
+        extra_args: Sequence[str] = (),
+        timeout: float = 60.0,
+    ) -> None:
+        """Start kube-controller-manager running only ``controllers`` (``--controllers``).
+
+        It talks to kube-apiserver with a client certificate of its own (user
+        ``system:kube-controller-manager``, group ``system:masters``): with
+        ``--use-service-account-credentials=false`` every controller runs as that one user,
+        and the bootstrap role of that name lacks what the controllers do (creating
+        ResourceClaims, for one), while no serviceaccount-token controller runs to give each
+        its own account. No cloud provider, no leader election; its secure port serves
+        /healthz with a cert from the cluster CA, which is the readiness check.
+        """
+        comp = self._components[KUBE_CONTROLLER_MANAGER]
+        if comp.running:
+            raise RuntimeError(
+                "kube-controller-manager is already running; stop_controller_manager() first"
+            )
+        if not controllers:
+            raise ValueError("name at least one controller")
+        binary = self.bin_dir / KUBE_CONTROLLER_MANAGER
+        if not os.access(binary, os.X_OK):
+            raise FileNotFoundError(
+                f"{self.bin_dir} lacks kube-controller-manager (built before it joined the "
+                f"control plane?): run {BUILD_SCRIPT} and use the bin dir it prints"
+            )
+        client_cert, client_key = self.pki.ca.issue_cert(
+            "system:kube-controller-manager",
+            client=True,
+            server=False,
+            organizations=("system:masters",),
+        )
+        kubeconfig = self.work_dir / "controller-manager.kubeconfig"
+        self._write_kubeconfig_for(
+            kubeconfig,
+            "kube-controller-manager",
+            {"client-certificate": str(client_cert), "client-key": str(client_key)},
+        )
+        cert, key = self.pki.ca.issue_cert(
+            "kube-controller-manager", sans=("127.0.0.1", "localhost")
+        )
+        self.controller_manager_port = free_port()
+        argv = [
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--controllers={','.join(controllers)}",
+            "--use-service-account-credentials=false",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",  # the default is 0.0.0.0
+            f"--secure-port={self.controller_manager_port}",
+            f"--tls-cert-file={cert}",
+            f"--tls-private-key-file={key}",
+            "--v=2",
+            *self._feature_gate_args(),
+            *extra_args,
+        ]
+        url = f"https://127.0.0.1:{self.controller_manager_port}/healthz"
+        self._launch(KUBE_CONTROLLER_MANAGER, argv, lambda: self._https_ok(url), timeout)
+
+    def stop_controller_manager(self) -> None:
+        self._components[KUBE_CONTROLLER_MANAGER].stop()
+
+    @property
+    def controller_manager_running(self) -> bool:
+        return self._components[KUBE_CONTROLLER_MANAGER].running
+
     def restart_apiserver(self, *, kill: bool = False, timeout: float | None = None) -> None:
         """Stop kube-apiserver and start it again on the same port against the same etcd.
 
@@ -267,7 +382,8 @@ class ControlPlane:
         self._start_apiserver(timeout)
 
     def stop(self) -> None:
-        """Stop scheduler, apiserver, etcd (each by process group); always tries all three."""
+        """Stop controller-manager, scheduler, apiserver, etcd (each by process group); always
+        tries all of them."""
         errors: list[str] = []
         for name in reversed(COMPONENTS):
             try:
@@ -291,9 +407,11 @@ class ControlPlane:
         return self._components[component].tail(lines)
 
     def dump_logs(self, lines: int = 200) -> str:
+        """The tail of each component's log (kube-controller-manager's if it was started)."""
         return "\n".join(
             f"----- {name} (last {lines} lines) -----\n{self.logs_tail(name, lines)}"
             for name in COMPONENTS
+            if name in REQUIRED_BINARIES or self._components[name].log_path.exists()
         )
 
     # --- internals ------------------------------------------------------------------------
@@ -372,6 +490,12 @@ class ControlPlane:
             f"--cert-dir={self.work_dir / 'apiserver-certs'}",
             "--profiling=false",
             "--v=1",
+            *self._feature_gate_args(),
+            *(
+                [f"--runtime-config={_flag_map(self.runtime_config)}"]
+                if self.runtime_config
+                else []
+            ),
             *self.apiserver_args,
         ]
 
@@ -383,12 +507,18 @@ class ControlPlane:
 
         self._launch("kube-apiserver", argv, ready, timeout or self.startup_timeout)
 
+    def _feature_gate_args(self) -> list[str]:
+        return [f"--feature-gates={_flag_map(self.feature_gates)}"] if self.feature_gates else []
+
     def _https_ok(self, url: str) -> bool:
         context = ssl.create_default_context(cafile=str(self.ca_cert))
         resp = httpx.get(url, verify=context, timeout=2.0)
         return resp.status_code == 200 and resp.text == "ok"
 
     def _write_kubeconfig(self) -> None:
+        self._write_kubeconfig_for(self.kubeconfig, "schedext-admin", {"token": self.token})
+
+    def _write_kubeconfig_for(self, path: Path, user: str, credentials: Mapping[str, str]) -> None:
         ca_data = base64.b64encode(self.ca_cert.read_bytes()).decode()
         config = {
             "apiVersion": "v1",
@@ -399,14 +529,16 @@ class ControlPlane:
                     "cluster": {"server": self.server, "certificate-authority-data": ca_data},
                 }
             ],
-            "users": [{"name": "schedext-admin", "user": {"token": self.token}}],
+            "users": [{"name": user, "user": dict(credentials)}],
             "contexts": [
-                {
-                    "name": "schedext-e2e",
-                    "context": {"cluster": "schedext-e2e", "user": "schedext-admin"},
-                }
+                {"name": "schedext-e2e", "context": {"cluster": "schedext-e2e", "user": user}}
             ],
             "current-context": "schedext-e2e",
         }
         # JSON is valid YAML, and both client-go and the Python client read it.
-        write_private(self.kubeconfig, json.dumps(config, indent=2).encode())
+        write_private(path, json.dumps(config, indent=2).encode())
+
+
+def _flag_map(values: Mapping[str, bool]) -> str:
+    """``{"A": True, "b/v1": False}`` as component flags take it: ``A=true,b/v1=false``."""
+    return ",".join(f"{key}={str(value).lower()}" for key, value in sorted(values.items()))

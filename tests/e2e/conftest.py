@@ -487,6 +487,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and env is not None and call.when in ("call", "setup"):
         report.sections.append(("schedext log", env.schedext.tail(120)))
         report.sections.append(("control plane logs", env.cp.dump_logs(lines=60)))
+    # A test on a control plane of its own, with no schedext (test_dra_harness).
+    cp: ControlPlane | None = getattr(item, "e2e_control_plane", None)
+    if report.failed and env is None and cp is not None and call.when in ("call", "setup"):
+        report.sections.append(("control plane logs", cp.dump_logs(lines=60)))
 
 
 def eventually(predicate: Any, *, timeout: float = 30, message: str = "condition not met") -> Any:
