@@ -265,6 +265,15 @@ def _charge(b: Books, nodes: Iterable[str]) -> None:
         b.inventory.set_claimed(name, claimed_in_use(b.dra.node(name), uuids, b.dra.pod_key))
 
 
+def _names_claims(pod: JSONObject) -> bool:
+    """Whether ``pod`` names a DRA claim, or one serves its extended resource."""
+    spec, status = pod.get("spec"), pod.get("status")
+    return bool(
+        (isinstance(spec, dict) and spec.get("resourceClaims"))
+        or (isinstance(status, dict) and status.get("extendedResourceClaimStatus"))
+    )
+
+
 def _name(obj: JSONObject) -> str:
     return fields.text(fields.obj(obj, "metadata"), "name")
 
@@ -279,9 +288,10 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
     identity = statefulset_identity(meta)
     if identity is not None:
         b.statefulsets.set_identity(uid, identity)
-    claims = decode_pod_claims(pod)
-    if claims is not None and (claims.keys or b.dra.claims_of(uid)):
-        _charge(b, b.dra.upsert_pod(claims))  # before its holding: where its claims are
+    if _names_claims(pod) or b.dra.knows_pod(uid):  # most pods: neither, and no decoding
+        claims = decode_pod_claims(pod)
+        if claims is not None:
+            _charge(b, b.dra.upsert_pod(claims))  # before its holding: where its claims are
     holding = holding_from_pod(pod, gpu_resource=b.gpu_resource, shares=b.shares)
     if holding is not None:
         b.inventory.upsert_holding(holding)

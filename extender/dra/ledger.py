@@ -199,6 +199,10 @@ class ClaimsLedger:
     def claim(self, key: str) -> Claim | None:
         return self._claims.get(key)
 
+    def knows_pod(self, uid: str) -> bool:
+        """Whether the book keeps pod ``uid`` (it names a claim, or a claim serves it)."""
+        return uid in self._pods
+
     def pod_key(self, uid: str) -> str:
         """The "namespace/name" of a pod that names a claim (or a claim serves), by UID; ""
         for a pod the book has not seen."""
