@@ -14,6 +14,7 @@ inherits these methods, so callers see one class.
 from __future__ import annotations
 
 from extender.capacity_waits import Nudge
+from extender.dra import ClaimsLedger, Ownership, ownership
 from extender.gang import GangCoordinator, GangEvent, PodGroupSpec
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec
@@ -36,12 +37,19 @@ class ShellReads:
     _quotas: QuotaBook
     _wakeups: WakeUps
     _statefulsets: StatefulSetBook
+    _dra: ClaimsLedger
 
     # ----------------------------------------------------------------- views
 
     @property
     def inventory(self) -> Inventory:
         return self._inventory
+
+    def gpu_owner(self, node: str) -> Ownership:
+        """Who hands out ``node``'s GPUs: the device plugin, DRA, or both (mixed). Shown,
+        not yet decided on (issue 31 refuses mixed nodes next)."""
+        spec = self._inventory.spec(node)
+        return ownership(self._dra.node(node), spec.gpu_count if spec is not None else 0)
 
     @property
     def pending_count(self) -> int:

@@ -74,7 +74,8 @@ def test_the_gpus_a_claim_holds_are_never_given_to_schedexts_pods(cluster: Clust
 
     def held_by_the_claim() -> bool:
         node = next(n for n in cluster.schedext.get("/inventory")["nodes"] if n["name"] == NODE)
-        return node["freeGpus"] == 2
+        # Both the device plugin's nvidia.com/gpu and DRA's slices advertise its GPUs.
+        return node["freeGpus"] == 2 and node["gpuOwner"] == "mixed"
 
     eventually(held_by_the_claim, message="schedext never saw the claim's GPUs held")
     cluster.pod("two", gpus=2)

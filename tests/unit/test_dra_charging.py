@@ -202,3 +202,36 @@ def test_a_pod_turned_away_for_claimed_gpus_is_sent_back_when_the_claim_lets_go(
     assert scheduler.take_capacity_requeues(NOW) == []
     scheduler.upsert_resource_claim(resource_claim("train"))  # deallocated
     assert [n.pod for n in scheduler.take_capacity_requeues(NOW)] == ["default/waiting"]
+
+
+OWNER_CASES = [
+    ("no slices: the device plugin's", (lambda s: s.upsert_node(node()),), "device-plugin"),
+    (
+        "slices and nvidia.com/gpu allocatable: mixed",
+        (lambda s: s.upsert_node(node()), lambda s: s.upsert_resource_slice(dra_slice())),
+        "mixed",
+    ),
+    (
+        "slices and no nvidia.com/gpu allocatable: DRA's",
+        (lambda s: s.upsert_node(make_node("n1")), lambda s: s.upsert_resource_slice(dra_slice())),
+        "dra",
+    ),
+    (
+        "the slices gone: the device plugin's again",
+        (
+            lambda s: s.upsert_node(node()),
+            lambda s: s.upsert_resource_slice(dra_slice()),
+            lambda s: s.delete_resource_slice(dra_slice()),
+        ),
+        "device-plugin",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("steps", "owner"), [c[1:] for c in OWNER_CASES], ids=[c[0] for c in OWNER_CASES]
+)
+def test_who_hands_out_a_nodes_gpus(
+    steps: tuple[Callable[[Scheduler], object], ...], owner: str
+) -> None:
+    assert fed(*steps).gpu_owner("n1").value == owner

@@ -103,6 +103,8 @@ def document(service: Service) -> dict[str, Any]:
                     for profile, count in view.mig.counts().items()
                 },
                 "freeGpus": len(view.free_gpu_ids),
+                # device-plugin, dra or mixed (both advertise the GPUs): docs/dra.md
+                "gpuOwner": service.scheduler.gpu_owner(name).value,
                 "sharedGpus": sum(1 for uids in view.share_holders if uids),
                 "cpuMilli": {"allocatable": view.spec.cpu_milli, "free": view.cpu_free},
                 "topologyProblem": view.spec.topology_problem,
