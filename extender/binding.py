@@ -73,11 +73,11 @@ def reservation(
     as a reservation to make; raises :class:`BindRefusedError` when none is left."""
     view = inventory.node(node)
     placed = _placed(view, request, placement) if view is not None else None
-    if placed is None:  # cannot happen after bindable(), unless state is corrupt
+    if view is None or placed is None:  # cannot happen after bindable(), unless corrupt
         raise BindRefusedError(f"pod {request.key}: no free GPUs left on node {node}")
     gpu_ids, mig_uuids = placed
     pool, address = _address(inventory, request, node) or (None, None)
-    uuids = view.spec.gpu_uuids if view is not None else ()
+    uuids = view.spec.gpu_uuids
     return Holding.placing(
         request,
         node=node,

@@ -157,8 +157,7 @@ class Intake:
             self._books.inventory.addresses.upsert_claim(spec)
 
     def delete_ip_claim(self, obj: JSONObject) -> None:
-        name = fields.text(fields.obj(obj, "metadata"), "name")
-        self._books.inventory.addresses.remove_claim(name)
+        self._books.inventory.addresses.remove_claim(_name(obj))
 
     def ip_claim_relist(self) -> SpecRelist[IPClaimSpec]:
         return SpecRelist(ip_claim_spec, self._books.inventory.addresses.replace_claims)
