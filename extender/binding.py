@@ -15,6 +15,7 @@ import ipaddress
 from extender import names, policy
 from extender.addressing import choose_address, ip_context
 from extender.config import PolicyConfig, SharePlacement
+from extender.dra import Ownership
 from extender.errors import BindRefusedError
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec, claim_name
@@ -72,6 +73,10 @@ def reservation(
     """What the pod will hold on ``node`` (the GPU indices and the address chosen for it),
     as a reservation to make; raises :class:`BindRefusedError` when none is left."""
     view = inventory.node(node)
+    if view is not None and _dra_serves(view, request):
+        # DRA's allocator gives the pod its GPUs on this node (KEP-5004): bind chooses none
+        # and writes no gpu-ids; the pod's GPUs are counted once its claim is allocated.
+        request = dataclasses.replace(request, gpus=0)
     placed = _placed(view, request, placement) if view is not None else None
     if view is None or placed is None:  # cannot happen after bindable(), unless corrupt
         raise BindRefusedError(f"pod {request.key}: no free GPUs left on node {node}")
@@ -89,6 +94,12 @@ def reservation(
         ip=address,
         ip_pool=pool,
     )
+
+
+def _dra_serves(view: NodeView, request: PodRequest) -> bool:
+    """Whether DRA, not schedext, gives the pod its whole GPUs on the node of ``view``."""
+    dra = view.spec.dra
+    return request.gpus_via_dra and dra is not None and dra.owner is Ownership.DRA
 
 
 def plan(inventory: Inventory, request: PodRequest, holding: Holding) -> BindPlan:

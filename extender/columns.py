@@ -17,6 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "DRA_MIXED",
+    "DRA_NONE",
+    "DRA_OWNED",
     "NO_ROOM",
     "NO_TOPOLOGY",
     "BoolArray",
@@ -32,6 +35,7 @@ BoolArray = npt.NDArray[np.bool_]
 IdArray = npt.NDArray[np.int32]
 
 NO_TOPOLOGY = -1
+DRA_NONE, DRA_OWNED, DRA_MIXED = 0, 1, 2  # the dra_owner column
 NO_ROOM = -1  # a device that takes no share: absent, held whole, unhealthy
 
 
@@ -69,6 +73,13 @@ class NodeArrays(NamedTuple):
     # GPU shares: the devices that have some, and the memory (MiB) they hold in all.
     share_devices: IntArray
     share_memory_held: IntArray
+    # DRA (extender.dra.capacity): who owns the node's GPUs (DRA_NONE, DRA_OWNED, DRA_MIXED),
+    # the whole GPUs a GPU driver advertises healthy, those no claim holds, and the most of
+    # those in one NVLink group or PCIe root (NO_TOPOLOGY: unknown).
+    dra_owner: IntArray
+    dra_total: IntArray
+    dra_free: IntArray
+    dra_group_free: IntArray
 
 
 class DeviceArrays(NamedTuple):
@@ -83,7 +94,7 @@ class DeviceArrays(NamedTuple):
 
 # The columns whose type is not int64, and those whose empty slot is not 0.
 _DTYPES: dict[str, type[np.generic]] = {"alive": np.bool_}
-_EMPTY: dict[str, int] = {"max_group_free": NO_TOPOLOGY}
+_EMPTY: dict[str, int] = {"max_group_free": NO_TOPOLOGY, "dra_group_free": NO_TOPOLOGY}
 
 
 class Columns:

@@ -7,7 +7,14 @@ from enum import Enum
 
 from extender import names
 
-__all__ = ["SHARE_PRESETS", "GpuScoring", "PolicyConfig", "SharePlacement", "ShareResources"]
+__all__ = [
+    "SHARE_PRESETS",
+    "DraConfig",
+    "GpuScoring",
+    "PolicyConfig",
+    "SharePlacement",
+    "ShareResources",
+]
 
 
 class GpuScoring(Enum):
@@ -74,6 +81,20 @@ SHARE_PRESETS: dict[str, ShareResources] = {
 
 
 @dataclass(frozen=True, slots=True)
+class DraConfig:
+    """Dynamic Resource Allocation (extender.dra): the drivers whose devices are GPUs, and
+    whether schedext fences the GPUs it binds on a node both DRA and the device plugin offer
+    (the shell publishes a DeviceTaintRule per GPU; filter then serves such a node)."""
+
+    gpu_drivers: tuple[str, ...] = (names.DRA_GPU_DRIVER,)
+    fence: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.gpu_drivers or not all(d.strip() for d in self.gpu_drivers):
+            raise ValueError("dra.gpu_drivers must name at least one driver, none empty")
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """The few knobs the policies take. Validated on construction; hashable (caches are keyed
     by it)."""
@@ -115,6 +136,7 @@ class PolicyConfig:
     # room, a MIG device, an address, quota headroom) one freeing sends back to kube-scheduler,
     # the longest waiting first (see extender.capacity_waits).
     requeue_per_event: int = 8
+    dra: DraConfig = DraConfig()
 
     def shortlist_size(self, *, soft_preferences: bool) -> int:
         """How many feasible nodes filter answers for a pod; 0: all of them."""

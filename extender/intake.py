@@ -29,6 +29,8 @@ from extender.dra import (
     decode_pod_claims,
     decode_slice,
     decode_taint_rule,
+    dra_gpus,
+    uuid_groups,
 )
 from extender.evictions import EvictionBook
 from extender.fields import JSONObject
@@ -84,7 +86,8 @@ class Intake:
         if not spec.name:
             return False
         changed = self._books.inventory.upsert_node(spec)
-        if self._books.dra.node(spec.name).held:  # its GPU UUIDs may have changed
+        known = self._books.dra.node(spec.name)
+        if known.held or known.drivers:  # its GPU UUIDs, groups or plugin GPUs may have changed
             _charge(self._books, (spec.name,))
         return changed
 
@@ -259,9 +262,12 @@ class Intake:
 def _charge(b: Books, nodes: Iterable[str]) -> None:
     """DRA's claims changed on ``nodes``: the GPUs they hold there are in use."""
     for name in nodes:
-        spec = b.inventory.spec(name)
-        uuids = spec.gpu_uuids if spec is not None else ()
-        b.inventory.set_claimed(name, claimed_in_use(b.dra.node(name), uuids, b.dra.pod_key))
+        spec = b.inventory.spec(name) or NodeSpec(name)
+        node = b.dra.node(name)
+        groups = spec.gpu_links or uuid_groups(spec.gpu_uuids, spec.gpu_groups)
+        offered = dra_gpus(node, device_plugin_gpus=spec.gpu_indices, groups=groups)
+        uses = claimed_in_use(node, spec.gpu_uuids, b.dra.pod_key)
+        b.inventory.set_claimed(name, uses, offered)
 
 
 def _names_claims(pod: JSONObject) -> bool:
@@ -333,6 +339,7 @@ class NodeRelist:
 
     def commit(self) -> None:
         self._books.inventory.replace_nodes(self._specs)
+        _charge(self._books, self._books.dra.node_names())  # what DRA offers may have moved
 
 
 class PodRelist:

@@ -23,6 +23,7 @@ from extender import names
 from extender.capacity_waits import Vacancies
 from extender.columns import BoolArray, DeviceArrays, IdArray, IntArray, NodeArrays
 from extender.conflicts import reservation_conflict
+from extender.dra import DraGpus
 from extender.ipam import AddressBook, IPPoolSpec, IPUse
 from extender.model import GpuInUse, Holding, HoldingKind, NodeSpec
 from extender.node_slots import NodeSlots
@@ -79,7 +80,7 @@ class Inventory(NodeSlots):
         # Each node's spec as the node watch gave it, and the GPUs DRA's claims hold there
         # (extender.claimed): the spec the books use is the one with both in gpu_in_use.
         self._received: dict[str, NodeSpec] = {}
-        self._claimed: dict[str, tuple[GpuInUse, ...]] = {}
+        self._claimed: dict[str, tuple[tuple[GpuInUse, ...], DraGpus | None]] = {}
 
     # ----------------------------------------------------------------- reads
 
@@ -191,13 +192,16 @@ class Inventory(NodeSlots):
             self._vacancies.node_changed(None, spec)
         return True
 
-    def set_claimed(self, name: str, uses: tuple[GpuInUse, ...]) -> bool:
+    def set_claimed(
+        self, name: str, uses: tuple[GpuInUse, ...], dra: DraGpus | None = None
+    ) -> bool:
         """The GPUs DRA's claims hold on node ``name`` now (:func:`extender.claimed.
-        claimed_in_use`); kept for a node not seen yet. False when nothing changed."""
-        if self._claimed.get(name, ()) == uses:
+        claimed_in_use`), and what DRA offers there; kept for a node not seen yet. False when
+        nothing changed."""
+        if self._claimed.get(name, ((), None)) == (uses, dra):
             return False
-        if uses:
-            self._claimed[name] = uses
+        if uses or dra is not None:
+            self._claimed[name] = (uses, dra)
         else:
             self._claimed.pop(name, None)
         received = self._received.get(name)
@@ -205,11 +209,11 @@ class Inventory(NodeSlots):
 
     def _with_claimed(self, spec: NodeSpec) -> NodeSpec:
         """``spec`` with the GPUs DRA's claims hold beside the drift's in ``gpu_in_use``."""
-        claimed = self._claimed.get(spec.name)
-        if not claimed:
+        claimed, dra = self._claimed.get(spec.name, ((), None))
+        if not claimed and dra is None:
             return spec
         in_use = tuple(sorted(set(spec.gpu_in_use) | set(claimed)))
-        return dataclasses.replace(spec, gpu_in_use=in_use)
+        return dataclasses.replace(spec, gpu_in_use=in_use, dra=dra)
 
     def remove_node(self, name: str) -> bool:
         """Forget a node. Holdings on it stay: its pods are still there until deleted."""

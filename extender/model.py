@@ -10,6 +10,7 @@ from typing import NamedTuple
 from extender.choices import Choice
 from extender.devices.document import UseSample
 from extender.devices.drift import Drift
+from extender.dra import DraGpus
 from extender.verdicts import PRECEDENCE, RANKED, FilterVerdict, Reason, Rejection
 
 # Reason, PRECEDENCE, RANKED, Rejection and FilterVerdict live in extender.verdicts; named here
@@ -131,6 +132,17 @@ class PodRequest(Demand):
     # Preferred affinities or a ScheduleAnyway topology spread: kube-scheduler's Score plugins
     # have something to weigh for this pod (extender.shortlist gives them a longer list).
     soft_preferences: bool = False
+    # DRA (extender.dra_asks fills these at each verb from the claims ledger): the claims the
+    # pod names ("namespace/name"), the GPUs they ask and do not hold yet, and whether a
+    # DeviceClass serves its nvidia.com/gpu on nodes without it (KEP-5004).
+    claims: tuple[str, ...] = ()
+    dra_gpus: int = 0
+    gpus_via_dra: bool = False
+
+    @property
+    def dra_asks(self) -> int:
+        """The GPUs the pod gets through DRA on a node DRA owns (0: none)."""
+        return self.dra_gpus + (self.gpus if self.gpus_via_dra else 0)
 
     @property
     def needs_gpu_node(self) -> bool:
@@ -175,6 +187,9 @@ class NodeSpec:
     # when not published), and the GPUs it found unhealthy, with why.
     gpu_uuids: tuple[str, ...] = ()
     gpu_unhealthy: tuple[tuple[int, str], ...] = ()
+    # On a node without nvidia.com/gpu (its GPUs are DRA's), the agent's NVLink/NUMA groups
+    # by UUID: what DRA pods are rated by (extender.dra.capacity); empty elsewhere.
+    gpu_links: tuple[tuple[str, ...], ...] = ()
     # The node agent's last sample of its GPUs' use (None: none published or unreadable).
     gpu_use: UseSample | None = None
     use_problem: str | None = None
@@ -189,6 +204,9 @@ class NodeSpec:
     drift_problem: str | None = None
     gpu_in_use: tuple[GpuInUse, ...] = ()
     mig_in_use: frozenset[str] = frozenset()
+    # The GPUs DRA hands out here and who owns the node's GPUs (extender.dra.capacity); None
+    # on a node no GPU driver publishes slices for. Set by the claims ledger, not the watch.
+    dra: DraGpus | None = None
 
     @property
     def gpu_healthy(self) -> int:

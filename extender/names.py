@@ -7,6 +7,9 @@ labels so that clusters running the GPU operator need no extra agent.
 from typing import Final
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
+# NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu): the GPU driver schedext reads
+# ResourceSlices and claims of unless settings name others (dra.gpu_drivers).
+DRA_GPU_DRIVER: Final = "gpu.nvidia.com"
 
 # A share of one GPU (extender.config.ShareResources names the resources a cluster uses; these
 # are schedext's own): memory in MiB per share, compute in percent of the device's SMs, and

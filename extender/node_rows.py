@@ -1,12 +1,22 @@
-"""Writing one node's derived rows: the device grid and share totals, and the live-use
-columns. The inventory calls these from ``_sync`` whenever a node's state changes."""
+"""Writing one node's derived rows: the device grid and share totals, the live-use
+columns, and the DRA columns. The inventory calls these from ``_sync`` whenever a node's
+state changes."""
 
 from __future__ import annotations
 
-from extender.columns import NO_ROOM, Columns, NodeArrays
+from extender.columns import (
+    DRA_MIXED,
+    DRA_NONE,
+    DRA_OWNED,
+    NO_ROOM,
+    NO_TOPOLOGY,
+    Columns,
+    NodeArrays,
+)
+from extender.dra import DraGpus, Ownership
 from extender.node_state import NodeState
 
-__all__ = ["write_devices", "write_use"]
+__all__ = ["write_devices", "write_dra", "write_use"]
 
 
 def write_devices(columns: Columns, state: NodeState, free: list[int]) -> None:
@@ -45,3 +55,14 @@ def write_use(cols: NodeArrays, state: NodeState, free: list[int], *, fresh_afte
     )
     cols.use_at[slot] = int(sample.at)
     cols.use_fresh[slot] = int(sample.at >= fresh_after)
+
+
+def write_dra(cols: NodeArrays, slot: int, dra: DraGpus | None) -> None:
+    """The node's DRA columns (see :class:`~extender.columns.NodeArrays`)."""
+    if dra is None:
+        cols.dra_owner[slot], cols.dra_total[slot], cols.dra_free[slot] = DRA_NONE, 0, 0
+        cols.dra_group_free[slot] = NO_TOPOLOGY
+        return
+    cols.dra_owner[slot] = DRA_MIXED if dra.owner is Ownership.MIXED else DRA_OWNED
+    cols.dra_total[slot], cols.dra_free[slot] = dra.total, dra.free
+    cols.dra_group_free[slot] = dra.group_free

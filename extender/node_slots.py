@@ -26,7 +26,7 @@ from extender.derived import Derived
 from extender.gpu_models import GpuModels
 from extender.mig_state import MigArrays, MigColumns
 from extender.model import NodeSpec
-from extender.node_rows import write_devices, write_use
+from extender.node_rows import write_devices, write_dra, write_use
 from extender.node_state import NodeState
 from extender.packed import NameTable, PackedNames
 
@@ -177,6 +177,7 @@ class NodeSlots:
         cols.model[slot] = self._models.id(spec.gpu_model)
         cols.gpu_memory_mib[slot] = spec.gpu_memory_mib or 0
         write_devices(self._cols, state, free)
+        write_dra(cols, slot, spec.dra)
         cols.rack[slot] = self._topology_id(spec.labels.get(self._rack_label, ""))
         cols.zone[slot] = self._topology_id(spec.labels.get(self._zone_label, ""))
         self._write_use(state, free)

@@ -24,6 +24,7 @@ from extender.devices.document import (
     UseSample,
     decode_topology,
     decode_use,
+    listed_gpus,
 )
 from extender.devices.drift import Drift, in_use_text
 from extender.devices.drift_document import decode_drift
@@ -53,7 +54,16 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
     allocatable_gpus = math.floor(_quantity(allocatable.get(gpu_resource)))
     if not 0 <= allocatable_gpus <= _MAX_GPUS:
         allocatable_gpus = 0
-    topology, problem = read_topology(annotations.get(names.GPU_TOPOLOGY), allocatable_gpus)
+    raw_topology = annotations.get(names.GPU_TOPOLOGY)
+    topology, problem = read_topology(raw_topology, allocatable_gpus)
+    links: tuple[tuple[str, ...], ...] = ()
+    if problem and not allocatable_gpus and raw_topology is not None:
+        # No nvidia.com/gpu: DRA may hand out the GPUs the agent lists. Their NVLink groups
+        # (by UUID) are what DRA pods are rated by; the node has none of schedext's own.
+        listed, _ = read_topology(raw_topology, listed_gpus(raw_topology))
+        uuid = {gpu.index: gpu.uuid for gpu in listed.gpus if gpu.uuid}
+        links = tuple(tuple(uuid[i] for i in group if i in uuid) for group in listed.groups)
+        problem = None if listed.gpus else problem
     shape = mig.node_gpus(allocatable_gpus, topology)
     indices = shape.gpu_count + len(shape.gpu_mig)
     use, use_problem = read_use(annotations.get(names.GPU_USE), indices)
@@ -68,6 +78,7 @@ def node_spec(node: JSONObject, *, gpu_resource: str = names.GPU_RESOURCE) -> No
         gpu_model=labels.get(names.GPU_PRODUCT_LABEL) or None,
         gpu_memory_mib=fields.whole_number(memory_label),
         gpu_groups=topology.groups,
+        gpu_links=links,
         labels=labels,
         topology_problem=problem,
         gpu_uuids=shape.gpu_uuids,

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from extender.addressing import ip_conditions, ip_context, ip_messages
+from extender.columns import DRA_MIXED, DRA_OWNED
 from extender.config import GpuScoring, PolicyConfig
 from extender.devices.placement import pick_gpus
 from extender.inventory import IdArray, Inventory
@@ -62,8 +63,10 @@ def node_reasons(
     # addresses) is evaluated per call.
     ranks = col(_spec_ranks(inventory, request, config))
     held: Conditions = []
+    dra_owned = col(a.dra_owner) == DRA_OWNED if request.gpus_via_dra else None
     for kind in asked(request):
-        held += kind.held_conditions(inventory, request, col)
+        conditions = kind.held_conditions(inventory, request, col)
+        held += _off_dra(conditions, dra_owned) if kind.via_dra else conditions
     if request.workload is WorkloadClass.CPU_INTENSIVE:
         held.append((col(a.cpu_free) < request.cpu_milli, Reason.CPU_FREE))
     context = ip_context(inventory, request)
@@ -84,13 +87,16 @@ def _spec_ranks(
     """Per slot, the rank of the reason the nodes' specs alone give (_NONE: none), for the
     pod's shape: computed once per shape until a node changes."""
     cpu_bound = request.workload is WorkloadClass.CPU_INTENSIVE
+    kinds = tuple((kind, kind.spec_key(request)) for kind in asked(request))
     shape = _SpecShape(
+        bool(kinds) and not config.dra.fence,
+        request.gpus_via_dra,
         request.needs_gpu_node,
         request.gpu_model,
         request.gpu_memory_mib,
         request.cpu_milli if cpu_bound else None,
         config.cpu_intensive_min_cpu_milli if cpu_bound else None,
-        tuple((kind, kind.spec_key(request)) for kind in asked(request)),
+        kinds,
     )
     return inventory.spec_derived(shape, lambda: _judge_specs(inventory, shape))
 
@@ -98,6 +104,9 @@ def _spec_ranks(
 class _SpecShape(NamedTuple):
     """What of a pod the nodes' specs are judged against (the key of their cached ranks)."""
 
+    refuses_mixed: bool  # it asks a kind of GPU, and nodes both DRA and the plugin offer are
+    # not fenced (extender.dra.ownership)
+    gpus_via_dra: bool  # its whole GPUs go through DRA where DRA owns the node (KEP-5004)
     needs_gpu_node: bool
     gpu_model: str | None
     gpu_memory_mib: int | None
@@ -109,15 +118,22 @@ class _SpecShape(NamedTuple):
 def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint8]:
     a = inventory.arrays
     conditions: Conditions = []
+    # On a node DRA owns, a pod whose GPUs DRA serves is DRA's to judge: kube-scheduler's
+    # DynamicResources plugin fits its devices; schedext only rates the node.
+    dra_owned = a.dra_owner == DRA_OWNED if shape.gpus_via_dra else None
+    if shape.refuses_mixed:
+        conditions.append((a.dra_owner == DRA_MIXED, Reason.GPU_OWNER_MIXED))
     if shape.needs_gpu_node:
-        conditions.append((a.gpu_total + a.gpu_mig <= 0, Reason.NO_GPUS))
+        no_gpus = a.gpu_total + a.gpu_mig <= 0
+        conditions.append((no_gpus if dra_owned is None else no_gpus & ~dra_owned, Reason.NO_GPUS))
         if shape.gpu_model is not None:
             allowed = inventory.model_mask(shape.gpu_model)
             conditions.append((~allowed[a.model], Reason.GPU_MODEL))
         if shape.gpu_memory_mib is not None:
             conditions.append((a.gpu_memory_mib < shape.gpu_memory_mib, Reason.GPU_MEMORY))
     for kind, key in shape.kinds:  # each kind the pod asks for, GPU or not
-        conditions += kind.spec_conditions(inventory, key)
+        spec_conditions = kind.spec_conditions(inventory, key)
+        conditions += _off_dra(spec_conditions, dra_owned) if kind.via_dra else spec_conditions
     if shape.cpu_milli is not None and shape.cpu_intensive_min_cpu_milli is not None:
         threshold = shape.cpu_intensive_min_cpu_milli
         conditions.append((a.cpu_alloc < threshold, Reason.CPU_THRESHOLD))
@@ -128,6 +144,13 @@ def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint
         np.minimum(ranks, _rank_where(failed, reason), out=ranks)
     ranks.flags.writeable = False
     return ranks
+
+
+def _off_dra(conditions: Conditions, dra_owned: npt.NDArray[np.bool_] | None) -> Conditions:
+    """A kind's conditions, failing nowhere DRA owns (``dra_owned``; None: they stand)."""
+    if dra_owned is None:
+        return conditions
+    return [(failed & ~dra_owned, reason) for failed, reason in conditions]
 
 
 def _rank_where(failed: npt.NDArray[np.bool_], reason: Reason) -> npt.NDArray[np.uint8]:
@@ -181,6 +204,10 @@ def _messages(
         Reason.FITS: "",
         Reason.UNKNOWN_NODE: "schedext: node not in inventory",
         Reason.INVALID_POD: "schedext: invalid pod",
+        Reason.GPU_OWNER_MIXED: (
+            "schedext: node's GPUs are offered twice, by the device plugin and by DRA: "
+            "run one of them, or set dra.fence"
+        ),
         Reason.NO_GPUS: "schedext: node has no GPUs",
         Reason.GPU_MODEL: f"schedext: GPU model is not {gpu_model}",
         Reason.GPU_MEMORY: f"schedext: GPU memory under {gpu_memory_mib} MiB",

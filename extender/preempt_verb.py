@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from extender import fields
+from extender.dra import ClaimsLedger
+from extender.dra_asks import claimed_use
 from extender.evictions import EvictionBook
 from extender.fields import JSONObject
 from extender.gang import GangCoordinator
@@ -28,7 +30,7 @@ from extender.policy import PolicyConfig
 from extender.preemption import GangVictims, NodeVictims, select_victims
 from extender.quotas import Departures, QuotaBook, victim_rule
 from extender.requests import PodRequestError, pod_request
-from extender.tally import amounts
+from extender.tally import Amounts, amounts
 
 __all__ = ["PreemptVerb"]
 
@@ -46,6 +48,7 @@ class PreemptVerb:
     _departures: Departures
     _gang_victims: GangVictims
     _removals_seen: int
+    _dra: ClaimsLedger
 
     def preempt(
         self,
@@ -115,7 +118,7 @@ class PreemptVerb:
             if group_can_fit is None:
                 return {}  # its group is unknown: no node is worth preempting on for it
         held = self._inventory.holding
-        use = self._departures.deduct(self._inventory.namespace_use, held, now)
+        use = self._departures.deduct(self._namespace_use, held, now)
         taken = (
             self._departures.leaving(held, now, besides=request.uid)
             if now is not None and len(self._departures)
@@ -131,3 +134,7 @@ class PreemptVerb:
             group_can_fit=group_can_fit,
             rule=rule,
         )
+
+    def _namespace_use(self, namespace: str) -> Amounts:
+        """What the namespace's quota counts it holds: its pods, and its DRA claims."""
+        return claimed_use(self._inventory.namespace_use(namespace), self._dra, namespace)

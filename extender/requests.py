@@ -10,6 +10,7 @@ from typing import Any
 
 from extender import fields, mig, names
 from extender.config import ShareResources
+from extender.dra import decode_pod_claims
 from extender.errors import PodRequestError
 from extender.fields import JSONObject
 from extender.model import (
@@ -68,7 +69,16 @@ def pod_request(
         preempt_never=fields.text(spec, "preemptionPolicy") == "Never",
         ip=_ip_request(meta, annotations),
         soft_preferences=_states_preferences(spec),
+        claims=_claims(pod, spec),
     )
+
+
+def _claims(pod: JSONObject, spec: JSONObject) -> tuple[str, ...]:
+    """The DRA claims the pod names ("namespace/name"; most pods name none: no decoding)."""
+    if not fields.get(spec, "resourceClaims"):
+        return ()
+    claims = decode_pod_claims(pod)
+    return claims.keys if claims is not None else ()
 
 
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"

@@ -25,6 +25,7 @@ from extender import binding, fields, policy, scoring, shortlist
 from extender.capacity_waits import WaitBook
 from extender.choices import ChoiceBook
 from extender.dra import ClaimsLedger
+from extender.dra_asks import with_dra
 from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
 from extender.explain import explain_pod
@@ -50,7 +51,7 @@ from extender.requests import PodRequestError, pod_request
 from extender.scoring import ScoreArray
 from extender.shell_reads import ShellReads
 from extender.statefulsets import StatefulSetBook
-from extender.tally import amounts
+from extender.tally import Amounts, amounts
 from extender.wakeups import WakeUps
 
 __all__ = ["Scheduler"]
@@ -92,7 +93,7 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         )
         self._pending = PendingPods(pending_capacity)
         # What DRA's claims hold, per node (extender.dra): in use, never handed out here.
-        self._dra = ClaimsLedger()
+        self._dra = ClaimsLedger(gpu_drivers=config.dra.gpu_drivers)
         self._gangs = GangCoordinator(
             self._inventory, config, default_timeout_s=gang_timeout_s, max_wait_s=gang_max_wait_s
         )
@@ -254,8 +255,8 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
             return None
         asked = self._gangs.needed(request) if request.group is not None else [request]
         return admit(
-            self._quotas, request.namespace, [amounts(r) for r in asked],
-            used=self._inventory.namespace_use, wanted=self._pending.wanted,
+            self._quotas, request.namespace, [_quota_amounts(r) for r in asked],
+            used=self.namespace_use, wanted=self._pending.wanted,
         )  # fmt: skip
 
     def _score(self, request: PodRequest, ids: IdArray) -> ScoreArray:
@@ -268,14 +269,20 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         uid, version = fields.text(meta, "uid"), fields.text(meta, "resourceVersion")
         last = self._last_request
         if last is not None and version and last[0] == uid and last[1] == version:
-            return last[2]
+            return with_dra(last[2], self._dra, self.config.gpu_resource)
         request = pod_request(pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares)
         if version:
             self._last_request = (uid, version, request)
-        return request
+        return with_dra(request, self._dra, self.config.gpu_resource)
 
     def _ids(self, node_names: Sequence[str]) -> IdArray:
         last = self._last_passed
         if last is not None and last[2] == self._inventory.layout and last[0] == node_names:
             return last[1]
         return self._inventory.ids(node_names)
+
+
+def _quota_amounts(request: PodRequest) -> Amounts:
+    """What the pod takes of its quota: its own GPUs and those its DRA claims ask."""
+    asked = amounts(request)
+    return asked._replace(gpus=asked.gpus + request.dra_gpus) if request.dra_gpus else asked

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from extender.capacity_waits import Nudge
 from extender.dra import ClaimsLedger, Ownership, ownership
+from extender.dra_asks import claimed_use
 from extender.gang import GangCoordinator, GangEvent, PodGroupSpec
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec
@@ -22,6 +23,7 @@ from extender.model import GroupStatus, PodRequest
 from extender.pending import PendingPods
 from extender.quotas import QuotaBook, QuotaSpec, Shadowed
 from extender.statefulsets import StatefulSetBook
+from extender.tally import Amounts
 from extender.wakeups import WakeUps
 
 __all__ = ["ShellReads"]
@@ -46,10 +48,20 @@ class ShellReads:
         return self._inventory
 
     def gpu_owner(self, node: str) -> Ownership:
-        """Who hands out ``node``'s GPUs: the device plugin, DRA, or both (mixed). Shown,
-        not yet decided on (issue 31 refuses mixed nodes next)."""
+        """Who hands out ``node``'s GPUs: the device plugin, DRA, or both (mixed; filter
+        refuses it to schedext's GPU pods unless fenced)."""
         spec = self._inventory.spec(node)
         return ownership(self._dra.node(node), spec.gpu_count if spec is not None else 0)
+
+    def dra_owners(self) -> dict[str, Ownership]:
+        """The nodes whose GPUs DRA offers, DRA's alone or mixed, by name: a pass over the
+        nodes DRA knows, for the shell's Warning events and metrics."""
+        owners = {}
+        for name in self._dra.node_names():
+            spec = self._inventory.spec(name)
+            if spec is not None and spec.dra is not None:
+                owners[name] = spec.dra.owner
+        return owners
 
     @property
     def pending_count(self) -> int:
@@ -65,8 +77,14 @@ class ShellReads:
 
     def quotas(self) -> list[QuotaSpec]:
         """The team quotas that apply, one per namespace (what each uses:
-        ``inventory.namespace_use``)."""
+        :meth:`namespace_use`)."""
         return self._quotas.quotas()
+
+    def namespace_use(self, namespace: str) -> Amounts:
+        """What the namespace holds, as its quota counts it: its pods' holdings, and the GPUs
+        its DRA claims hold (a claim kube-scheduler made for a pod's ``nvidia.com/gpu`` is
+        counted with the pod, once)."""
+        return claimed_use(self._inventory.namespace_use(namespace), self._dra, namespace)
 
     def shadowed_quotas(self) -> list[Shadowed]:
         """Second quotas of a namespace, which do not apply (see extender.quotas.book)."""

@@ -62,6 +62,9 @@ class Reason(IntEnum):
     # The node agent reports GPUs in use by containers schedext did not place (the kubelet's
     # PodResources): without them too few are free. Evicting other pods may still help.
     GPU_IN_USE = 30
+    # Both the device plugin and DRA advertise the node's GPUs (extender.dra.ownership): either
+    # may hand one out behind the other's back, so schedext hands out none (unless fenced).
+    GPU_OWNER_MIXED = 31
 
     @property
     def resolvable(self) -> bool:
@@ -76,6 +79,7 @@ class Reason(IntEnum):
 PRECEDENCE: tuple[Reason, ...] = (
     Reason.UNKNOWN_NODE,
     Reason.INVALID_POD,
+    Reason.GPU_OWNER_MIXED,
     Reason.NO_GPUS,
     Reason.GPU_MODEL,
     Reason.GPU_MEMORY,

@@ -131,9 +131,12 @@ def resource_claim(
     reserved_for: Sequence[str] = (),
     extended: bool = False,
     api_version: str | None = V1,
+    device_class: str = "gpu",
+    count: int | None = None,
 ) -> Obj:
-    """A claim; allocated when ``results`` is given (``node``: the allocation's node
-    selector, as kube-scheduler writes it for node-local devices)."""
+    """A claim asking ``count`` devices of ``device_class`` (None: the default, one);
+    allocated when ``results`` is given (``node``: the allocation's node selector, as
+    kube-scheduler writes it for node-local devices)."""
     status: Obj = {}
     if results is not None:
         allocation: Obj = {"devices": {"results": list(results)}}
@@ -149,12 +152,15 @@ def resource_claim(
             {"resource": "pods", "name": f"pod-{uid}", "uid": uid} for uid in reserved_for
         ]
     meta: Obj = {"name": name, "namespace": namespace, "uid": f"claim-{namespace}-{name}"}
+    exactly: Obj = {"deviceClassName": device_class}
+    if count is not None:
+        exactly |= {"allocationMode": "ExactCount", "count": count}
     if extended:
         meta["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
     obj: Obj = {
         "kind": "ResourceClaim",
         "metadata": meta,
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
         "status": status,
     }
     if api_version is not None:

@@ -106,7 +106,7 @@ class QuotaStatusWriter:
         paths: dict[tuple[str, str], str] = {}
         for spec in self._scheduler.quotas():
             key = (spec.key, spec.uid)
-            use = self._scheduler.inventory.namespace_use(spec.namespace)
+            use = self._scheduler.namespace_use(spec.namespace)
             wanted[key] = used_quantities(spec, use)
             paths[key] = (
                 f"{PODGROUPS_PATH}/namespaces/{spec.namespace}/elasticquotas/{spec.name}/status"

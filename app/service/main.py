@@ -27,7 +27,7 @@ from app.service.assembly import Service
 from app.service.cluster import ClusterSource
 from app.service.gangs import GangWaiters
 from app.service.metrics import Metrics
-from app.service.node_problems import NodeProblemReporter
+from app.service.node_problems import MixedNodeReporter, NodeProblemReporter
 from app.service.routes import explain, health, inventory, ui
 from app.service.routes.verbs import VerbEndpoints
 from app.service.settings import Settings
@@ -80,7 +80,7 @@ def create_app(
     events: EventRecorder | None = None,
 ) -> FastAPI:
     scheduler = Scheduler(
-        settings.policy.config(),
+        settings.policy_config(),
         pending_capacity=settings.bind.pending_capacity,
         reservation_ttl=settings.bind.reservation_ttl_s,
         gang_timeout_s=settings.gang.default_timeout_s,
@@ -195,6 +195,7 @@ async def _expire_reservations(service: Service) -> None:
     period = min(1.0, service.settings.bind.reservation_ttl_s / 2)
 
     problems = NodeProblemReporter(service.events)
+    mixed = MixedNodeReporter(service.events, fence=service.settings.dra.fence)
 
     def expire(scheduler: Scheduler) -> None:
         # Logged inside the call, so that these lines come before the gang effects' own.
@@ -205,6 +206,7 @@ async def _expire_reservations(service: Service) -> None:
             )
         scheduler.age_live_use(time.time())
         problems.check(scheduler.inventory.problems)
+        mixed.check(scheduler.dra_owners())
 
     while True:
         await asyncio.sleep(period)

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from app.kube.readiness import Readiness
 from extender import names
+from extender.dra import Ownership
 from extender.quotas import Kind
 from extender.scheduler import Scheduler
 
@@ -217,6 +218,18 @@ class _Children:
         return child
 
 
+def _owners(owners: Mapping[str, Ownership]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "schedext_nodes_by_gpu_owner",
+        "Nodes whose GPUs a DRA driver offers, by who owns them: dra (DRA alone) or mixed "
+        "(the device plugin too: refused to schedext's GPU pods unless dra.fence is on).",
+        labels=["owner"],
+    )
+    for owner in (Ownership.DRA, Ownership.MIXED):
+        family.add_metric([owner.value], sum(1 for o in owners.values() if o is owner))
+    return family
+
+
 def _unreadable(problems: Mapping[str, tuple[str, ...]]) -> GaugeMetricFamily:
     unreadable = GaugeMetricFamily(
         "schedext_node_annotations_unreadable",
@@ -295,6 +308,7 @@ class _InventoryCollector(Collector):
         yield share_memory
         yield shared
         yield _unreadable(inventory.problems)
+        yield _owners(scheduler.dra_owners())
         pending = GaugeMetricFamily(
             "schedext_pending_pods", "Pending pods remembered between filter and bind."
         )
@@ -339,7 +353,7 @@ def _quota_gauges(scheduler: Scheduler) -> Iterator[GaugeMetricFamily]:
         "schedext_quota_max", "A team quota's ceiling (max) of a resource.", labels=labels
     )
     for spec in scheduler.quotas():
-        use = scheduler.inventory.namespace_use(spec.namespace)
+        use = scheduler.namespace_use(spec.namespace)
         for limit in spec.limits:
             key = [spec.namespace, spec.name, limit.resource]
             scale = 1000 if limit.kind is Kind.CPU else 1  # milli-CPU

@@ -1,17 +1,28 @@
-"""Warning events on the nodes whose agent annotations schedext could not read.
+"""Warning events on the nodes whose agent annotations schedext could not read, and on the
+nodes whose GPUs both the device plugin and DRA offer.
 
 A malformed or newer-version ``schedext.io/gpu-topology`` is read as "no topology" (the node
 stays usable), and a ``schedext.io/gpu-drift`` as "no drift"; the operator learns of it here,
 once per new problem, on the Node itself (``kubectl describe node``), and from the
-``schedext_node_annotations_unreadable`` gauge."""
+``schedext_node_annotations_unreadable`` gauge.
+
+A *mixed* node (extender.dra.ownership) is a misconfiguration: NVIDIA's device plugin and its
+DRA driver both offer the node's GPUs, and either may hand one out behind the other's back.
+schedext refuses it to its GPU pods (or, with ``dra.fence``, fences the GPUs it binds); the
+operator learns of it once per node that becomes mixed, here and in the log, and from the
+``schedext_nodes_by_gpu_owner`` gauge."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from app.kube.events import EventRecorder, NodeEvent
+from extender.dra import Ownership
 
-__all__ = ["NodeProblemReporter"]
+__all__ = ["MixedNodeReporter", "NodeProblemReporter"]
+
+log = logging.getLogger("schedext.nodes")
 
 
 class NodeProblemReporter:
@@ -28,3 +39,27 @@ class NodeProblemReporter:
                 message = "; ".join(why) + " (ignored: the node is used without it)"
                 self._events.record(NodeEvent(node, "GpuAnnotationUnreadable", message))
         self._reported = dict(problems)
+
+
+class MixedNodeReporter:
+    def __init__(self, events: EventRecorder, *, fence: bool) -> None:
+        self._events = events
+        self._fence = fence
+        self._mixed: set[str] = set()
+
+    def check(self, owners: Mapping[str, Ownership]) -> None:
+        """A Warning event and a log line for each node that became mixed since the last
+        call; a node that stops being mixed is forgotten (reported again if it returns)."""
+        mixed = {node for node, owner in owners.items() if owner is Ownership.MIXED}
+        for node in sorted(mixed - self._mixed):
+            if self._fence:
+                effect = "schedext fences the GPUs it binds here (dra.fence)"
+            else:
+                effect = "schedext refuses it to its GPU pods; run one of them, or set dra.fence"
+            message = (
+                "the node's GPUs are offered twice, by the device plugin (nvidia.com/gpu) and "
+                f"by a DRA driver's ResourceSlices: {effect}"
+            )
+            log.warning("GPUs offered twice", extra={"node": node, "fenced": self._fence})
+            self._events.record(NodeEvent(node, "GpuOwnerMixed", message))
+        self._mixed = mixed

@@ -7,6 +7,7 @@ or ``SCHEDEXT_SERVER__MAX_BODY_BYTES=4194304``. The pure core receives only the 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import socket
@@ -26,6 +27,7 @@ from pydantic_settings import (
 from extender import names, scoring
 from extender.config import (
     SHARE_PRESETS,
+    DraConfig,
     GpuScoring,
     PolicyConfig,
     SharePlacement,
@@ -495,6 +497,28 @@ class QuotaSettings(_Group):
     )
 
 
+class DraSettings(_Group):
+    """Dynamic Resource Allocation: whose devices are GPUs, and the fence (docs/dra.md)."""
+
+    gpu_drivers: list[str] = Field(
+        default=[names.DRA_GPU_DRIVER],
+        min_length=1,
+        description="The DRA drivers whose ResourceSlices and claims hold GPUs. A node with "
+        "slices of one of them is DRA's (or mixed, if it also has the device plugin's "
+        "`nvidia.com/gpu`).",
+    )
+    fence: bool = Field(
+        default=False,
+        description="On a mixed node, publish a DeviceTaintRule (NoSchedule) for each GPU "
+        "schedext binds, so that DRA's allocator never picks it, and serve the node. Needs "
+        "`resource.k8s.io/v1beta2` and the `DRADeviceTaintRules` gate (beta, off by default in "
+        "v1.36) and the fence's RBAC. Off: a mixed node is refused to schedext's GPU pods.",
+    )
+
+    def config(self) -> DraConfig:
+        return DraConfig(gpu_drivers=tuple(self.gpu_drivers), fence=self.fence)
+
+
 class PreemptionSettings(_Group):
     """preempt: gang victims, and filter's wait for approved victims to go."""
 
@@ -616,6 +640,7 @@ class Settings(BaseSettings):
     quota: QuotaSettings = QuotaSettings()
     preemption: PreemptionSettings = PreemptionSettings()
     leader: LeaderSettings = LeaderSettings()
+    dra: DraSettings = DraSettings()
     snapshot: Path | None = Field(
         default=None,
         description="Serve the nodes and pods of this file instead of the demo: what `kubectl "
@@ -629,6 +654,10 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="The least severe log lines written (JSON, on stderr)."
     )
+
+    def policy_config(self) -> PolicyConfig:
+        """The core's config: the policy group's, with DRA's."""
+        return dataclasses.replace(self.policy.config(), dra=self.dra.config())
 
     @model_validator(mode="after")
     def _bind_fits_in_the_extender_timeout(self) -> Settings:

@@ -56,6 +56,7 @@ __all__ = [
     "decode_use",
     "encode_topology",
     "encode_use",
+    "listed_gpus",
 ]
 
 TOPOLOGY_VERSION = 2
@@ -157,6 +158,19 @@ def decode_topology(raw: str, gpu_count: int) -> Topology:
     gpus = _gpus(raw_gpus, indices)
     driver = document.get("driver", "")
     return Topology(groups=groups, gpus=gpus, driver=_text(driver, "driver"), version=version)
+
+
+def listed_gpus(raw: str) -> int:
+    """How many whole GPUs (not in MIG mode) a version 2 document lists; 0 when it lists none
+    or cannot be read. The count to read it with on a node whose allocatable says nothing:
+    one whose GPUs DRA hands out."""
+    try:
+        entries = _load(raw).get("gpus", [])
+    except DocumentError:
+        return 0
+    if not isinstance(entries, list):
+        return 0
+    return sum(1 for e in entries if isinstance(e, Mapping) and e.get("mig") is not True)
 
 
 def _groups(raw: object, gpu_count: int) -> GpuGroups:

@@ -14,10 +14,12 @@ decoders; the book keeps what they say.
   (:mod:`~extender.dra.node_view`'s :class:`NodeDra`, rebuilt on write), over
   :mod:`~extender.dra.device_index` (each pool's newest generation).
 * :mod:`~extender.dra.ownership`: whether a node's GPUs are the device plugin's, DRA's, or
-  both's; :mod:`~extender.dra.gpu_indices`: held devices as schedext's GPU indices by UUID.
+  both's; :mod:`~extender.dra.gpu_indices`: held devices as schedext's GPU indices by UUID;
+  :mod:`~extender.dra.capacity`: a DRA node's GPUs counted for filter and prioritize.
 """
 
-from extender.dra.claims import Allocated, Claim, decode_claim
+from extender.dra.capacity import DraGpus, dra_gpus, uuid_groups
+from extender.dra.claims import Allocated, Asked, Claim, decode_claim
 from extender.dra.classes import DeviceClass, decode_device_class
 from extender.dra.gpu_indices import GpuMapping, HeldGpu, Unmapped, held_gpus
 from extender.dra.ledger import DEFAULT_GPU_DRIVER, ClaimsLedger, Problem
@@ -30,6 +32,7 @@ from extender.dra.taint_rules import TaintRule, decode_taint_rule
 __all__ = [
     "DEFAULT_GPU_DRIVER",
     "Allocated",
+    "Asked",
     "Charge",
     "Claim",
     "ClaimsLedger",
@@ -37,6 +40,7 @@ __all__ = [
     "DeviceRef",
     "DeviceState",
     "DeviceTaint",
+    "DraGpus",
     "GpuMapping",
     "HeldDevice",
     "HeldGpu",
@@ -53,6 +57,8 @@ __all__ = [
     "decode_pod_claims",
     "decode_slice",
     "decode_taint_rule",
+    "dra_gpus",
     "held_gpus",
     "ownership",
+    "uuid_groups",
 ]

@@ -6,8 +6,11 @@ one entry per device given, {request, driver, pool, device, adminAccess, shareID
 consumedCapacity}; its ``nodeSelector``, which for node-local devices kube-scheduler writes
 as one term matching ``metadata.name`` (the node, when no slice names the device); and
 ``status.reservedFor[]``, the consumers {apiGroup, resource, name, uid} allowed to use it,
-of which the pods (resource "pods", the core group) are read. A claim KEP-5004's scheduler
-wrote for a pod's extended resource carries the annotation
+of which the pods (resource "pods", the core group) are read. Of ``spec.devices.requests[]``,
+what each asks before it is allocated (:class:`Asked`): ``exactly`` {deviceClassName,
+allocationMode, count}, or the first of ``firstAvailable`` (the alternative the allocator
+tries first), so that schedext can score nodes for a claim pod's device count. A claim
+KEP-5004's scheduler wrote for a pod's extended resource carries the annotation
 ``resource.kubernetes.io/extended-resource-claim: "true"``.
 
 A result with ``adminAccess: true`` is kept (as ``admin``) but occupies nothing: admin access
@@ -29,7 +32,7 @@ from extender.dra.slices import MIB, DeviceRef
 from extender.fields import JSONObject
 from extender.quantity import QuantityError, parse_quantity
 
-__all__ = ["EXTENDED_CLAIM", "Allocated", "Claim", "decode_claim"]
+__all__ = ["EXTENDED_CLAIM", "Allocated", "Asked", "Claim", "decode_claim"]
 
 EXTENDED_CLAIM: Final = "resource.kubernetes.io/extended-resource-claim"
 _NODE_FIELD: Final = "metadata.name"
@@ -48,6 +51,17 @@ class Allocated:
 
 
 @dataclass(frozen=True, slots=True)
+class Asked:
+    """One request of the claim's spec: ``count`` devices of ``device_class`` (``every``:
+    allocationMode All, every matching device of the node; ``count`` is then 1)."""
+
+    request: str
+    device_class: str
+    count: int = 1
+    every: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     namespace: str
     name: str
@@ -57,6 +71,7 @@ class Claim:
     node: str = ""  # the one node allocation.nodeSelector names; "" otherwise
     pods: tuple[str, ...] = ()  # reservedFor's pod UIDs, sorted
     extended: bool = False  # written by kube-scheduler for a pod's extended resource
+    asked: tuple[Asked, ...] = ()  # spec.devices.requests, as the allocator reads them
     problem: str = ""
 
     @property
@@ -104,6 +119,10 @@ def decode_claim(obj: JSONObject) -> Claim | None:
             if problem:
                 problems.append(f"result {index}: {problem}")
     extended = fields.string_map(meta, "annotations").get(EXTENDED_CLAIM) == "true"
+    requests = fields.objects(fields.obj(fields.obj(obj, "spec"), "devices"), "requests")
+    if len(requests) > api.MAX_RESULTS:
+        problems.append(f"only the first {api.MAX_RESULTS} of {len(requests)} requests read")
+    asked = tuple(filter(None, (_asked(item) for item in requests[: api.MAX_RESULTS])))
     return Claim(
         namespace,
         name,
@@ -113,8 +132,24 @@ def decode_claim(obj: JSONObject) -> Claim | None:
         node=_node(fields.obj(allocation, "nodeSelector")),
         pods=tuple(pods),
         extended=extended,
+        asked=asked,
         problem="; ".join(problems),
     )
+
+
+def _asked(obj: JSONObject) -> Asked | None:
+    """What one spec request asks: its ``exactly``, or its first ``firstAvailable``."""
+    exact = fields.obj(obj, "exactly")
+    if not exact:
+        alternatives = fields.objects(obj, "firstAvailable")
+        exact = alternatives[0] if alternatives else exact
+    device_class = fields.text(exact, "deviceClassName")
+    if not device_class:
+        return None
+    every = fields.text(exact, "allocationMode") == "All"
+    count = fields.get(exact, "count")
+    sure = isinstance(count, int) and not isinstance(count, bool) and 0 < count <= api.MAX_RESULTS
+    return Asked(fields.text(obj, "name"), device_class, count if sure else 1, every)
 
 
 def _result(obj: JSONObject) -> tuple[Allocated | None, str]:

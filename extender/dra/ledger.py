@@ -29,8 +29,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sized
 from typing import Final, NamedTuple
 
+from extender import names
 from extender.dra import api
 from extender.dra.claims import Allocated, Claim
+from extender.dra.class_book import ClassBook
 from extender.dra.classes import DeviceClass
 from extender.dra.device_index import DeviceIndex
 from extender.dra.node_view import NodeDra, Result, summarize
@@ -40,7 +42,7 @@ from extender.dra.taint_rules import TaintRule
 
 __all__ = ["DEFAULT_GPU_DRIVER", "MAX_REFUSALS", "ClaimsLedger", "Problem"]
 
-DEFAULT_GPU_DRIVER: Final = "gpu.nvidia.com"
+DEFAULT_GPU_DRIVER: Final = names.DRA_GPU_DRIVER
 MAX_REFUSALS: Final = 100
 _UNPLACED: Final = ""  # the node of a result whose device no slice has and no node is named
 _NOWHERE: Final = (
@@ -72,9 +74,12 @@ class ClaimsLedger:
         self._naming: dict[str, set[str]] = {}  # claim key -> UIDs of the pods naming it
         self._reserved: dict[str, set[str]] = {}  # pod UID -> claims reserved for it
         self._rules: dict[str, TaintRule] = {}
-        self._classes: dict[str, DeviceClass] = {}
+        self._classes = ClassBook(self.gpu_drivers)
         self._nodes: dict[str, NodeDra] = {}
         self._refused: OrderedDict[tuple[str, str], str] = OrderedDict()
+        # GPUs the allocated claims of each namespace hold (team quotas), kept as claims
+        # change; a KEP-5004 claim is not counted: its pod asks nvidia.com/gpu, counted so.
+        self._namespace_gpus: dict[str, int] = {}
 
     def __len__(self) -> int:
         books = (self._index, self._claims, self._pods, self._rules, self._classes)
@@ -103,6 +108,7 @@ class ClaimsLedger:
             return ()
         self._unindex(key)
         self._claims[key] = claim
+        _tally(self._namespace_gpus, claim, len(list(self._results(claim))))
         for result in self._results(claim):
             self._by_device.setdefault(result.ref, set()).add(key)
         for uid in claim.pods:
@@ -148,11 +154,11 @@ class ClaimsLedger:
         name = device_class.name
         if name not in self._classes and self._full("DeviceClass", name, self._classes):
             return
-        self._classes[name] = device_class
+        self._classes.put(device_class)
 
     def delete_device_class(self, name: str) -> None:
         self._refused.pop(("DeviceClass", name), None)
-        self._classes.pop(name, None)
+        self._classes.remove(name)
 
     # -- relists: each makes one kind exactly what a full list gave -----------------------
 
@@ -182,7 +188,7 @@ class ClaimsLedger:
 
     def replace_device_classes(self, classes: Iterable[DeviceClass]) -> None:
         classes = list(classes)
-        for name in sorted(set(self._classes) - {c.name for c in classes}):
+        for name in sorted({c.name for c in self._classes} - {c.name for c in classes}):
             self.delete_device_class(name)
         for device_class in classes:
             self.upsert_device_class(device_class)
@@ -215,13 +221,32 @@ class ClaimsLedger:
         return tuple(sorted(set(pod.keys if pod else ()) | self._reserved.get(uid, set())))
 
     def device_class_for(self, resource: str) -> DeviceClass | None:
-        """The class that serves extended resource ``resource`` (``nvidia.com/gpu``): the
-        newest of those naming it, the name sorted first among equals."""
-        serving = sorted(
-            (c for c in self._classes.values() if resource in c.serves and not c.problem),
-            key=lambda c: c.name,
-        )
-        return max(serving, key=lambda c: c.created, default=None)
+        """The class that serves extended resource ``resource`` (see :class:`ClassBook`)."""
+        return self._classes.serving(resource)
+
+    def namespace_gpus(self, namespace: str) -> int:
+        """The GPUs (devices of a GPU driver) the namespace's allocated claims hold, but for
+        those kube-scheduler made for a pod's extended resource: a lookup."""
+        return self._namespace_gpus.get(namespace, 0)
+
+    def asked_gpus(self, keys: Iterable[str]) -> int:
+        """How many GPUs the claims ``keys`` ("namespace/name") ask and do not hold yet: the
+        requests of a class that selects a GPU driver (or is named after one), of the claims
+        not allocated. A claim not seen yet, or a class unknown, asks nothing known."""
+        asked = 0
+        for key in keys:
+            claim = self._claims.get(key)
+            if claim is None or claim.allocated:
+                continue
+            asked += sum(
+                item.count for item in claim.asked if self._classes.gpu_class(item.device_class)
+            )
+        return asked
+
+    def serves_gpus(self, resource: str) -> bool:
+        """Whether a DeviceClass of a GPU driver serves extended resource ``resource``
+        (KEP-5004): then a pod's ``resource`` goes through DRA on nodes without it."""
+        return self._classes.serves_gpus(resource)
 
     def problems(self) -> tuple[Problem, ...]:
         """Everything the book could not read, or had to refuse, with why. Sorted; a pass
@@ -238,8 +263,10 @@ class ClaimsLedger:
             for held in summary.unknown:  # is its slice's problem)
                 if self._index.get(held.ref) is None:
                     found.update(Problem("ResourceClaim", c, held.unknown) for c in held.claims)
-        for kind, book in (("DeviceTaintRule", self._rules), ("DeviceClass", self._classes)):
-            found.update(Problem(kind, name, v.problem) for name, v in book.items() if v.problem)
+        found.update(
+            Problem("DeviceTaintRule", n, r.problem) for n, r in self._rules.items() if r.problem
+        )
+        found.update(Problem("DeviceClass", c.name, c.problem) for c in self._classes if c.problem)
         return tuple(sorted(found))
 
     # -- the indexes -----------------------------------------------------------------------
@@ -252,6 +279,7 @@ class ClaimsLedger:
         claim = self._claims.pop(key, None)
         if claim is None:
             return
+        _tally(self._namespace_gpus, claim, -len(list(self._results(claim))))
         for result in self._results(claim):
             api.discard(self._by_device, result.ref, key)
         for uid in claim.pods:
@@ -337,3 +365,14 @@ def _slice_problems(piece: ResourceSlice) -> Iterable[Problem]:
 
 def _touched(writes: list[tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(sorted({node for nodes in writes for node in nodes}))
+
+
+def _tally(book: dict[str, int], claim: Claim, gpus: int) -> None:
+    """Add ``gpus`` to what the claim's namespace holds (a KEP-5004 claim: its pod counts)."""
+    if claim.extended or not gpus:
+        return
+    total = book.get(claim.namespace, 0) + gpus
+    if total:
+        book[claim.namespace] = total
+    else:
+        book.pop(claim.namespace, None)

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from extender import policy
 from extender.config import PolicyConfig
+from extender.gang.capacity import free_gpus, via_dra
 from extender.gang.share_packing import after_shares, whole_demand
 from extender.inventory import Inventory
 from extender.kinds import asked
@@ -90,7 +91,7 @@ def fits_all(
     decreasing, so the answer is never worse than that greedy's. A True answer always comes
     with a placement that was found.
     """
-    requests = list(requests)
+    requests = via_dra(list(requests))
     wanted = [r for r in requests if r.gpus > 0]
     sharing = [r for r in requests if r.share.devices > 0]
     if not wanted and not sharing:
@@ -105,7 +106,7 @@ def fits_all(
         cached = cache.answers.get(answer_key)
         if cached is not None:
             return cached
-    base = _free_gpus(inventory, free_delta)
+    base = free_gpus(inventory, free_delta, dra=any(r.gpus_via_dra for r in wanted))
     masks, classes = _classify(inventory, wanted, config, cache)
     order = sorted(range(len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))
     sizes = [wanted[i].gpus for i in order]
@@ -146,7 +147,7 @@ def member_nodes(
     the search ran out of budget, or for a member that takes no whole GPUs (a share, or
     nothing): judge the group as a whole then. The other members' shares are placed first
     (see the module docstring): the nodes are those that work with one of its guesses."""
-    others = list(others)
+    request, *others = via_dra([request, *others])
     rest = [r for r in others if r.gpus > 0]
     sharing = [r for r in others if r.share.devices > 0]
     if request.gpus <= 0:
@@ -169,7 +170,7 @@ def member_nodes(
     if len(wanted) <= EXACT_MAX_MEMBERS and len(masks) <= EXACT_MAX_SHAPES:
         sizes = [wanted[i].gpus for i in order]
         kinds = [classes[i] for i in order]
-        base = _free_gpus(inventory, None)
+        base = free_gpus(inventory, None, dra=request.gpus_via_dra)
         whole = whole_demand(base, masks, sizes, kinds)
         share_masks, share_kinds = _classify(inventory, sharing, config, cache)
         placed = after_shares(inventory, sharing, share_masks, share_kinds, free=base, wanted=whole)
@@ -193,13 +194,6 @@ def member_nodes(
 def _size(request: PodRequest) -> tuple[Hashable, ...]:
     """What a request takes of each kind (with :func:`_shape`, its cache key)."""
     return tuple(kind.size(request) for kind in asked(request))
-
-
-def _free_gpus(inventory: Inventory, free_delta: Mapping[int, int] | None) -> npt.NDArray[np.int64]:
-    free = inventory.arrays.gpu_free.copy()
-    for node_id, delta in (free_delta or {}).items():
-        free[node_id] += delta
-    return np.minimum(free, inventory.arrays.gpu_total)
 
 
 def _classify(
@@ -233,8 +227,10 @@ def _shape(request: PodRequest) -> object:
     memory decides which devices are large enough."""
     if request.ip is not None:
         return request
+    # gpus_via_dra: the nodes DRA owns are eligible too.
     shape = (request.gpu_model, request.gpu_memory_mib, request.workload, request.cpu_milli)
-    return (*shape, *(part for kind in asked(request) for part in kind.pack_shape(request)))
+    shape_dra = (*shape, request.gpus_via_dra)
+    return (*shape_dra, *(part for kind in asked(request) for part in kind.pack_shape(request)))
 
 
 def _eligible(

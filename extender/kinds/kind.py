@@ -8,6 +8,9 @@ every GPU pod (a GPU node, its model and memory, CPU) stays with the verb.
 The members, in the order a pod meets them:
 
 - ``asks``: whether the pod asks for this kind at all (most pods ask one kind, or none);
+- ``via_dra``: whether DRA may serve the kind's resource on nodes it owns (KEP-5004: a
+  DeviceClass's ``extendedResourceName``); its conditions then fail nowhere DRA owns for a
+  pod whose resource a class serves (:attr:`PodRequest.gpus_via_dra`), DRA judges there;
 - ``spec_key`` / ``spec_conditions``: what the nodes' specs alone refuse (the node has too
   few GPUs of this kind at all), computed on whole columns and cached per ``spec_key`` until
   a node changes;
@@ -97,6 +100,9 @@ class Kind(Protocol[K]):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def via_dra(self) -> bool: ...
 
     def asks(self, demand: Demand) -> bool: ...
 

@@ -35,6 +35,7 @@ __all__ = ["MIG", "MigDevices"]
 
 class MigDevices:
     name = "mig"
+    via_dra = False
 
     def asks(self, demand: Demand) -> bool:
         return bool(demand.mig)

@@ -39,6 +39,7 @@ __all__ = ["SHARE", "Share"]
 
 class Share(GpuModelWaits):
     name = "share"
+    via_dra = False
 
     def asks(self, demand: Demand) -> bool:
         return demand.share.devices > 0

@@ -13,6 +13,9 @@ import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
+from extender.columns import DRA_OWNED
 from extender.config import SharePlacement
 from extender.devices.placement import pick_gpus
 from extender.inventory import IdArray, Inventory
@@ -33,6 +36,7 @@ __all__ = ["WHOLE_GPU", "WholeGpu", "free_after"]
 
 class WholeGpu(GpuModelWaits):
     name = "gpu"
+    via_dra = True
 
     def asks(self, demand: Demand) -> bool:
         return demand.gpus > 0
@@ -59,7 +63,12 @@ class WholeGpu(GpuModelWaits):
         return _messages(request.gpus)
 
     def score_gate(self, inventory: Inventory, request: PodRequest, ids: IdArray) -> BoolArray:
-        return inventory.arrays.gpu_free.take(ids) >= request.gpus
+        a = inventory.arrays
+        fits: BoolArray = a.gpu_free.take(ids) >= request.gpus
+        if request.gpus_via_dra:  # where DRA owns the node, DRA's free GPUs
+            on_dra = a.dra_owner.take(ids) == DRA_OWNED
+            fits = np.where(on_dra, a.dra_free.take(ids) >= request.dra_asks, fits)
+        return fits
 
     def choose(
         self, view: NodeView, request: PodRequest, placement: SharePlacement

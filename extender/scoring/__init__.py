@@ -92,6 +92,8 @@ def score_nodes(
     scores = np.rint(raw / total * MAX_SCORE)
     for kind in asked(request):  # 0 where the pod does not fit now
         scores = np.where(kind.score_gate(inventory, request, ids), scores, 0)
+    if request.dra_gpus:  # a claim pod: only where DRA has that many GPUs free
+        scores = np.where(nodes.gpus().free >= request.dra_asks, scores, 0)
     return np.where(inventory.arrays.alive[ids], scores, 0).astype(np.int64)
 
 

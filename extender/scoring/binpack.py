@@ -14,10 +14,11 @@ __all__ = ["SCORER", "allocation_weight", "used_after"]
 
 
 def used_after(nodes: Candidates) -> FloatArray:
-    """The share of each node's GPUs in use once the pod has its own (0 on GPU-less nodes)."""
-    total, free = nodes.column("gpu_total"), nodes.column("gpu_free")
+    """The share of each node's GPUs in use once the pod has its own (0 on GPU-less nodes);
+    DRA's GPUs where DRA gives the pod its GPUs (:meth:`Candidates.gpus`)."""
+    total, free, _, asked = nodes.gpus()
     with np.errstate(divide="ignore", invalid="ignore"):
-        used = np.where(total > 0, (total - free + nodes.request.gpus) / total, 0.0)
+        used = np.where(total > 0, (total - free + asked) / total, 0.0)
     return np.clip(used, 0.0, 1.0)
 
 

@@ -21,6 +21,7 @@ def _score(nodes: Candidates) -> FloatArray:
 SCORER = Scorer(
     name="cpu_only",
     default_weight=lambda config: config.allocation_weight + config.topology_weight,
-    applies=lambda nodes: not asked(nodes.request),  # no kind of GPU at all
+    # no kind of GPU at all, nor GPUs through DRA's claims
+    applies=lambda nodes: not asked(nodes.request) and not nodes.request.dra_gpus,
     score=_score,
 )

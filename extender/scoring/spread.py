@@ -13,7 +13,7 @@ __all__ = ["SCORER"]
 
 
 def _score(nodes: Candidates) -> FloatArray:
-    return np.where(nodes.column("gpu_total") > 0, 1.0 - used_after(nodes), 0.0)
+    return np.where(nodes.gpus().total > 0, 1.0 - used_after(nodes), 0.0)
 
 
 SCORER = Scorer(

@@ -1,7 +1,11 @@
 """The GPUs DRA's claims hold are in use for schedext (extender.claimed, through the intake):
 never handed to a pod of schedext's, named in filter's message, freed when the claim lets
 them go, whatever order the objects arrive in; and a pod whose nvidia.com/gpu a claim serves
-(KEP-5004) is counted on the claimed GPUs once."""
+(KEP-5004) is counted on the claimed GPUs once.
+
+The node here is mixed (the device plugin and DRA both offer its GPUs): schedext serves such
+a node only with the fence on (dra.fence), which these tests turn on; without it filter
+refuses the node (tests/unit/test_dra_placement.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from extender.config import DraConfig, PolicyConfig
 from extender.model import Reason
 from extender.scheduler import Scheduler
 from testbed.builders import agent_annotations, make_node, make_pod
@@ -41,7 +46,7 @@ def free(scheduler: Scheduler) -> tuple[int, ...]:
 
 
 def fed(*steps: Callable[[Scheduler], object]) -> Scheduler:
-    scheduler = Scheduler()
+    scheduler = Scheduler(PolicyConfig(dra=DraConfig(fence=True)))
     for step in steps:
         step(scheduler)
     return scheduler

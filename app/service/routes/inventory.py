@@ -231,7 +231,7 @@ _UNITS = {
 
 def _quota(scheduler: Scheduler, spec: QuotaSpec) -> dict[str, Any]:
     """A quota that applies: per resource it names, its min, what the namespace uses, its max."""
-    use = scheduler.inventory.namespace_use(spec.namespace)
+    use = scheduler.namespace_use(spec.namespace)
     unit = spec.share_unit_mib
     resources = []
     for limit in spec.limits:
