@@ -1,8 +1,10 @@
 """Polling until a condition holds: the one wait every control-plane test and benchmark uses,
-with the API server's restarts counted as "not yet" rather than as failures."""
+with the API server's restarts counted as "not yet" rather than as failures; and the same for
+a test that runs on an event loop (:func:`until`), whose awaited work must go on meanwhile."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -39,3 +41,19 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(f"{message} (waited {timeout:g}s; last observed: {last!r})")
         time.sleep(interval)
+
+
+async def until(
+    predicate: Callable[[], T],
+    timeout: float = 5.0,
+    interval: float = 0.01,
+    message: str = "condition not met",
+) -> T:
+    """As :func:`wait_for`, on the event loop: ``predicate`` is polled between awaits, so the
+    tasks it observes (served plugins, an agent) run in between."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{message} (waited {timeout:g}s; last observed: {value!r})")
+        await asyncio.sleep(interval)
+    return value

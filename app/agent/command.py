@@ -37,6 +37,15 @@ def add_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
     agent.add_argument("--resource-name", help="the resource to register (nvidia.com/gpu)")
     agent.add_argument("--device-plugin-dir", type=Path, help="the kubelet's plugin directory")
     agent.add_argument("--socket-name", help="this plugin's socket file name")
+    agent.add_argument(
+        "--device-plugin",
+        choices=["auto", "on", "off"],
+        help="serve the device plugins: auto (default) unless a DRA GPU driver is registered "
+        "with the kubelet",
+    )
+    agent.add_argument(
+        "--plugins-registry-dir", type=Path, help="the kubelet's plugin registration directory"
+    )
     agent.add_argument("--poll-s", type=float, help="seconds between health and use reads")
     agent.add_argument("--probe-port", type=int, help="/healthz, /readyz and /metrics port")
     agent.add_argument("--probe-host", help="address of the probe port (default 0.0.0.0)")
@@ -86,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         key: value
         for key in (
             "node_name", "kubeconfig", "resource_name", "device_plugin_dir", "socket_name",
+            "device_plugin", "plugins_registry_dir",
             "poll_s", "probe_port", "probe_host", "nvml_replay", "log_level", "shares",
             "share_preset", "share_slots", "share_socket_name", "mps", "mps_dir", "mig_minors",
             "reconcile", "pod_resources_socket", "reconcile_s", "stale_grace_s",
@@ -140,6 +150,7 @@ async def _serve(settings: AgentSettings, nvml: Nvml) -> int:
         gpus=lambda: agent.devices.current() if agent.devices is not None else (),
         writes=lambda: agent.publisher.writes,
         drift=lambda: agent.reconciler.stats() if agent.reconciler is not None else None,
+        device_plugin=lambda: agent.switch.decision,
     )
     from aiohttp import web  # noqa: PLC0415
 

@@ -1,6 +1,8 @@
 """The agent's read-only HTTP endpoints, for the kubelet's probes and Prometheus: ``/healthz``
-(the process answers), ``/readyz`` (GPUs published, pods listed, plugin listening) and
-``/metrics``. Nothing here changes anything, so it may listen on the pod's address."""
+(the process answers), ``/readyz`` (GPUs published, pods listed, plugin listening or off by
+decision) and ``/metrics``. Both probes also say whether the device plugin is registered or
+off, and why (a DRA node). Nothing here changes anything, so it may listen on the pod's
+address."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from app.agent.dra_drivers import Decision
 from app.agent.reconciliation import DriftStats
 from extender.devices import Gpu
 
@@ -18,8 +21,9 @@ __all__ = ["AgentState", "metrics_registry", "probe_app"]
 
 
 class AgentState:
-    """What the probes read: readiness, the GPUs, the Node writes so far, and reconciliation
-    with the kubelet (None: off)."""
+    """What the probes read: readiness, the GPUs, the Node writes so far, reconciliation
+    with the kubelet (None: off), and whether the device plugin serves (None: not decided
+    yet)."""
 
     def __init__(
         self,
@@ -27,8 +31,16 @@ class AgentState:
         gpus: Callable[[], tuple[Gpu, ...]],
         writes: Callable[[], int],
         drift: Callable[[], DriftStats | None] = lambda: None,
+        device_plugin: Callable[[], Decision | None] = lambda: None,
     ) -> None:
         self.ready, self.gpus, self.writes, self.drift = ready, gpus, writes, drift
+        self.device_plugin = device_plugin
+
+    def answer(self, status: str) -> dict[str, str]:
+        """A probe's JSON body: its status, and the device plugin's (``registered: why`` or
+        ``off: why``) once decided."""
+        decision = self.device_plugin()
+        return {"status": status} | ({} if decision is None else {"device_plugin": str(decision)})
 
 
 class _Collector(Collector):
@@ -49,6 +61,14 @@ class _Collector(Collector):
         )
         writes.add_metric([], self._state.writes())
         yield writes
+        plugin = GaugeMetricFamily(
+            "schedext_agent_device_plugin_registered",
+            "Whether the agent serves its device plugins (1) or keeps them off (0: device_plugin "
+            "off, or a DRA GPU driver registered with the kubelet); no sample before it decides.",
+        )
+        if (decision := self._state.device_plugin()) is not None:
+            plugin.add_metric([], 1 if decision.register else 0)
+        yield plugin
         yield from _drift(self._state.drift())
 
 
@@ -105,12 +125,12 @@ def probe_app(state: AgentState) -> web.Application:
     registry = metrics_registry(state)
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        return web.json_response(state.answer("ok"))
 
     async def readyz(_: web.Request) -> web.Response:
         ready = state.ready()
         return web.json_response(
-            {"status": "ready" if ready else "not ready"}, status=200 if ready else 503
+            state.answer("ready" if ready else "not ready"), status=200 if ready else 503
         )
 
     async def metrics(_: web.Request) -> web.Response:

@@ -6,10 +6,14 @@ What runs, as tasks of one event loop (plus the XID watch's own thread):
   ends the process with a clear message) and the topology document is written when the Node
   does not carry it already;
 - the pod watch (this node's pods) feeds the ledger the plugin allocates from;
-- the device plugin serves and re-registers when the kubelet restarts;
+- the device plugin serves and re-registers when the kubelet restarts, while it is wanted
+  (:mod:`app.agent.plugin_switch`: with ``device_plugin`` auto, not while a GPU DRA driver is
+  registered with the kubelet, watched all along; topology, health and use are published in
+  every case);
 - with shares on (:mod:`app.agent.sharing`): the MPS daemons, when asked for, start before
   the plugins register; the share handle's plugin serves beside the whole-GPU one; share
-  memory and cores are written on the Node's status with the topology, on change;
+  memory and cores are written on the Node's status with the topology, on change (as 0
+  while the plugins are off: without the share handle's plugin no share can be given);
 - every ``poll_s``: health is read again (ECC, retired pages, lost GPUs) and use is sampled.
   A health change goes to ListAndWatch at once and to the Node's topology document, which
   the extender's node watch turns into "never hand out this GPU";
@@ -38,11 +42,12 @@ from app.agent.memory import StaticDevices
 from app.agent.mig_allocator import mig_allocators, mig_endpoint, read_mig_minors
 from app.agent.node_publisher import NodePublisher
 from app.agent.nvml import Nvml, NvmlError
+from app.agent.plugin_switch import PluginSwitch
 from app.agent.pod_ledger import ApiPodLedger, node_pods_resource
 from app.agent.pod_resources import KubeletPodResources, PodResources
 from app.agent.ports import PodLedger
 from app.agent.reconciliation import DriftPublisher, ReconciledLedger, Reconciler
-from app.agent.registration import Endpoint, serve
+from app.agent.registration import Endpoint
 from app.agent.servicer import Allocator, DevicePluginServicer
 from app.agent.settings import AgentSettings
 from app.agent.sharing import Shares
@@ -87,6 +92,16 @@ class Agent:
         self._driver = ""
         self._faults: dict[int, GpuHealth] = {}  # sticky: from XID events
         self.published = asyncio.Event()  # the topology is on the Node
+        # Whether the device plugins serve (a DRA driver may own the GPUs): a change wakes the
+        # publisher, which writes share capacity as the plugins now stand.
+        self.switch = PluginSwitch(
+            settings.device_plugin,
+            registry=settings.plugins_registry_dir,
+            drivers=settings.dra_drivers,
+            poll_s=settings.dra_poll_s,
+            gone_s=settings.dra_gone_s,
+            on_change=lambda _: self._wake.set(),
+        )
         # Reconciliation with the kubelet (None: off); the plugins allocate from its view.
         self.events = ApiEventRecorder(api)
         self.reconciler = self._reconciler(pod_resources) if settings.reconcile else None
@@ -122,13 +137,22 @@ class Agent:
             resource_name=self.settings.resource_name,
         )
 
+    @property
+    def plugins_wanted(self) -> bool:
+        """Whether the device plugins serve, as last decided (False before the first)."""
+        return self.switch.decision is not None and self.switch.decision.register
+
     def ready(self) -> bool:
-        """Readiness: the GPUs are published, the node's pods are listed, the plugins listen."""
+        """Readiness: the GPUs are published, the node's pods are listed, and the plugins
+        listen, or are off by decision (a DRA node)."""
         return (
             self.published.is_set()
             and self.ledger.synced
-            and self.endpoint.socket.exists()
-            and (self.shares is None or self.shares.ready())
+            and self.switch.decision is not None
+            and (
+                not self.plugins_wanted
+                or (self.endpoint.socket.exists() and (self.shares is None or self.shares.ready()))
+            )
         )
 
     async def run(self) -> None:
@@ -147,6 +171,7 @@ class Agent:
                 "groups": [list(g) for g in self.devices.groups()],
             },
         )
+        self.switch.start()  # before share capacity is first written
         loop = asyncio.get_running_loop()
         xids = XidWatch(
             self._nvml,
@@ -188,10 +213,11 @@ class Agent:
             await _first(self.ledger.listed.wait(), tasks)
             if self.reconciler is not None:  # compared with a listed ledger only
                 tasks.append(asyncio.create_task(self.reconciler.run(), name="agent-reconcile"))
-            for allocator, endpoint in allocators:
-                servicer = DevicePluginServicer(allocator, self.allocations, lock=lock)
-                name = f"agent-plugin-{allocator.resource}"
-                tasks.append(asyncio.create_task(serve(servicer, endpoint), name=name))
+            plugins = [
+                (DevicePluginServicer(allocator, self.allocations, lock=lock), endpoint)
+                for allocator, endpoint in allocators
+            ]
+            tasks.append(asyncio.create_task(self.switch.run(plugins), name="agent-plugins"))
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()  # a task that ended raises its error here
@@ -250,8 +276,8 @@ class Agent:
             await self._retrying(functools.partial(self.publisher.topology, topology))
             self.published.set()
             if self.shares is not None:
-                try:
-                    await self.shares.publish(topology.gpus)
+                try:  # none while the plugins are off: no share could be handed out
+                    await self.shares.publish(topology.gpus if self.plugins_wanted else ())
                 except ApiError as error:  # the next poll reads the Node and tries again
                     log.warning("cannot write share capacity", extra={"error": str(error)})
             use = await asyncio.to_thread(sample_use, self._nvml)

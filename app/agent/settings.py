@@ -7,7 +7,7 @@ GPU resource name and the share resources, which each takes from its own configu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,6 +16,7 @@ from extender import names
 from extender.config import SHARE_PRESETS, ShareResources
 from extender.devices.drift import SETTLE_S, DriftResources
 from extender.devices.share_handle import ShareHandle, ShareHandleError, share_handle
+from extender.dra import DEFAULT_GPU_DRIVER
 
 __all__ = ["AgentSettings"]
 
@@ -41,6 +42,44 @@ class AgentSettings(BaseSettings):
     )
     socket_name: str = Field(
         default="schedext-gpu.sock", description="The whole-GPU plugin's socket, in that directory."
+    )
+    # A node whose GPUs a DRA driver hands out must not advertise them a second time through
+    # a device plugin (the "mixed" node): app.agent.dra_drivers decides, app.agent.plugin_switch
+    # acts.
+    device_plugin: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Whether the agent serves its device plugins (the whole GPUs, each MIG "
+        "profile and, with `shares`, the share handle, which is a device-plugin resource too "
+        "and follows this switch; share memory and cores on the Node's status are then written "
+        "as 0). `on`: always, as before DRA. `off`: never: a node whose GPUs NVIDIA's DRA "
+        "driver hands out through ResourceClaims. `auto`: unless one of `dra_drivers` is "
+        "registered with the kubelet (its socket in `plugins_registry_dir`), checked at start "
+        "and every `dra_poll_s`. Topology, health and live use are published in every mode.",
+    )
+    dra_drivers: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: [DEFAULT_GPU_DRIVER],
+        description="The DRA drivers that hand out this node's GPUs, as their kubelet "
+        "plugins name themselves (`<driver>-reg.sock`): with `device_plugin` auto, one of "
+        "them registered turns the device plugins off.",
+    )
+    plugins_registry_dir: Path = Field(
+        default=Path("/var/lib/kubelet/plugins_registry"),
+        description="The kubelet's plugin registration directory, where a DRA driver's "
+        "registration socket is (read-only: only names are read; the DaemonSet mounts it with "
+        "`device_plugin` auto).",
+    )
+    dra_poll_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="With `device_plugin` auto: seconds between reads of `plugins_registry_dir`.",
+    )
+    dra_gone_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="With `device_plugin` auto: seconds a DRA driver must stay unregistered "
+        "before the device plugins register again (a driver's pod restarting is not the node "
+        "going back to the device plugin). A driver that appears turns them off at the next "
+        "read.",
     )
     # XID events arrive at once, on their own thread.
     poll_s: float = Field(

@@ -14,7 +14,8 @@
   KubeSchedulerConfigurations, the agent, and on request the PodMonitors and the
   PrometheusRule (whose alerts read only metrics schedext exports, and whose filter budget
   follows the extender's httpTimeout); turning the views, the viewer role or the monitoring
-  objects on or off changes nothing else;
+  objects on or off changes nothing else, and nor does the agent's devicePlugin but for its
+  setting and, off auto, the plugin registry it no longer needs;
 * a typo or a wrong type in the values, schedext's settings included, fails `helm template`
   through values.schema.json, and so do the combinations the chart refuses;
 * schedext's settings reach it as a file, and the scheduler configuration follows the two it
@@ -325,6 +326,43 @@ def test_the_viewer_role_off_removes_it_and_nothing_else() -> None:
     assert off == {name: obj for name, obj in on.items() if name != viewer}
 
 
+AGENT = ("apps/v1", "DaemonSet", "schedext-node", "schedext-agent")
+REGISTRY = "plugins-registry"  # the kubelet's plugin registry, for the agent's DRA check
+
+
+def with_device_plugin(objects: dict[Key, dict[str, Any]], mode: str) -> dict[Key, dict[str, Any]]:
+    """``objects`` as agent.devicePlugin=``mode`` should render them: the agent told so, and
+    without the kubelet's plugin registry, which only auto reads."""
+    changed = copy.deepcopy(objects)
+    spec = changed[AGENT]["spec"]["template"]["spec"]
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != REGISTRY]
+    agent = container_of(spec, "agent")
+    agent["volumeMounts"] = [m for m in agent["volumeMounts"] if m["name"] != REGISTRY]
+    for env in agent["env"]:
+        if env["name"] == "SCHEDEXT_AGENT_DEVICE_PLUGIN":
+            env["value"] = mode
+    return changed
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_the_agent_reads_the_plugin_registry_only_to_decide_its_device_plugin(mode: str) -> None:
+    """agent.devicePlugin=auto (the default): the agent is told auto and gets the kubelet's
+    plugin registry read-only, where a DRA driver's socket turns its device plugins off. on or
+    off: told so, no registry mounted, nothing else changed."""
+    auto = by_key(helm_template("--set", "agent.enabled=true"))
+    spec = auto[AGENT]["spec"]["template"]["spec"]
+    agent = container_of(spec, "agent")
+    assert {"name": "SCHEDEXT_AGENT_DEVICE_PLUGIN", "value": "auto"} in agent["env"]
+    (mount,) = [m for m in agent["volumeMounts"] if m["name"] == REGISTRY]
+    assert mount == {
+        "name": REGISTRY, "mountPath": "/var/lib/kubelet/plugins_registry", "readOnly": True,
+    }  # fmt: skip
+    (volume,) = [v for v in spec["volumes"] if v["name"] == REGISTRY]
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/plugins_registry", "type": "Directory"}
+    chosen = by_key(helm_template("--set", f"agent.enabled=true,agent.devicePlugin={mode}"))
+    assert chosen == with_device_plugin(auto, mode) != auto
+
+
 def operator_objects(objects: dict[Key, dict[str, Any]]) -> set[tuple[str, str, str]]:
     return {name[1:] for name in objects if name[0].startswith(OPERATOR_GROUPS)}
 
@@ -412,6 +450,7 @@ def test_one_mtls_replica_without_leader_election_is_served_without_the_leader_l
         (("--set", "schedext.replica=3"), "additional properties 'replica' not allowed"),
         (("--set", "mode=tls"), "value must be one of 'sidecar', 'mtls'"),
         (("--set", "agent.enable=true"), "additional properties 'enable' not allowed"),
+        (("--set", "agent.devicePlugin=maybe"), "at '/agent/devicePlugin'"),
         (("--set", "metrics.port=http"), "at '/metrics/port'"),
         (("--set", "scheduler.schedulerName=Schedext"), "at '/scheduler/schedulerName'"),
         # schedext's own settings, checked against app.service.settings' schema.
