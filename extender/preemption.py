@@ -77,7 +77,7 @@ from enum import Enum
 from extender.addressing import IPContext, ip_context
 from extender.inventory import Inventory
 from extender.kinds import asked
-from extender.kinds.whole_gpu import WHOLE_GPU, free_after
+from extender.kinds.whole_gpu import WHOLE_GPU, free_after, outside_freed
 from extender.model import RANKED, Holding, HoldingKind, PodRequest, Reason, Victim
 from extender.node_state import NodeView
 from extender.policy import PolicyConfig, node_reasons
@@ -95,6 +95,9 @@ class GangVictims(Enum):
 class NodeVictims:
     uids: list[str]  # ordered by decreasing priority
     extra_pdb_violations: int = 0  # gang members broken elsewhere (whole-group)
+    # The GPUs in use outside schedext that evicting them frees too, each with why it was
+    # held ("GPU 1 allocated by DRA to claim ml/train (pod ml/a)"): for the shell's log.
+    frees: tuple[str, ...] = ()
 
 
 def select_victims(
@@ -135,9 +138,11 @@ def select_victims(
         freed = _whole_gpus_freed(inventory.node(node), chosen)
         if group_can_fit is not None and not group_can_fit(node, freed):
             continue
+        view = inventory.node(node)
         result[node] = NodeVictims(
             uids=[h.uid for h in sorted(chosen, key=lambda h: -h.priority)],
             extra_pdb_violations=_broken_gang_members(inventory, chosen, node),
+            frees=tuple(outside_freed(view, chosen).values()) if view is not None else (),
         )
     return result
 

@@ -31,7 +31,7 @@ from extender.kinds.kind import (
 from extender.model import Demand, Holding, PodRequest, Reason
 from extender.node_state import NodeView
 
-__all__ = ["WHOLE_GPU", "WholeGpu", "free_after"]
+__all__ = ["WHOLE_GPU", "WholeGpu", "free_after", "outside_freed"]
 
 
 class WholeGpu(GpuModelWaits):
@@ -135,9 +135,10 @@ def free_after(view: NodeView, victims: Sequence[Holding]) -> list[int]:
                 if 0 <= index < len(shared):
                     shared[index] -= victim.share.memory_mib
     # Unhealthy GPUs, GPUs in MIG mode and GPUs in use by containers schedext did not place
-    # (no eviction of schedext's frees them) are never free whole.
+    # are never free whole, but for those only victims use (a DRA claim of a victim's, a
+    # container of a victim's the kubelet reports): evicting them frees those.
     closed = {index for index, _ in view.spec.gpu_unhealthy} | set(view.spec.gpu_mig)
-    closed.update(view.outside())
+    closed.update(set(view.outside()) - set(outside_freed(view, victims)))
     free = [
         i
         for i, holder in enumerate(view.holders)
@@ -149,6 +150,20 @@ def free_after(view: NodeView, victims: Sequence[Holding]) -> list[int]:
         h.devices for h in victims if h.gpu_ids is None and h.uid not in view.holders
     )
     return free[: max(0, len(free) - max(0, anonymous))]
+
+
+def outside_freed(view: NodeView, victims: Sequence[Holding]) -> dict[int, str]:
+    """The GPUs in use outside schedext's placements (``gpu_in_use``: DRA's claims, the
+    kubelet's report) that only ``victims`` use, each with why it was held: evicting them
+    frees these too. A GPU a claim holds for no pod schedext knows, or also for a pod that
+    stays, is not freed."""
+    gone = {h.key for h in victims}
+    users: dict[int, set[str]] = {}
+    why: dict[int, str] = {}
+    for use in view.spec.gpu_in_use:
+        users.setdefault(use.gpu, set()).add(use.pod)
+        why.setdefault(use.gpu, use.why)
+    return {gpu: why[gpu] for gpu, pods in sorted(users.items()) if pods <= gone}
 
 
 @functools.lru_cache(maxsize=64)

@@ -18,7 +18,7 @@ from extender.columns import NO_TOPOLOGY
 from extender.config import DraConfig, PolicyConfig
 from extender.dra import ClaimsLedger, DraGpus, Ownership, decode_claim, decode_slice, dra_gpus
 from extender.gang.packing import fits_all
-from extender.model import Reason
+from extender.model import Reason, Victim
 from extender.requests import pod_request
 from extender.scheduler import Scheduler
 from testbed.builders import agent_annotations, elastic_quota, make_node, make_pod
@@ -452,3 +452,49 @@ def test_a_gangs_members_are_packed_onto_dras_free_devices(via_dra: bool, fits: 
     assert fits_all(scheduler.inventory, mixed, PolicyConfig()) is fits
     too_big = [*members, dataclasses.replace(members[1], uid="m3", gpus=1)]
     assert not fits_all(scheduler.inventory, too_big, PolicyConfig())
+
+
+# --------------------------------------------------------------------------- preemption
+
+
+def test_preemption_counts_and_names_the_gpus_a_victims_claim_frees() -> None:
+    victim = make_pod("low", uid="low", node="n1", priority=1)
+    victim["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "lows"}]
+    lows = resource_claim("lows", results=[result("n1", "gpu-0"), result("n1", "gpu-1")])
+    lows["status"]["reservedFor"] = [{"resource": "pods", "name": "low", "uid": "low"}]
+    scheduler = fed(
+        plugin_node("n1"),
+        dra_slice("n1"),
+        lambda s: s.upsert_pod(victim),
+        lambda s: s.upsert_resource_claim(lows),
+        fence=True,
+    )
+    urgent = make_pod("urgent", gpus=4, priority=100)
+    (rejection,) = scheduler.filter(urgent, ["n1"]).rejections
+    assert rejection.reason is Reason.GPU_IN_USE
+    chosen = scheduler.preempt(urgent, {"n1": [Victim("low")]})
+    assert chosen["n1"].uids == ["low"]
+    assert chosen["n1"].frees == (
+        "GPU 0 allocated by DRA to claim default/lows (pod default/low)",
+        "GPU 1 allocated by DRA to claim default/lows (pod default/low)",
+    )
+
+
+def test_a_claim_shared_with_a_pod_that_stays_frees_nothing() -> None:
+    # "stays" outranks the preemptor: it can never be a victim.
+    pods = [make_pod(n, uid=n, node="n1", priority=p) for n, p in (("low", 1), ("stays", 1000))]
+    for pod in pods:
+        pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "shared"}]
+    shared = resource_claim(
+        "shared", results=[result("n1", "gpu-0")], reserved_for=["low", "stays"]
+    )
+    scheduler = fed(
+        plugin_node("n1", 1),
+        dra_slice("n1", 1),
+        *(lambda s, p=p: s.upsert_pod(p) for p in pods),
+        lambda s: s.upsert_resource_claim(shared),
+        fence=True,
+    )
+    assert (
+        scheduler.preempt(make_pod("urgent", gpus=1, priority=100), {"n1": [Victim("low")]}) == {}
+    )

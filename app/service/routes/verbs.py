@@ -320,6 +320,12 @@ async def _preempt(service: Service, body: bytes) -> tuple[bytes, str]:
         {node: entry.victims for node, entry in args.candidates.items()},
         now=service.clock(),
     )
+    for node, victims in chosen.items():
+        if victims.frees:  # GPUs DRA's claims (or containers) of the victims hold: say which
+            log.info(
+                "preempt frees GPUs held outside schedext",
+                extra={"node": node, "gpus": victims.frees},
+            )
     return wire.preemption_result(args, chosen), "candidates" if chosen else "no_candidates"
 
 
