@@ -8,13 +8,17 @@ kube-scheduler can aggregate thousands of rejected nodes; explain is asked about
 node rejected for a reason of the kind the pod asks for gets that kind's own detail where it
 has one (:meth:`extender.kinds.Kind.detail`; a share's room: the largest free memory and on
 which GPU). Each node also says where its kubelet disagrees
-with schedext's placements (its agent's drift), whether or not the pod fits."""
+with schedext's placements (its agent's drift), whether or not the pod fits, and what DRA says
+of it (:func:`dra_lines`): who hands out its GPUs when the device plugin does not alone, and
+which claims hold which of its devices."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Final, Protocol
 
 from extender.devices.drift import describe
+from extender.dra import HeldDevice, NodeDra, Ownership, held_gpus
 from extender.gang import OPEN, GangCoordinator, GangGate
 from extender.inventory import Inventory
 from extender.kinds import KINDS, asked
@@ -31,7 +35,7 @@ from extender.model import (
 from extender.pending import PendingPods
 from extender.scoring import ScoreArray
 
-__all__ = ["explain_pod"]
+__all__ = ["DRA_LINES", "DraReads", "dra_lines", "explain_pod"]
 
 # Filter's judgement of a request over named nodes, once its group let it through.
 Judge = Callable[[PodRequest, Sequence[str], GangGate], FilterVerdict]
@@ -39,6 +43,23 @@ Judge = Callable[[PodRequest, Sequence[str], GangGate], FilterVerdict]
 QuotaCheck = Callable[[PodRequest], QuotaHold | None]
 # Prioritize's scores of a request over named nodes, aligned with them.
 Score = Callable[[PodRequest, Sequence[str]], ScoreArray]
+
+# Per node, the held DRA devices explain lists; the rest are counted.
+DRA_LINES: Final = 16
+_OWNERS: Final = {
+    Ownership.DRA: "DRA hands out its GPUs (ResourceSlices), not the device plugin",
+    Ownership.MIXED: "both the device plugin and DRA advertise its GPUs",
+}
+
+
+class DraReads(Protocol):
+    """What explain reads of DRA per node (the scheduler's shell reads)."""
+
+    def gpu_owner(self, node: str) -> Ownership: ...
+
+    def dra_node(self, name: str) -> NodeDra: ...
+
+    def dra_pod_key(self, uid: str) -> str: ...
 
 
 def explain_pod(
@@ -51,6 +72,7 @@ def explain_pod(
     judge: Judge,
     quota: QuotaCheck | None = None,
     score: Score | None = None,
+    dra: DraReads | None = None,
 ) -> Explanation | None:
     """Per node, whether the pod fits and why not, and the team quota that holds it back;
     None for a pod schedext does not know. The nodes are judged even when a quota holds the
@@ -97,6 +119,7 @@ def explain_pod(
             resolvable=node in failed and node not in unresolvable,
             score=scores.get(node),
             drift=_drift(inventory, node),
+            dra=_dra(dra, inventory, node) if dra is not None else (),
         )
         for node in names
     )
@@ -119,6 +142,48 @@ def _drift(inventory: Inventory, node: str) -> tuple[str, ...]:
     if spec is None or not spec.drift:
         return ()
     return describe(spec.drift, {uuid: i for i, uuid in enumerate(spec.gpu_uuids)})
+
+
+def _dra(dra: DraReads, inventory: Inventory, node: str) -> tuple[str, ...]:
+    spec = inventory.spec(node)
+    uuids = spec.gpu_uuids if spec is not None else ()
+    return dra_lines(dra.gpu_owner(node), dra.dra_node(node), uuids, dra.dra_pod_key)
+
+
+def dra_lines(
+    owner: Ownership, node: NodeDra, gpu_uuids: Sequence[str], pod_key: Callable[[str], str]
+) -> tuple[str, ...]:
+    """What DRA says of a node, one sentence each: who owns its GPUs, when the device plugin
+    does not alone; then each device a claim holds (the first :data:`DRA_LINES`), the GPU it
+    is by the agent's UUIDs, the claims that hold it and their pods (``pod_key``: a UID's
+    "namespace/name", "" when unknown)."""
+    lines = [f"owner {owner.value}: {_OWNERS[owner]}"] if owner in _OWNERS else []
+    mapping = held_gpus(node, gpu_uuids)
+    gpus = {h.held.ref: (h.gpu, h.via_parent) for h in mapping.mapped}
+    unmapped = {u.held.ref: u.why for u in mapping.unmapped}
+    for held in node.held[:DRA_LINES]:
+        if held.ref in gpus:
+            index, via_parent = gpus[held.ref]
+            where = f"on GPU {index}" if via_parent else f"GPU {index}"
+        else:
+            where = f"not counted: {unmapped.get(held.ref, 'not mapped to a GPU')}"
+        lines.append(f"{held.ref} ({where}) held by {_holders(held, pod_key)}")
+    if len(node.held) > DRA_LINES:
+        lines.append(f"and {len(node.held) - DRA_LINES} more devices held by claims")
+    return tuple(lines)
+
+
+def _holders(held: HeldDevice, pod_key: Callable[[str], str]) -> str:
+    """``claim ml/a for pod ml/p``; and the shares' memory, where claims hold shares of it:
+    ``claims ml/a, ml/b (shares of 30720 MiB)``."""
+    noun = "claims" if len(held.claims) > 1 else "claim"
+    text = f"{noun} {', '.join(held.claims)}"
+    if not held.whole and held.memory_mib:
+        text += f" (shares of {held.memory_mib} MiB)"
+    pods = sorted({key for uid in held.pods if (key := pod_key(uid))})
+    if pods:
+        text += f" for pod{'s' if len(pods) > 1 else ''} {', '.join(pods)}"
+    return text
 
 
 def _details(inventory: Inventory, request: PodRequest, verdict: FilterVerdict) -> dict[str, str]:

@@ -326,6 +326,8 @@ class NodeExplanation:
     score: int | None = None  # a node it fits: prioritize's 0-10 for it, as schedext gives it
     # Where the kubelet and schedext disagree on the node (extender.devices.drift.describe).
     drift: tuple[str, ...] = ()
+    # What DRA says of the node: its owner, the devices claims hold (extender.explain).
+    dra: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

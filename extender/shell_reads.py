@@ -1,9 +1,10 @@
 """What the shell reads of the core's books between verbs, and the effects it collects.
 
-The views (the inventory, the pending pods, the quotas, each gang's wait and status) and the
-effects the core leaves for the shell to perform (gang events to dispatch, pods to send back
-to kube-scheduler once what they wait for is freed, sticky claims to release). None of them
-decides anything: each is one book's answer, handed out as a value.
+The views (the inventory, the pending pods, the quotas, each gang's wait and status, what DRA
+says of each node and what its ledger could not read) and the effects the core leaves for the
+shell to perform (gang events to dispatch, pods to send back to kube-scheduler once what they
+wait for is freed, sticky claims to release). None of them decides anything: each is one
+book's answer, handed out as a value.
 
 Why a class of its own: they are many and small, they are not verbs, and apart from the
 verbs they leave :class:`~extender.scheduler.Scheduler` a list of the questions kube-scheduler
@@ -14,7 +15,7 @@ inherits these methods, so callers see one class.
 from __future__ import annotations
 
 from extender.capacity_waits import Nudge
-from extender.dra import ClaimsLedger, Ownership, ownership
+from extender.dra import ClaimsLedger, NodeDra, Ownership, Problem, held_gpus, ownership
 from extender.dra_asks import claimed_use
 from extender.gang import GangCoordinator, GangEvent, PodGroupSpec
 from extender.inventory import Inventory
@@ -89,6 +90,36 @@ class ShellReads:
     def shadowed_quotas(self) -> list[Shadowed]:
         """Second quotas of a namespace, which do not apply (see extender.quotas.book)."""
         return self._quotas.shadowed()
+
+    def dra_node(self, name: str) -> NodeDra:
+        """What DRA says of node ``name``: the devices advertised, those claims hold and for
+        whom (empty for a node DRA does not know)."""
+        return self._dra.node(name)
+
+    def dra_pod_key(self, uid: str) -> str:
+        """A pod's "namespace/name" by UID, as the claims ledger knows it; "" if it does not."""
+        return self._dra.pod_key(uid)
+
+    def dra_problems(self) -> tuple[Problem, ...]:
+        """What the claims ledger could not read or refused (:meth:`ClaimsLedger.problems`),
+        and on each node whose GPUs schedext counts, the devices claims hold that it cannot
+        map to a GPU index (no agent UUIDs, a UUID the agent does not list): those are not
+        counted in use, so each claim holding one is a problem. Sorted; a pass over the
+        ledger, for the shell to report now and then, not for the verbs."""
+        found = set(self._dra.problems())
+        for name in self._dra.node_names():
+            summary, spec = self._dra.node(name), self._inventory.spec(name)
+            if not summary.held or spec is None or not (spec.gpu_indices or spec.mig_slices):
+                continue  # a node where schedext counts no GPUs hands none out twice
+            for unmapped in held_gpus(summary, spec.gpu_uuids).unmapped:
+                if unmapped.held.unknown:
+                    continue  # the ledger's own problem (a device no slice has, unreadable)
+                why = (
+                    f"holds {unmapped.held.ref} on node {name}, which schedext cannot map to "
+                    f"a GPU ({unmapped.why}): not counted in use"
+                )
+                found.update(Problem("ResourceClaim", c, why) for c in unmapped.held.claims)
+        return tuple(sorted(found))
 
     # ------------------------------------------------------------ gang reads
 

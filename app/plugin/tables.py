@@ -91,6 +91,8 @@ def explanation_text(answer: JSON) -> str:
         lines.append(f"  {node['node']:<{width}}  {verdict:<4}  {detail}".rstrip())
         # Where the node's kubelet disagrees with schedext (its agent's drift).
         lines.extend(f"  {'':<{width}}  drift {line}" for line in node.get("drift") or ())
+        # Who owns its GPUs, when not the device plugin alone; the devices claims hold.
+        lines.extend(f"  {'':<{width}}  dra {line}" for line in node.get("dra") or ())
     if answer["state"] != "bound":
         lines.append(f"{len(answer['fits'])} of {len(answer['nodes'])} nodes fit")
     return "\n".join(lines)
@@ -100,8 +102,9 @@ def explanation_text(answer: JSON) -> str:
 
 DEVICE_LEGEND = (
     "DEVICES: one mark per GPU, by index: U used whole, R reserved by a bind in progress, "
-    "S shared, K in use by a container schedext did not place (the kubelet says), "
-    "X unhealthy, . free; | between NVLink groups"
+    "S shared, K in use by a container schedext did not place (the kubelet says, or a DRA "
+    "claim holds it), X unhealthy, . free; | between NVLink groups. DRA: devices claims "
+    "hold/advertised"
 )
 
 
@@ -144,15 +147,23 @@ def _cores(milli: int) -> str:
     return f"{milli / 1000:.1f}".removesuffix(".0")
 
 
+def _dra(node: JSON) -> str:
+    """The node's DRA devices that claims hold, of those advertised: ``1/4``; ``-`` for a
+    node DRA knows nothing of."""
+    dra = node.get("dra")
+    return f"{dra['held']}/{dra['advertised']}" if dra else NONE
+
+
 def nodes_table(inventory: JSON) -> str:
-    """Per GPU node: its model, GPUs (total, free, each device's state), the shares it holds,
-    the pool addresses given to its pods, its free CPU; then the cluster's totals, and the
-    address pools."""
+    """Per GPU node (GPUs schedext counts, or DRA devices): its model, GPUs (total, free,
+    each device's state), who hands them out (OWNER: device-plugin, dra or mixed), its DRA
+    devices held of those advertised, the shares it holds, the pool addresses given to its
+    pods, its free CPU; then the cluster's totals, and the address pools."""
     addresses: dict[str, int] = {}
     for pool in inventory.get("pools", []):
         for holder in pool["holders"]:
             addresses[holder["node"]] = addresses.get(holder["node"], 0) + 1
-    gpu_nodes = [n for n in inventory["nodes"] if n["gpus"]]
+    gpu_nodes = [n for n in inventory["nodes"] if n["gpus"] or n.get("dra")]
     rows = [
         (
             node["name"],
@@ -160,6 +171,8 @@ def nodes_table(inventory: JSON) -> str:
             len(node["gpus"]),
             node["freeGpus"],
             device_map(node["gpus"]),
+            node.get("gpuOwner") or NONE,
+            _dra(node),
             node["sharedGpus"],
             _share_memory(node),
             addresses.get(node["name"], 0),
@@ -167,8 +180,8 @@ def nodes_table(inventory: JSON) -> str:
         )
         for node in gpu_nodes
     ]
-    headers = ("NODE", "MODEL", "GPUS", "FREE", "DEVICES", "SHARED", "SHARE MEMORY",
-               "ADDRESSES", "CPU FREE")  # fmt: skip
+    headers = ("NODE", "MODEL", "GPUS", "FREE", "DEVICES", "OWNER", "DRA", "SHARED",
+               "SHARE MEMORY", "ADDRESSES", "CPU FREE")  # fmt: skip
     parts = [table(headers, rows) if rows else "no GPU nodes"]
     total = sum(len(n["gpus"]) for n in gpu_nodes)
     free = sum(n["freeGpus"] for n in gpu_nodes)
@@ -186,6 +199,9 @@ def nodes_table(inventory: JSON) -> str:
     if outside:
         summary += f", {outside} in use by containers schedext did not place (kubelet)"
     others = len(inventory["nodes"]) - len(gpu_nodes)
+    held = sum(n["dra"]["held"] for n in gpu_nodes if n.get("dra"))
+    if held:
+        summary += f", {held} DRA device{'s' if held != 1 else ''} held by claims"
     if others:
         summary += f"; {others} node{'s' if others != 1 else ''} without GPUs not listed"
     parts.append(summary)

@@ -1,4 +1,5 @@
-"""Loading a snapshot file: nodes, pods, PodGroups, IPPools and IPClaims, as
+"""Loading a snapshot file: nodes, pods, PodGroups, IPPools and IPClaims, ElasticQuotas, and
+DRA's ResourceSlices, ResourceClaims, DeviceClasses and DeviceTaintRules, as
 ``kubectl get nodes,pods,podgroups,ippools,ipclaims -A -o json`` (or ``-o yaml``) prints them,
 or a NodeList/PodList, single objects, or several YAML documents."""
 
@@ -32,6 +33,10 @@ class Snapshot:
     ip_pools: list[Mapping[str, Any]] = field(default_factory=list)
     ip_claims: list[Mapping[str, Any]] = field(default_factory=list)
     quotas: list[Mapping[str, Any]] = field(default_factory=list)  # ElasticQuotas
+    resource_slices: list[Mapping[str, Any]] = field(default_factory=list)
+    resource_claims: list[Mapping[str, Any]] = field(default_factory=list)
+    device_classes: list[Mapping[str, Any]] = field(default_factory=list)
+    device_taint_rules: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 def read_snapshot(path: Path) -> Snapshot:
@@ -65,6 +70,10 @@ def parse_snapshot(data: bytes, *, source: str) -> Snapshot:
         "IPPool": [],
         "IPClaim": [],
         "ElasticQuota": [],
+        "ResourceSlice": [],
+        "ResourceClaim": [],
+        "DeviceClass": [],
+        "DeviceTaintRule": [],
     }
     for kind, obj in _objects(documents, default_kind=""):
         if kind in by_kind:
@@ -81,6 +90,10 @@ def parse_snapshot(data: bytes, *, source: str) -> Snapshot:
         ip_pools=by_kind["IPPool"],
         ip_claims=by_kind["IPClaim"],
         quotas=by_kind["ElasticQuota"],
+        resource_slices=by_kind["ResourceSlice"],
+        resource_claims=by_kind["ResourceClaim"],
+        device_classes=by_kind["DeviceClass"],
+        device_taint_rules=by_kind["DeviceTaintRule"],
     )
 
 

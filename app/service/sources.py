@@ -47,8 +47,19 @@ class SnapshotSource:
             relist.commit()
         for refused in scheduler.replace_quotas(snapshot.quotas):
             log.warning("%s (skipped)", refused)
-        service.scheduler.replace_nodes(self._snapshot.nodes)
-        service.scheduler.replace_pods(self._snapshot.pods)
+        scheduler.replace_nodes(snapshot.nodes)
+        # DRA after the nodes (a held device is mapped by its node's GPU UUIDs), before the
+        # pods (a pod naming a claim is charged where the claim holds devices).
+        dra = (
+            (scheduler.resource_slice_relist(), snapshot.resource_slices),
+            (scheduler.device_class_relist(), snapshot.device_classes),
+            (scheduler.device_taint_rule_relist(), snapshot.device_taint_rules),
+            (scheduler.resource_claim_relist(), snapshot.resource_claims),
+        )
+        for dra_relist, objects in dra:
+            dra_relist.add(objects)
+            dra_relist.commit()
+        scheduler.replace_pods(snapshot.pods)
         service.readiness.set_ready()
 
     async def stop(self) -> None:

@@ -40,6 +40,7 @@ def test_explain_gives_every_nodes_verdict_for_a_pending_pod(demo: RunningServer
         "resolvable": True,
         "score": None,
         "drift": [],
+        "dra": [],  # DRA knows nothing of it: the device plugin's GPUs
     }
     # the node it fits has the score prioritize gives it, absolute (0-10)
     assert by_node["gpu-node-a"]["reason"] is None

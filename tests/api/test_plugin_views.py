@@ -56,12 +56,13 @@ def test_nodes_show_each_gpu_the_shares_addresses_and_free_cpu(serve: Serve) -> 
         groups=[{"kind": "IPPool", **pool}],
     )
     lines = tables.nodes_table(answer).splitlines()
-    assert cells(lines[0]) == ["NODE", "MODEL", "GPUS", "FREE", "DEVICES", "SHARED",
-                               "SHARE MEMORY", "ADDRESSES", "CPU FREE"]  # fmt: skip
+    assert cells(lines[0]) == ["NODE", "MODEL", "GPUS", "FREE", "DEVICES", "OWNER", "DRA",
+                               "SHARED", "SHARE MEMORY", "ADDRESSES", "CPU FREE"]  # fmt: skip
     a1, b1 = cells(lines[1]), cells(lines[2])
-    # train takes 4 CPUs, nb and web 100m each
-    assert a1 == ["a1", H100, "4", "1", "UU|.S", "1", "20/79.6Gi", "1", "59.8/64"]
-    assert b1 == ["b1", A100, "2", "2", "..", "0", "-", "0", "32/32"]
+    # train takes 4 CPUs, nb and web 100m each; no DRA: the device plugin's GPUs
+    assert a1 == ["a1", H100, "4", "1", "UU|.S", "device-plugin", "-", "1", "20/79.6Gi", "1",
+                  "59.8/64"]  # fmt: skip
+    assert b1 == ["b1", A100, "2", "2", "..", "device-plugin", "-", "0", "-", "0", "32/32"]
     assert lines[3] == (
         "GPUs: 3 of 6 in use (50%), 1 shared, 0 unhealthy; 1 node without GPUs not listed"
     )

@@ -242,13 +242,15 @@ def test_nodes_shows_each_gpu_node_its_devices_and_the_totals(proxied: Proxied) 
     populate(proxied.cluster)
     node = proxied.cluster.get_pod("trainer")["spec"]["nodeName"]
     lines = ok(proxied.run("nodes")).splitlines()
-    assert lines[0].split()[:5] == ["NODE", "MODEL", "GPUS", "FREE", "DEVICES"]
+    assert lines[0].split()[:7] == ["NODE", "MODEL", "GPUS", "FREE", "DEVICES", "OWNER", "DRA"]
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
     assert set(rows) == {"gpu-a", "gpu-b"}
     assert rows[node][1:4] == [H100, "4", "2"]
     assert rows[node][4] in {"UU|..", "UU..", "..|UU", "..UU"}  # one NVLink group on gpu-a
     other = "gpu-b" if node == "gpu-a" else "gpu-a"
     assert rows[other][2:4] == ["4", "4"]
+    # No DRA driver publishes slices here: the device plugin's GPUs, no DRA devices.
+    assert [rows[name][5:7] for name in ("gpu-a", "gpu-b")] == [["device-plugin", "-"]] * 2
     assert lines[3] == (
         "GPUs: 2 of 8 in use (25%), 0 shared, 0 unhealthy; 1 node without GPUs not listed"
     )

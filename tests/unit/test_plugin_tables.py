@@ -156,3 +156,61 @@ def test_an_explanation_shows_each_nodes_drift_under_its_verdict() -> None:
     lines = tables.explanation_text(answer).splitlines()
     assert lines[2] == f"  g  busy  schedext: {DRIFT} (1 free, pod needs 2)"
     assert lines[3] == f"     drift {DRIFT}"
+
+
+def dra(held: int, advertised: int) -> dict[str, Any]:
+    return {"held": held, "advertised": advertised, "unknown": 0}
+
+
+@dataclass
+class OwnerCase:
+    name: str
+    node: dict[str, Any]
+    cells: list[str]  # OWNER, DRA
+
+
+OWNER_CASES = [
+    OwnerCase("the device plugin's, DRA knows nothing", {"gpuOwner": "device-plugin", "dra": None},
+              ["device-plugin", "-"]),
+    OwnerCase("mixed: held of advertised", {"gpuOwner": "mixed", "dra": dra(1, 4)},
+              ["mixed", "1/4"]),
+    OwnerCase("DRA's alone, no GPUs schedext counts: listed still",
+              {"gpuOwner": "dra", "dra": dra(0, 8), "gpus": [], "freeGpus": 0}, ["dra", "0/8"]),
+    OwnerCase("an older schedext without either field", {}, ["-", "-"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", OWNER_CASES, ids=lambda c: c.name)
+def test_the_nodes_table_says_who_owns_the_gpus_and_dra_held_of_advertised(
+    case: OwnerCase,
+) -> None:
+    node = {
+        "name": "g", "gpuModel": "H100", "freeGpus": 1, "sharedGpus": 0, "gpuMemoryMiB": None,
+        "cpuMilli": {"free": 1000, "allocatable": 2000}, "gpus": [gpu()], **case.node,
+    }  # fmt: skip
+    lines = tables.nodes_table({"nodes": [node], "pools": []}).splitlines()
+    header = [cell.strip() for cell in lines[0].split("   ") if cell.strip()]
+    assert header[4:7] == ["DEVICES", "OWNER", "DRA"]
+    assert lines[1].split()[5:7] == case.cells
+
+
+def test_the_totals_count_the_dra_devices_claims_hold() -> None:
+    node = {
+        "name": "g", "gpuModel": None, "freeGpus": 0, "sharedGpus": 0, "gpuMemoryMiB": None,
+        "cpuMilli": {"free": 1000, "allocatable": 2000}, "gpus": [], "gpuOwner": "dra",
+        "dra": dra(3, 8),
+    }  # fmt: skip
+    lines = tables.nodes_table({"nodes": [node], "pools": []}).splitlines()
+    assert lines[2] == "GPUs: 0 of 0 in use, 0 shared, 0 unhealthy, 3 DRA devices held by claims"
+
+
+def test_an_explanation_shows_what_dra_says_of_each_node_under_its_verdict() -> None:
+    held = "gpu.nvidia.com/g/gpu-1 (GPU 1) held by claim ml/train"
+    answer = {
+        "pod": "ml/p", "state": "pending", "node": None, "request": {"gpus": 2},
+        "group": None, "groupReason": None, "fits": [],
+        "nodes": [{"node": "g", "fits": False, "reason": "schedext: ...", "resolvable": True,
+                   "score": None, "drift": [], "dra": ["owner mixed: both ...", held]}],
+    }  # fmt: skip
+    lines = tables.explanation_text(answer).splitlines()
+    assert lines[3:5] == ["     dra owner mixed: both ...", f"     dra {held}"]

@@ -55,6 +55,9 @@ def answer(service: Service, namespace: str, name: str) -> tuple[int, dict[str, 
                 "score": n.score,
                 # Where the node's kubelet disagrees with schedext (its agent's drift).
                 "drift": list(n.drift),
+                # What DRA says of the node: its owner (when not the device plugin alone),
+                # and which claims hold which of its devices.
+                "dra": list(n.dra),
             }
             for n in explanation.nodes
         ],

@@ -16,7 +16,15 @@ devices per profile (``devices`` on healthy GPUs, ``free``). ``drift`` lists, on
 each, where the node's kubelet disagrees with schedext's placements (its agent's
 ``schedext.io/gpu-drift``), and per GPU ``inUse`` says who the kubelet says uses it when that
 is not accounted for (null otherwise): such a GPU is held. ``driftProblem`` says why the
-drift document was not read, if it was not. ``pending`` lists the pending
+drift document was not read, if it was not. ``gpuOwner`` says who hands out its GPUs
+(``device-plugin``, ``dra`` or ``mixed``), and ``dra`` what DRA says of it (null where DRA
+knows nothing of it): the GPU drivers with slices for it; the devices advertised
+(``devices``: uuid, pcieRoot, memory, ``unhealthy``: the taints that keep it from new pods,
+``problem``: why it cannot be read), the ones claims hold (``heldDevices``: the GPU index it
+is by the agent's UUIDs, or ``unmapped`` and why; the claims, the pods as "namespace/name"
+(the UID where the name is unknown), the memory of its shares), and the held ones no slice
+has readably (``unknownDevices``, with the reason); each list the first :data:`DRA_LISTED`,
+and ``advertised``, ``held`` and ``unknown`` count them all. ``pending`` lists the pending
 pods schedext knows (the first :data:`PENDING_LISTED` by namespace and name; ``pendingPods``
 counts them all), each with what it asks for.
 
@@ -30,6 +38,7 @@ group completing (``lastFailure``: ``outcome`` ``timed_out`` or ``released``, an
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -37,6 +46,7 @@ from fastapi import APIRouter, Request, Response
 
 from app.service.assembly import Service
 from extender.devices.drift import describe
+from extender.dra import DeviceRef, held_gpus
 from extender.model import Holding, HoldingKind, PodRequest
 from extender.node_state import NodeView
 from extender.quotas import Kind, QuotaSpec
@@ -49,6 +59,8 @@ router = APIRouter()
 
 # The answer stays bounded however many pods wait: the page lists these, and counts the rest.
 PENDING_LISTED = 500
+# Per node, the DRA devices (and per device, the claims and pods) each list of ``dra`` shows.
+DRA_LISTED = 64
 
 
 @router.get("/inventory")
@@ -105,6 +117,7 @@ def document(service: Service) -> dict[str, Any]:
                 "freeGpus": len(view.free_gpu_ids),
                 # device-plugin, dra or mixed (both advertise the GPUs): docs/dra.md
                 "gpuOwner": service.scheduler.gpu_owner(name).value,
+                "dra": _dra(service.scheduler, name, uuids),
                 "sharedGpus": sum(1 for uids in view.share_holders if uids),
                 "cpuMilli": {"allocatable": view.spec.cpu_milli, "free": view.cpu_free},
                 "topologyProblem": view.spec.topology_problem,
@@ -167,6 +180,52 @@ def document(service: Service) -> dict[str, Any]:
         "pending": [_pending(r) for r in service.scheduler.pending_pods(PENDING_LISTED)],
         "reservations": service.scheduler.reservation_count,
     }
+
+
+def _dra(scheduler: Scheduler, name: str, uuids: Sequence[str]) -> dict[str, Any] | None:
+    """What DRA says of node ``name``; None where it knows nothing of it."""
+    node = scheduler.dra_node(name)
+    if not node.drivers and not node.held:
+        return None
+    mapping = held_gpus(node, uuids)
+    gpus = {held.held.ref: held.gpu for held in mapping.mapped}
+    unmapped = {entry.held.ref: entry.why for entry in mapping.unmapped}
+    return {
+        "drivers": list(node.drivers),
+        "advertised": len(node.devices),
+        "held": len(node.held),
+        "unknown": len(node.unknown),
+        "devices": [
+            {
+                **_device(state.ref),
+                "uuid": state.uuid or None,
+                "pcieRoot": state.device.pcie_root or None,
+                "memoryMiB": state.device.memory_mib,
+                "unhealthy": state.unhealthy or None,
+                "problem": state.unknown or None,
+            }
+            for state in node.devices[:DRA_LISTED]
+        ],
+        "heldDevices": [
+            {
+                **_device(held.ref),
+                "uuid": held.uuid or None,
+                "gpu": gpus.get(held.ref),
+                "unmapped": unmapped.get(held.ref),
+                "claims": list(held.claims[:DRA_LISTED]),
+                "pods": [scheduler.dra_pod_key(uid) or uid for uid in held.pods[:DRA_LISTED]],
+                "shareMemoryMiB": None if held.whole else held.memory_mib,
+            }
+            for held in node.held[:DRA_LISTED]
+        ],
+        "unknownDevices": [
+            {**_device(held.ref), "reason": held.unknown} for held in node.unknown[:DRA_LISTED]
+        ],
+    }
+
+
+def _device(ref: DeviceRef) -> dict[str, str]:
+    return {"driver": ref.driver, "pool": ref.pool, "name": ref.device}
 
 
 def _drift(view: NodeView) -> tuple[str, ...]:

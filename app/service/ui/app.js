@@ -301,12 +301,43 @@
     return Object.entries(node.mig || {}).sort(([a], [b]) => a.localeCompare(b));
   }
 
-  // A node with GPU hardware: whole GPUs, or GPUs cut into MIG devices only.
+  // A node with GPU hardware: whole GPUs, GPUs cut into MIG devices only, or DRA devices.
   function isGpuNode(node) {
-    return node.gpus.length > 0 || migProfiles(node).length > 0;
+    return node.gpus.length > 0 || migProfiles(node).length > 0 || Boolean(node.dra);
+  }
+
+  // Who hands out the node's GPUs (docs/dra.md): shown where it is not the device plugin.
+  const OWNERS = { dra: "GPUs by DRA", mixed: "GPUs by device plugin and DRA (mixed)" };
+
+  // The node's owner and its DRA devices: held by claims, of those advertised.
+  function draFacts(node) {
+    const facts = [];
+    const owner = node.gpuOwner || "device-plugin";
+    if (OWNERS[owner]) {
+      facts.push(el("span", { class: `gpu-owner owner-${owner}`, "data-owner": owner, text: OWNERS[owner] }));
+    }
+    const dra = node.dra;
+    if (dra) {
+      const text = `DRA ${dra.held}/${dra.advertised} held` + (dra.unknown > 0 ? `, ${dra.unknown} unknown` : "");
+      const title = (dra.heldDevices || [])
+        .map((d) => `${d.name}: ${d.claims.join(", ")}` + (d.gpu === null ? ` (not counted: ${d.unmapped})` : ` (GPU ${d.gpu})`))
+        .join("\n");
+      facts.push(
+        el("span", {
+          class: "dra-devices",
+          "data-held": dra.held,
+          "data-advertised": dra.advertised,
+          "data-unknown": dra.unknown,
+          title: title || null,
+          text,
+        }),
+      );
+    }
+    return facts;
   }
 
   function modelOf(node) {
+    if (!node.gpuModel && node.gpus.length === 0 && node.dra) return "DRA devices only";
     return node.gpuModel || "unknown GPU model";
   }
 
@@ -317,6 +348,7 @@
       "data-node": node.name,
       "data-gpus": total,
       "data-free": node.freeGpus,
+      "data-owner": node.gpuOwner || "device-plugin",
       "aria-label": `Node ${node.name}`,
     });
     const facts = [];
@@ -324,8 +356,9 @@
       facts.push(el("span", { class: "gpu-model", text: node.gpuModel || "unknown GPU model" }));
       facts.push(el("span", { class: "gpu-free", text: `${node.freeGpus}/${total} GPUs free` }));
     } else {
-      facts.push(el("span", { class: "gpu-model", text: "no GPUs" }));
+      facts.push(el("span", { class: "gpu-model", text: node.dra ? "no GPUs of schedext's" : "no GPUs" }));
     }
+    facts.push(...draFacts(node));
     if (node.cpuMilli) {
       facts.push(
         el("span", {
