@@ -2,11 +2,11 @@
 
 Kubernetes Events, for decisions kube-scheduler does not report itself: a gang that timed
 out or gave its reservations back, an address claimed for a StatefulSet identity, an
-ElasticQuota that cannot apply. And the one pod write that is not an Event: the
-``schedext.io/requeued-at`` annotation on a pod filter turned away, once what it waited for
-is there: a gang member turned away for missing members, once they exist; a pod turned away
-for an address, GPUs, a share's room, a MIG device or quota headroom, once schedext sees it
-freed (see extender.capacity_waits).
+ElasticQuota that cannot apply, a DRA object schedext cannot read or count. And the one pod
+write that is not an Event: the ``schedext.io/requeued-at`` annotation on a pod filter turned
+away, once what it waited for is there: a gang member turned away for missing members, once
+they exist; a pod turned away for an address, GPUs, a share's room, a MIG device or quota
+headroom, once schedext sees it freed (see extender.capacity_waits).
 kube-scheduler retries a pod an extender rejected only on a cluster event it sees, and an
 update of the pod itself is one.
 
@@ -29,6 +29,7 @@ from extender import names
 
 __all__ = [
     "ApiEventRecorder",
+    "DraEvent",
     "EventRecorder",
     "LogEventRecorder",
     "NodeEvent",
@@ -72,7 +73,28 @@ class QuotaEvent:
     uid: str = ""
 
 
-Event = PodEvent | NodeEvent | QuotaEvent
+@dataclass(frozen=True, slots=True)
+class DraEvent:
+    """An event on a DRA object (``kubectl describe resourceclaim``): one schedext cannot
+    read, or a claim holding a device schedext cannot count."""
+
+    kind: str  # ResourceClaim | ResourceSlice | DeviceClass | DeviceTaintRule
+    key: str  # namespace/name for a ResourceClaim, the name otherwise
+    reason: str
+    message: str
+    warning: bool = True
+    uid: str = ""
+
+
+Event = PodEvent | NodeEvent | QuotaEvent | DraEvent
+
+# The API of each DRA kind an event can name (DeviceTaintRules are served in v1beta2 only).
+_DRA_VERSIONS = {
+    "ResourceClaim": "resource.k8s.io/v1",
+    "ResourceSlice": "resource.k8s.io/v1",
+    "DeviceClass": "resource.k8s.io/v1",
+    "DeviceTaintRule": "resource.k8s.io/v1beta2",
+}
 
 
 def _subject(event: Event) -> dict[str, str]:
@@ -80,6 +102,8 @@ def _subject(event: Event) -> dict[str, str]:
         return {"pod": event.pod}
     if isinstance(event, QuotaEvent):
         return {"elasticquota": event.quota}
+    if isinstance(event, DraEvent):
+        return {event.kind.lower(): event.key}
     return {"node": event.node}
 
 
@@ -186,6 +210,16 @@ class ApiEventRecorder:
                 "name": name,
                 "uid": event.uid,
             }
+        elif isinstance(event, DraEvent):
+            namespace, name = _dra_object(event)
+            involved = {
+                "apiVersion": _DRA_VERSIONS.get(event.kind, "resource.k8s.io/v1"),
+                "kind": event.kind,
+                "name": name,
+                "uid": event.uid,
+            }
+            if event.kind == "ResourceClaim":
+                involved["namespace"] = namespace
         elif isinstance(event, NodeEvent):
             # Node events live in "default", as the kubelet's own do.
             namespace, name = "default", event.node
@@ -216,3 +250,12 @@ class ApiEventRecorder:
             "count": 1,
         }
         await self._api.post(f"/api/v1/namespaces/{namespace}/events", body)
+
+
+def _dra_object(event: DraEvent) -> tuple[str, str]:
+    """The namespace of the event and the object's name: a claim's own namespace; a
+    cluster-scoped object's events live in "default", as a Node's do."""
+    if event.kind == "ResourceClaim":
+        namespace, _, name = event.key.partition("/")
+        return namespace, name
+    return "default", event.key

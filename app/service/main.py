@@ -25,6 +25,7 @@ from app.kube.readiness import Readiness
 from app.service import openapi
 from app.service.assembly import Service
 from app.service.cluster import ClusterSource
+from app.service.dra_problems import DraProblemReporter
 from app.service.gangs import GangWaiters
 from app.service.metrics import Metrics
 from app.service.node_problems import MixedNodeReporter, NodeProblemReporter
@@ -191,11 +192,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 async def _expire_reservations(service: Service) -> None:
     """Give back GPUs of binds that never completed (the bind call died mid-way), end the
     waits of gangs past their timeout (their waiting binds also notice on their own), stop
-    trusting stale live-use samples, and report node annotations that could not be read."""
+    trusting stale live-use samples, and report node annotations that could not be read, and
+    what DRA's claims ledger could not read or count (every ten seconds)."""
     period = min(1.0, service.settings.bind.reservation_ttl_s / 2)
 
     problems = NodeProblemReporter(service.events)
     mixed = MixedNodeReporter(service.events, fence=service.settings.dra.fence)
+    dra_problems = DraProblemReporter(service.events, service.metrics.dra_problems)
 
     def expire(scheduler: Scheduler) -> None:
         # Logged inside the call, so that these lines come before the gang effects' own.
@@ -211,6 +214,7 @@ async def _expire_reservations(service: Service) -> None:
     while True:
         await asyncio.sleep(period)
         service.core(expire)
+        dra_problems.check(service.scheduler, service.readiness, service.clock())
 
 
 async def _bad_request(_request: Request, error: Exception) -> Response:

@@ -127,6 +127,14 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self._dra_problems = Gauge(
+            "schedext_dra_problems",
+            "What DRA's claims ledger could not read, refused, or cannot count (a held device "
+            "that maps to no GPU on a node whose GPUs schedext counts), by kind of object; "
+            "each is logged and a Warning event on the object (docs/dra.md).",
+            ["kind"],
+            registry=self.registry,
+        )
         self._watch_progress: dict[str, float] = {}
         # Label children resolved once: .labels() costs a lock and a dict lookup per call.
         self._verb_latency = {verb: self._latency.labels(verb) for verb in VERBS}
@@ -192,6 +200,11 @@ class Metrics:
     def requeued(self, kind: str, count: int) -> None:
         """``count`` pods sent back to kube-scheduler, having waited for ``kind``."""
         self._requeues.labels(kind).inc(count)
+
+    def dra_problems(self, by_kind: Mapping[str, int]) -> None:
+        """The DRA problems found by the last pass (app.service.dra_problems), by kind."""
+        for kind, count in by_kind.items():
+            self._dra_problems.labels(kind).set(count)
 
     def victim_wait_started(self) -> None:
         self._victim_waiting.inc()

@@ -1,14 +1,20 @@
 """DRA in the views over real HTTP, from a snapshot that holds ResourceSlices, ResourceClaims
 and the pods naming them: ``/inventory``'s ``dra`` object per node, ``/explain``'s DRA lines,
-``kubectl schedext nodes``' OWNER and DRA columns."""
+``kubectl schedext nodes``' OWNER and DRA columns, and the ledger's problems reported (a
+Warning event on a claim naming a device no slice has, posted once) and counted
+(``schedext_dra_problems``)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import httpx
 import pytest
 
+from app.kube.events import DraEvent
 from app.plugin import tables
+from app.service.dra_problems import REASON
 from testbed.builders import H100, agent_annotations, make_node, make_pod
 from testbed.dra_builders import (
     dra_pod,
@@ -146,3 +152,25 @@ def test_the_plugins_nodes_table_has_owner_and_dra_columns(
     assert rows["dra-only"][1:7] == ["-", "0", "0", "-", "dra", "1/2"]
     assert rows["mixed"][5:7] == ["mixed", "3/4"]
     assert rows["plain"][5:7] == ["device-plugin", "-"]
+
+
+def scrape(server: RunningServer) -> dict[str, float]:
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    samples = (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    return {series: float(value) for series, value in samples}
+
+
+def test_a_claim_naming_a_device_no_slice_has_gets_one_warning_event_and_is_counted(
+    server: tuple[RunningServer, RecordedEvents],
+) -> None:
+    running, events = server
+    deadline = time.monotonic() + 10
+    while not events.events and time.monotonic() < deadline:
+        time.sleep(0.05)
+    warned = [e for e in events.events if isinstance(e, DraEvent)]
+    assert warned == [DraEvent("ResourceClaim", "ml/ghost", REASON, GHOST_WHY)]
+    metrics = scrape(running)
+    assert metrics['schedext_dra_problems{kind="ResourceClaim"}'] == 1
+    assert metrics['schedext_dra_problems{kind="ResourceSlice"}'] == 0
+    time.sleep(1.5)  # more passes of the loop: the same problem is not posted again
+    assert [e for e in events.events if isinstance(e, DraEvent)] == warned
