@@ -369,6 +369,8 @@ class PodRelist:
                 self._bound.append(holding)
                 if holding.group is not None:
                     self._members.append((uid, holding.group, None))
+                if _names_claims(pod) and (claims := decode_pod_claims(pod)) is not None:
+                    _charge(b, b.dra.upsert_pod(claims))  # who its claims are charged to
                 continue
             _upsert_pod(b, pod)  # pending: remembered for bind
             group = group_key(meta)
@@ -377,6 +379,7 @@ class PodRelist:
 
     def commit(self) -> None:
         b = self._books
+        _charge(b, b.dra.keep_pods(self._live))
         b.inventory.replace_bound(self._bound, live=self._live)
         b.gangs.replace_members(self._members)
         b.statefulsets.replace_identities(self._identities)

@@ -137,6 +137,10 @@ class ClaimsLedger:
         self._refused.pop(("Pod", uid), None)
         return self._rebuild(self._forget_pod(uid))
 
+    def keep_pods(self, live: set[str]) -> tuple[str, ...]:
+        """Forget the pods not in ``live`` (a pod relist's UIDs)."""
+        return _touched([self.delete_pod(uid) for uid in sorted(set(self._pods) - live)])
+
     def upsert_taint_rule(self, rule: TaintRule) -> tuple[str, ...]:
         if rule.name not in self._rules and self._full("DeviceTaintRule", rule.name, self._rules):
             return ()

@@ -240,3 +240,23 @@ def test_who_hands_out_a_nodes_gpus(
     steps: tuple[Callable[[Scheduler], object], ...], owner: str
 ) -> None:
     assert fed(*steps).gpu_owner("n1").value == owner
+
+
+def test_a_pod_relist_tells_the_ledger_whom_bound_pods_claims_serve() -> None:
+    pod = dra_pod("u1", node="n1", extended_claim="ext")
+    scheduler = fed(
+        lambda s: s.upsert_node(node()),
+        lambda s: s.upsert_resource_slice(dra_slice()),
+        lambda s: s.upsert_resource_claim(
+            resource_claim("ext", results=[result("n1", "gpu-2")], node="n1", reserved_for=["u1"])
+        ),
+    )
+    relist = scheduler.pod_relist()
+    relist.add([pod])
+    relist.commit()
+    assert free(scheduler) == (0, 1, 3)  # its nvidia.com/gpu: 1 is GPU 2, counted once
+    assert scheduler.dra_pod_key("u1") == "default/pod-u1"
+    gone = scheduler.pod_relist()
+    gone.add([])
+    gone.commit()
+    assert scheduler.dra_pod_key("u1") == ""
