@@ -131,9 +131,15 @@ def resource_claim(
     reserved_for: Sequence[str] = (),
     extended: bool = False,
     api_version: str | None = V1,
+    device_class: str = "gpu",
+    count: int | None = None,
+    request: str = "gpu",
+    selectors: Sequence[str] = (),
 ) -> Obj:
     """A claim; allocated when ``results`` is given (``node``: the allocation's node
-    selector, as kube-scheduler writes it for node-local devices)."""
+    selector, as kube-scheduler writes it for node-local devices). Its one request,
+    ``request``, asks ``device_class`` for ``count`` devices (the API's default, one, when
+    None), narrowed by the CEL ``selectors``."""
     status: Obj = {}
     if results is not None:
         allocation: Obj = {"devices": {"results": list(results)}}
@@ -148,13 +154,18 @@ def resource_claim(
         status["reservedFor"] = [
             {"resource": "pods", "name": f"pod-{uid}", "uid": uid} for uid in reserved_for
         ]
+    exactly: Obj = {"deviceClassName": device_class}
+    if count is not None:
+        exactly |= {"allocationMode": "ExactCount", "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
     meta: Obj = {"name": name, "namespace": namespace, "uid": f"claim-{namespace}-{name}"}
     if extended:
         meta["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
     obj: Obj = {
         "kind": "ResourceClaim",
         "metadata": meta,
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": exactly}]}},
         "status": status,
     }
     if api_version is not None:
