@@ -1,5 +1,5 @@
-"""The DRA benchmarks' inputs (loadtests/dra_payloads.py, the bench's DRA scenarios): the
-half-DRA cluster is what the brief of issue 31's benchmarks
+"""The DRA benchmarks' inputs (loadtests/dra_payloads.py, the bench's DRA scenarios, the sync
+benchmark's --claims plan): the half-DRA cluster is what the brief of issue 31's benchmarks
 says, reads without a problem in the claims ledger, and reaches the core through the relists
 the service's list+watch uses. No timing here."""
 
@@ -22,6 +22,7 @@ from extender.requests import pod_request
 from loadtests import dra_payloads, payloads
 from loadtests.bench import workload
 from loadtests.corebench import Core
+from loadtests.sync import Plan, spread_claims
 
 pytestmark = pytest.mark.unit
 
@@ -181,3 +182,44 @@ def test_each_dra_scenario_has_its_pod_and_cluster(
     assert ("resourceClaims" in built.pod["spec"]) == claim_pod
     assert bool(of_kind(built.cluster, "ResourceSlice")) == slices
     assert not workload.Workload.build(workload.WHOLE, 12, workload.PODS["h100"]).dra
+
+
+def test_claims_spread_evenly_over_the_dra_nodes_within_one_per_gpu() -> None:
+    assert spread_claims(20, 6, 8) == [4, 4, 3, 3, 3, 3]
+    assert spread_claims(0, 6, 8) == [0] * 6
+    assert sum(spread_claims(20_000, 2_500, 8)) == 20_000
+    with pytest.raises(ValueError, match="at most 48"):
+        spread_claims(49, 6, 8)
+
+
+def test_the_sync_plan_names_a_claim_per_gpu_on_the_dra_nodes() -> None:
+    plan = Plan.build(10, 100, gpu_fill=1.0, compact=True, claims=32)
+    summary = plan.summary()
+    assert summary["dra_nodes"] == 5
+    assert summary["claims"] == 32
+    holders = list(plan.holder_indices())
+    assert len(holders) == 32
+    assert len(plan.slices()) == 5
+    seen = set()
+    for index in holders:
+        pod = plan.pod(index)
+        name = plan.claim_name(index)
+        assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": name}]
+        assert not plan.gpu_ids(index)  # no device-plugin GPU on a DRA node
+        claim = plan.claim(index, "uid-1")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["pool"] == pod["spec"]["nodeName"]
+        seen.add((result["pool"], result["device"]))
+        assert claim["status"]["reservedFor"][0]["uid"] == "uid-1"
+        assert "status" not in dra_payloads.creatable_claim(claim)
+    assert len(seen) == 32  # one GPU each
+    for index in range(plan.pods):
+        if index not in set(holders):
+            assert "resourceClaims" not in plan.pod(index)["spec"]
+
+
+def test_the_sync_plan_without_claims_has_no_dra_node() -> None:
+    plan = Plan.build(10, 100, gpu_fill=1.0, compact=True)
+    assert plan.summary()["dra_nodes"] == 0
+    assert plan.slices() == []
+    assert list(plan.holder_indices()) == []
