@@ -6,7 +6,9 @@ The benchmark runs this file as a script (not ``-m``), one process per source tr
 core figures come from this same code. So it imports nothing of the repository but
 ``extender``, and of it only API that has long been stable (``Scheduler()``,
 ``replace_nodes``, ``replace_pods``, ``filter``, ``prioritize``, ``PackedNames.of``, and
-``replace_quotas`` where the tree has it): the baseline may be an older or a newer tree.
+``replace_quotas`` and the relists of DRA's kinds where the tree has them): the baseline may be
+an older or a newer tree. DeviceClasses, ResourceSlices and ResourceClaims in the cluster go
+through the relists the service's list+watch commits a first list with (app/service/cluster.py).
 
     python loadtests/corebench.py INPUT.json
 
@@ -34,6 +36,12 @@ import extender
 from extender.scheduler import Scheduler
 
 Packer = Callable[[list[str]], Sequence[str]]
+# DRA's kinds and the Scheduler's relist of each, in the order they are committed.
+DRA_RELISTS = (
+    ("DeviceClass", "device_class_relist"),
+    ("ResourceSlice", "resource_slice_relist"),
+    ("ResourceClaim", "resource_claim_relist"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,6 +85,14 @@ class Core:
         replace_quotas = getattr(self.scheduler, "replace_quotas", None)
         if replace_quotas is not None:
             replace_quotas([i for i in items if i["kind"] == "ElasticQuota"])
+        for kind, relist_name in DRA_RELISTS:
+            objects = [i for i in items if i["kind"] == kind]
+            # A tree from before DRA has no such relist: it times the cluster without them.
+            relist = getattr(self.scheduler, relist_name, None)
+            if objects and relist is not None:
+                batch = relist()
+                batch.add(objects)
+                batch.commit()
         self.round = 0  # the node orders cycle on across batches
 
     def run(self, rounds: int) -> dict[str, list[float]]:

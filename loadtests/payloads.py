@@ -244,22 +244,33 @@ def make_cluster(nodes: int, *, seed: int = 7, used_fraction: float = 0.4) -> di
     rng = random.Random(seed)
     items = [make_node(i, rng) for i in range(nodes)]
     pods: list[dict[str, Any]] = []
-    for node in items[:]:
+    for node in items:
         count = int(node["status"]["allocatable"].get("nvidia.com/gpu", 0))
-        used = sorted(
-            rng.sample(
-                range(count), int(count * used_fraction * rng.uniform(0.5, 1.5)) if count else 0
-            )
-        )
-        for start in range(0, len(used), 2):
-            ids = used[start : start + 2]
-            name = f"bound-{node['metadata']['name']}-{start}"
-            pods.append(
-                make_pod(
-                    name, gpus=len(ids), model=None, node=node["metadata"]["name"], gpu_ids=ids
-                )
-            )
+        used = used_gpus(count, rng, used_fraction)
+        pods += bound_gpu_pods(node["metadata"]["name"], used)
     return {"apiVersion": "v1", "kind": "List", "items": items + pods}
+
+
+def used_gpus(count: int, rng: random.Random, used_fraction: float) -> list[int]:
+    """The GPUs of a node of ``count`` held by pods (or claims): about ``used_fraction`` of
+    them (0.5 to 1.5 times it), chosen at random, sorted."""
+    held = int(count * used_fraction * rng.uniform(0.5, 1.5)) if count else 0
+    return sorted(rng.sample(range(count), held))
+
+
+def bound_gpu_pods(node: str, used: list[int]) -> list[dict[str, Any]]:
+    """Bound pods holding ``used`` (2 GPUs each, the last maybe 1) with schedext's
+    ``schedext.io/gpu-ids``, as :func:`make_cluster` places them."""
+    return [
+        make_pod(
+            f"bound-{node}-{start}",
+            gpus=len(used[start : start + 2]),
+            model=None,
+            node=node,
+            gpu_ids=used[start : start + 2],
+        )
+        for start in range(0, len(used), 2)
+    ]
 
 
 QUOTAS = 50  # ElasticQuotas in the quotas scenario

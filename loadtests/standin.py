@@ -9,9 +9,16 @@ with ``--events-per-bind 2`` (the default) ADDED for a pod created meanwhile. Th
 from a template (the benchmark's pod) renamed ``load-pod-N`` with uid ``load-uid-N``: the
 first ``--lead`` of them are pending in the first list, and each Binding creates the next.
 The custom resources schedext watches when they exist (PodGroups, IPPools, IPClaims) are
-missing here, as in a cluster without their CRDs; StatefulSets are an empty list.
+missing here, as in a cluster without their CRDs; StatefulSets are an empty list. Dynamic
+Resource Allocation (``resource.k8s.io``) is missing too, unless ``--dra``: then
+``resource.k8s.io/v1`` serves the cluster's ResourceSlices, ResourceClaims and DeviceClasses
+(none is an empty list) to list+watch, as kube-apiserver v1.36 does by default, and
+DeviceTaintRules (v1beta2, behind a gate) stay missing.
 
-Plain HTTP on 127.0.0.1, any token accepted. ``GET /standin/stats`` answers what was served.
+Events schedext records are answered 201 and counted. Plain HTTP on 127.0.0.1, any token
+accepted. ``GET /standin/stats`` answers what was served (Bindings, pod watch events, Events
+recorded, requests for what it does not serve, and with ``--dra`` the lists of each DRA
+collection).
 
     python -m loadtests.standin --cluster cluster.json --template pod.json --port 8001
 """
@@ -26,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +48,13 @@ LOAD_POD = "load-pod-{}"
 LOAD_UID = "load-uid-{}"
 # CRDs not installed here, and no Dynamic Resource Allocation (resource.k8s.io) served.
 _MISSING = ("/apis/scheduling.x-k8s.io/", "/apis/schedext.io/", "/apis/resource.k8s.io/")
+DRA_V1 = "resource.k8s.io/v1"
+# With --dra: the collections of resource.k8s.io/v1 served, and the kind of their items.
+DRA_KINDS = {
+    "resourceslices": "ResourceSlice",
+    "resourceclaims": "ResourceClaim",
+    "deviceclasses": "DeviceClass",
+}
 _STATUS = orjson.dumps({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
 
 
@@ -70,14 +84,26 @@ class _Cluster:
         self.version = 1000
         self.nodes = [i for i in cluster["items"] if i.get("kind") == "Node"]
         bound = [i for i in cluster["items"] if i.get("kind") == "Pod"]
+        self.dra = {
+            plural: [i for i in cluster["items"] if i.get("kind") == kind]
+            for plural, kind in DRA_KINDS.items()
+        }
         self.pods = bound + [load_pod(template, i) for i in range(lead)]
         self.created = lead
         self.watchers: set[asyncio.Queue[bytes]] = set()
-        self.stats: dict[str, Any] = {"bindings": 0, "events": 0, "unexpected": []}
+        self.stats: dict[str, Any] = {
+            "bindings": 0,
+            "events": 0,
+            "unexpected": [],
+            "lists": {},
+            "recorded": 0,
+        }
 
-    def listing(self, kind: str, items: list[JSON]) -> bytes:
+    def listing(self, kind: str, items: list[JSON], api_version: str = "v1") -> bytes:
         meta = {"resourceVersion": str(self.version)}
-        return orjson.dumps({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": items})
+        return orjson.dumps(
+            {"kind": kind, "apiVersion": api_version, "metadata": meta, "items": items}
+        )
 
     def bound(self, binding: JSON, namespace: str, name: str) -> None:
         """The events of a pod bound (and, with two per bind, of one created)."""
@@ -101,7 +127,7 @@ class _Cluster:
         self.stats["events"] += 1
 
 
-def _app(cluster: _Cluster) -> web.Application:
+def _app(cluster: _Cluster, *, dra: bool = False) -> web.Application:
     async def nodes(request: web.Request) -> web.StreamResponse:
         if "watch" in request.query:
             return await _quiet_watch(request)
@@ -132,6 +158,25 @@ def _app(cluster: _Cluster) -> web.Application:
         cluster.bound(body, request.match_info["namespace"], request.match_info["name"])
         return web.Response(body=_STATUS, status=201, content_type="application/json")
 
+    def dra_collection(plural: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        kind = f"{DRA_KINDS[plural]}List"
+
+        async def collection(request: web.Request) -> web.StreamResponse:
+            if "watch" in request.query:
+                return await _quiet_watch(request)
+            lists = cluster.stats["lists"]
+            lists[plural] = lists.get(plural, 0) + 1
+            return web.Response(body=cluster.listing(kind, cluster.dra[plural], DRA_V1))
+
+        return collection
+
+    async def record(request: web.Request) -> web.Response:
+        """An Event schedext records (a Warning on a node, a pod's FailedScheduling): taken
+        as kube-apiserver takes it, and counted."""
+        await request.read()
+        cluster.stats["recorded"] += 1
+        return web.Response(body=_STATUS, status=201, content_type="application/json")
+
     async def stats(_request: web.Request) -> web.Response:
         return web.Response(body=orjson.dumps(cluster.stats), content_type="application/json")
 
@@ -145,7 +190,11 @@ def _app(cluster: _Cluster) -> web.Application:
     app.router.add_get("/api/v1/nodes", nodes)
     app.router.add_get("/api/v1/pods", pods)
     app.router.add_get("/apis/apps/v1/statefulsets", statefulsets)
+    if dra:
+        for plural in DRA_KINDS:
+            app.router.add_get(f"/apis/{DRA_V1}/{plural}", dra_collection(plural))
     app.router.add_post("/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+    app.router.add_post("/api/v1/namespaces/{namespace}/events", record)
     app.router.add_get("/standin/stats", stats)
     app.router.add_route("*", "/{tail:.*}", other)
     return app
@@ -165,8 +214,8 @@ async def _quiet_watch(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def _serve(cluster: _Cluster, port: int) -> None:
-    runner = web.AppRunner(_app(cluster), access_log=None, handle_signals=True)
+async def _serve(cluster: _Cluster, port: int, *, dra: bool = False) -> None:
+    runner = web.AppRunner(_app(cluster, dra=dra), access_log=None, handle_signals=True)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     await asyncio.Event().wait()
@@ -187,6 +236,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0.0,
         help="answer each Binding (and send its events) this long after it came",
     )
+    parser.add_argument(
+        "--dra",
+        action="store_true",
+        help="serve resource.k8s.io/v1: the cluster's ResourceSlices, ResourceClaims and "
+        "DeviceClasses",
+    )
     args = parser.parse_args(argv)
     cluster = _Cluster(
         orjson.loads(args.cluster.read_bytes()),
@@ -196,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         delay_s=args.binding_delay_ms / 1000,
     )
     with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(_serve(cluster, args.port))
+        uvloop.run(_serve(cluster, args.port, dra=args.dra))
     return 0
 
 
@@ -213,9 +268,11 @@ class StandIn:
         name: str,
         delay_ms: float = 0.0,
         events_per_bind: int = 2,
+        lead: int = 8,
+        dra: bool = False,
     ) -> None:
         self.cluster, self.template, self.delay_ms = cluster, template, delay_ms
-        self.events_per_bind = events_per_bind
+        self.events_per_bind, self.lead, self.dra = events_per_bind, lead, dra
         self.kubeconfig = workdir / f"{name}-kubeconfig.yaml"
         self.log = workdir / f"{name}-standin.log"
         self.port = _free_port()
@@ -225,7 +282,8 @@ class StandIn:
             sys.executable, "-m", "loadtests.standin", "--cluster", str(self.cluster),
             "--template", str(self.template), "--port", str(self.port),
             "--binding-delay-ms", str(self.delay_ms),
-            "--events-per-bind", str(self.events_per_bind),
+            "--events-per-bind", str(self.events_per_bind), "--lead", str(self.lead),
+            *(["--dra"] if self.dra else []),
         ]  # fmt: skip
         self._log = self.log.open("wb")
         # this module, this interpreter, arguments built here

@@ -20,7 +20,18 @@ With ``--reps R`` step 2 runs R times (the median is reported); with ``--baselin
 checkout's schedext is measured on the same cluster, its cold syncs alternating with this
 tree's, and its steady state after this tree's.
 
+With ``--claims C`` half the nodes are DRA's (``loadtests.dra_payloads``: 8 GPUs each, no
+``nvidia.com/gpu`` allocatable, the node agent's UUIDs), and C of the pods on them each name a
+ResourceClaim of their own (``spec.resourceClaims``), the claims spread evenly over the DRA
+nodes (at most 8 per node: one GPU each). Step 2 then runs twice on the same nodes and pods:
+first before any DRA object exists, then after the DeviceClass ``gpu.nvidia.com``, a
+ResourceSlice per DRA node and the C claims are created, each claim allocated on its pod's
+node and reserved for that pod through the ``/status`` subresource (a create drops a status),
+as kube-scheduler's DynamicResources plugin writes it. The report puts the two side by side;
+the steady state follows on the cluster with the claims.
+
     python -m loadtests.sync                           # 5,000 nodes, 100,000 pods
+    python -m loadtests.sync --claims 20000            # and 20,000 claims on 2,500 DRA nodes
     python -m loadtests.sync --reps 3 --baseline ../schedext-before
     python -m loadtests.sync --nodes 500 --pods 10000 --json sync.json
     python -m loadtests.sync --profile sync.prof  # cold sync only, under cProfile
@@ -30,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import math
@@ -45,7 +57,7 @@ from typing import Any
 
 import httpx
 
-from loadtests import kubeload
+from loadtests import dra_payloads, kubeload
 from loadtests.kubeload import Call, RestPool, SchedextProcess
 from testbed.controlplane import ControlPlane
 
@@ -55,12 +67,25 @@ PRIORITY_CLASS = ("research", 1000)  # payloads.make_pod's priorityClassName
 CREATE = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 DELETE_NOW = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+DRA = "/apis/resource.k8s.io/v1"
+HOLDER_LABEL = "schedext-bench/claim-holder"  # on the pods that name a claim
 TARGET_READY_S = 20.0
 TARGET_RSS_MIB = 1024.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:  # before anything starts: a plan that cannot be is a usage error
+        plan = Plan.build(
+            args.nodes,
+            args.pods,
+            gpu_fill=args.gpu_fill,
+            compact=not args.fat_pods,
+            claims=args.claims,
+        )
+    except ValueError as error:
+        parser.error(str(error))
     kubeload.exit_on_signals()
     report: JSON = {"machine": kubeload.machine_info(), "params": _params(args)}
     started = time.monotonic()
@@ -69,7 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         kubeload.control_plane(args.apiserver_arg) as cp,
         RestPool(cp, args.concurrency) as pool,
     ):
-        plan = Plan.build(args.nodes, args.pods, gpu_fill=args.gpu_fill, compact=not args.fat_pods)
         report["cluster"] = plan.summary()
         report["fill"] = _fill(pool, plan)
         report["objects"] = _object_sizes(pool, cp.etcd_url)
@@ -77,16 +101,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.baseline is not None:
             trees["baseline"] = args.baseline.resolve()
         sampler = kubeload.Sampler(args.py_spy, args.py_spy_dir or Path(workdir))
-        runs: dict[str, list[JSON]] = {name: [] for name in trees}
+        cold = functools.partial(
+            _cold_syncs, cp, Path(workdir), args, trees=trees, plan=plan, sampler=sampler
+        )
         # Cold syncs first, the trees alternating (the machine's load drifts), all on the same
         # untouched cluster; then the steady state of each tree, which deletes a few pods.
-        for rep in range(args.reps):
-            for name, root in trees.items() if rep % 2 == 0 else reversed(trees.items()):
-                log = Path(workdir) / f"schedext-{name}-{rep}.log"
-                with _schedext(cp, log, args, root) as schedext:
-                    runs[name].append(_cold_sync(schedext, plan, args.ready_timeout, sampler))
+        runs = cold(prefix="")
         report["cold_sync"] = _median_run(runs["current"])
         report["cold_runs"] = runs
+        if plan.claims:
+            # The same nodes and pods, now with DRA's objects: slices, claims, the class.
+            report["dra_fill"] = _fill_dra(pool, plan)
+            dra_runs = cold(prefix="dra-")
+            report["dra_cold_sync"] = _median_run(dra_runs["current"])
+            report["dra_cold_runs"] = dra_runs
         if args.profile is None:
             report["steady_by_tree"] = {}
             for offset, (name, root) in enumerate(trees.items()):
@@ -107,6 +135,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     return 0
+
+
+def _cold_syncs(
+    cp: ControlPlane,
+    workdir: Path,
+    args: argparse.Namespace,
+    *,
+    trees: dict[str, Path],
+    plan: Plan,
+    sampler: kubeload.Sampler,
+    prefix: str,
+) -> dict[str, list[JSON]]:
+    """``--reps`` cold syncs of every tree, the trees alternating; each tree's runs.
+    ``prefix`` "dra-": DRA's objects exist now (the inventory is checked for them)."""
+    runs: dict[str, list[JSON]] = {name: [] for name in trees}
+    for rep in range(args.reps):
+        for name, root in trees.items() if rep % 2 == 0 else reversed(trees.items()):
+            log = workdir / f"schedext-{prefix}{name}-{rep}.log"
+            with _schedext(cp, log, args, root) as schedext:
+                runs[name].append(
+                    _cold_sync(schedext, plan, args.ready_timeout, sampler, dra=prefix == "dra-")
+                )
+    return runs
 
 
 @contextlib.contextmanager
@@ -134,6 +185,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--nodes", type=int, default=5000, help="N nodes (default 5000)")
     parser.add_argument("--pods", type=int, default=100_000, help="M bound pods (default 100000)")
+    parser.add_argument(
+        "--claims",
+        type=int,
+        default=0,
+        help="C ResourceClaims on half the nodes, made DRA's (default 0: no DRA); cold syncs "
+        "before and after they exist",
+    )
     parser.add_argument("--updates", type=int, default=5000, help="K pod PATCHes (default 5000)")
     parser.add_argument("--update-rate", type=float, default=200.0, help="PATCHes per second")
     parser.add_argument("--concurrency", type=int, default=48, help="requests in flight (fill)")
@@ -202,21 +260,87 @@ def gpu_sets(gpus: int, fill: float) -> list[tuple[int, ...]]:
     return sets
 
 
+def spread_claims(claims: int, dra_nodes: int, per_node: int) -> list[int]:
+    """How many of ``claims`` each of ``dra_nodes`` nodes gets: evenly, the first ones one
+    more; ValueError if more than ``per_node`` would land on a node."""
+    if claims < 0:
+        raise ValueError("--claims must be >= 0")
+    if claims and claims > dra_nodes * per_node:
+        raise ValueError(
+            f"--claims {claims}: at most {dra_nodes * per_node:,} here ({dra_nodes:,} DRA "
+            f"nodes, {per_node} claims each: one per GPU and per pod of the node)"
+        )
+    base, extra = divmod(claims, dra_nodes) if dra_nodes else (0, 0)
+    return [base + (j < extra) for j in range(dra_nodes)]
+
+
 @dataclass(frozen=True)
 class Plan:
-    """Which pod goes where: pod i is the (i // N)-th pod of node i % N."""
+    """Which pod goes where: pod i is the (i // N)-th pod of node i % N. With claims, the
+    first ``claims_on[n]`` pods of DRA node n each name a claim holding one of its GPUs."""
 
     nodes: list[JSON]
     layouts: list[list[tuple[int, ...]]]  # per node: GPU ids of its GPU pods, in order
     pods: int
     compact: bool
+    claims_on: tuple[int, ...] = ()  # per node: how many claims (0 on the device plugin's)
 
     @classmethod
-    def build(cls, nodes: int, pods: int, *, gpu_fill: float, compact: bool) -> Plan:
+    def build(
+        cls, nodes: int, pods: int, *, gpu_fill: float, compact: bool, claims: int = 0
+    ) -> Plan:
         rng = random.Random(7)
-        objects = [kubeload.gpu_node(i, rng) for i in range(nodes)]
+        objects = []
+        for i in range(nodes):
+            if claims and dra_payloads.is_dra_index(i):
+                node = kubeload.gpu_node(i, rng, eight_gpus=True)
+                objects.append(dra_payloads.as_dra_node(node))
+            else:
+                objects.append(kubeload.gpu_node(i, rng))
         layouts = [gpu_sets(kubeload.node_gpus(n), gpu_fill) for n in objects]
-        return cls(objects, layouts, pods, compact)
+        dra = [i for i in range(nodes) if claims and dra_payloads.is_dra_index(i)]
+        per_node = min(dra_payloads.DRA_GPUS, pods // max(nodes, 1))
+        counts = dict(zip(dra, spread_claims(claims, len(dra), per_node), strict=True))
+        claims_on = tuple(counts.get(i, 0) for i in range(nodes)) if claims else ()
+        return cls(objects, layouts, pods, compact, claims_on)
+
+    @property
+    def claims(self) -> int:
+        return sum(self.claims_on)
+
+    def is_dra(self, node: int) -> bool:
+        return bool(self.claims_on) and dra_payloads.is_dra_index(node)
+
+    def claim_name(self, index: int) -> str | None:
+        """The claim pod ``index`` names, if it names one: it holds GPU k of the node for
+        the node's k-th pod."""
+        node, k = self.slot(index)
+        if not self.claims_on or k >= self.claims_on[node]:
+            return None
+        return f"c-{node:05d}-{k}"
+
+    def holder_indices(self) -> Iterator[int]:
+        """The pods that name a claim."""
+        return (i for i in range(self.pods) if self.claim_name(i) is not None)
+
+    def claim(self, index: int, pod_uid: str | None) -> JSON:
+        """The claim of pod ``index``, allocated (GPU k of its node) and reserved for it."""
+        node, k = self.slot(index)
+        name = self.claim_name(index)
+        if name is None:
+            raise ValueError(f"pod {self.name(index)} names no claim")
+        return dra_payloads.allocated_claim(
+            name,
+            self.nodes[node]["metadata"]["name"],
+            [k],
+            pod=self.name(index),
+            pod_uid=pod_uid,
+            namespace=NAMESPACE,
+        )
+
+    def slices(self) -> list[JSON]:
+        """A ResourceSlice per DRA node, as NVIDIA's DRA driver publishes it."""
+        return [dra_payloads.node_slice(n) for i, n in enumerate(self.nodes) if self.is_dra(i)]
 
     def slot(self, index: int) -> tuple[int, int]:
         return index % len(self.nodes), index // len(self.nodes)
@@ -232,19 +356,26 @@ class Plan:
 
     def pod(self, index: int) -> JSON:
         node, _ = self.slot(index)
-        return kubeload.pod_object(
+        pod = kubeload.pod_object(
             self.name(index),
             NAMESPACE,
             node=self.nodes[node]["metadata"]["name"],
             gpu_ids=self.gpu_ids(index),
             compact=self.compact,
         )
+        claim = self.claim_name(index)
+        if claim is not None:  # a CPU pod's shape, its GPU from the claim it names
+            pod["metadata"]["labels"][HOLDER_LABEL] = "true"
+            pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+            pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+        return pod
 
     def gpu_pod_indices(self) -> Iterator[int]:
         return (i for i in range(self.pods) if self.gpu_ids(i))
 
     def summary(self) -> JSON:
         held = [len(self.gpu_ids(i)) for i in range(self.pods)]
+        dra_nodes = sum(1 for i in range(len(self.nodes)) if self.is_dra(i))
         return {
             "nodes": len(self.nodes),
             "gpu_nodes": sum(1 for n in self.nodes if kubeload.node_gpus(n)),
@@ -252,6 +383,9 @@ class Plan:
             "pods": self.pods,
             "gpu_pods": sum(1 for h in held if h),
             "held_gpus": sum(held),
+            "dra_nodes": dra_nodes,
+            "dra_gpus": dra_nodes * dra_payloads.DRA_GPUS,
+            "claims": self.claims,
         }
 
 
@@ -273,6 +407,53 @@ def _fill(pool: RestPool, plan: Plan) -> JSON:
         "pods_cpu_s": meter.read(),
         "concurrency": pool.concurrency,
     }
+
+
+def _fill_dra(pool: RestPool, plan: Plan) -> JSON:
+    """DRA's objects for the plan's claims: the DeviceClass, a slice per DRA node, and each
+    claim created, then allocated and reserved for its pod through ``/status``."""
+    pool.call("POST", f"{DRA}/deviceclasses", dra_payloads.gpu_device_class())
+    slices = pool.run("slices", (("POST", f"{DRA}/resourceslices", piece, CREATE)
+                                 for piece in plan.slices()))  # fmt: skip
+    _check(slices)
+    uids = _holder_uids(pool)
+    path = f"{DRA}/namespaces/{NAMESPACE}/resourceclaims"
+    holders = list(plan.holder_indices())
+    missing = [plan.name(i) for i in holders if plan.name(i) not in uids]
+    if missing:
+        raise RuntimeError(f"{len(missing)} claim holders not listed, e.g. {missing[:3]}")
+    claims = [plan.claim(i, uids[plan.name(i)]) for i in holders]
+    created = pool.run(
+        "claims",
+        (("POST", path, dra_payloads.creatable_claim(c), CREATE) for c in claims),
+        progress_s=15,
+    )
+    _check(created)
+    statuses = pool.run(
+        "claim statuses",
+        (
+            ("PATCH", f"{path}/{c['metadata']['name']}/status", dra_payloads.claim_status(c),
+             MERGE_PATCH)
+            for c in claims
+        ),
+        progress_s=15,
+    )  # fmt: skip
+    _check(statuses)
+    return {"slices": slices.summary(), "claims": created.summary(), "statuses": statuses.summary()}
+
+
+def _holder_uids(pool: RestPool) -> dict[str, str]:
+    """Name -> UID of the pods that name a claim (their claims' ``reservedFor`` needs it)."""
+    uids: dict[str, str] = {}
+    params = {"labelSelector": f"{HOLDER_LABEL}=true", "limit": "5000"}
+    while True:
+        page = pool.call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods", params=params)
+        for pod in page["items"]:
+            uids[pod["metadata"]["name"]] = pod["metadata"]["uid"]
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return uids
+        params = {**params, "continue": token}
 
 
 def _check(batch: kubeload.Batch) -> None:
@@ -300,7 +481,12 @@ def _object_sizes(pool: RestPool, etcd_url: str) -> JSON:
 
 
 def _cold_sync(
-    schedext: SchedextProcess, plan: Plan, timeout: float, sampler: kubeload.Sampler
+    schedext: SchedextProcess,
+    plan: Plan,
+    timeout: float,
+    sampler: kubeload.Sampler,
+    *,
+    dra: bool = False,
 ) -> JSON:
     meter = kubeload.CpuMeter(kubeload.process_ids(("kube-apiserver", "etcd"))).start()
     schedext.start()
@@ -322,26 +508,48 @@ def _cold_sync(
     }
     if profile is not None:
         figures["py_spy"] = profile
-    figures["inventory"] = _check_inventory(schedext, plan)
+    figures["inventory"] = _check_inventory(schedext, plan, dra=dra)
     return figures
 
 
-def _check_inventory(schedext: SchedextProcess, plan: Plan) -> JSON:
-    """schedext must hold every node and exactly the GPUs the pods' annotations name."""
+def _check_inventory(schedext: SchedextProcess, plan: Plan, *, dra: bool = False) -> JSON:
+    """schedext must hold every node and exactly the GPUs the pods' annotations name. With
+    ``dra`` (the slices and claims exist), it must see every DRA node as DRA's, and its GPU
+    counts may also include the DRA nodes' GPUs with the claims' held (a core that counts
+    them in the inventory)."""
     scrape = schedext.scrape()
     expected = plan.summary()
-    seen = {
+    seen: JSON = {
         "nodes": int(scrape.total("schedext_inventory_nodes")),
         "gpus": int(scrape.total("schedext_inventory_gpus")),
         "held_gpus": int(
             scrape.total("schedext_inventory_gpus") - scrape.total("schedext_inventory_gpus_free")
         ),
     }
-    wrong = {k: (v, expected[k]) for k, v in seen.items() if v != expected[k]}
-    if wrong:
+    readings = [expected]
+    if dra:
+        readings.append(
+            expected
+            | {
+                "gpus": expected["gpus"] + expected["dra_gpus"],
+                "held_gpus": expected["held_gpus"] + expected["claims"],
+            }
+        )
+    matching = [r for r in readings if all(seen[k] == r[k] for k in ("nodes", "gpus", "held_gpus"))]
+    if not matching:
+        wrong = {k: (v, [r[k] for r in readings]) for k, v in seen.items()}
         raise RuntimeError(
             f"schedext inventory disagrees with the cluster (seen, expected): {wrong}"
         )
+    if dra:
+        seen["dra_gpus_counted"] = matching[0] is not expected
+        nodes = schedext.get("/inventory").json()["nodes"]
+        seen["dra_nodes"] = sum(1 for n in nodes if n.get("gpuOwner") == "dra")
+        if seen["dra_nodes"] != expected["dra_nodes"]:
+            raise RuntimeError(
+                f"schedext sees {seen['dra_nodes']} nodes whose GPUs DRA owns, expected "
+                f"{expected['dra_nodes']}"
+            )
     return seen
 
 
@@ -490,6 +698,7 @@ def _print(report: JSON) -> None:
     for label, value, target in rows:
         print(f"  {label:<{width}}{value}{'   (' + target + ')' if target else ''}")
     _print_comparison(report)
+    _print_dra(report)
     print(f"  total benchmark time: {report['total_s']:.0f} s")
 
 
@@ -517,6 +726,55 @@ def _print_comparison(report: JSON) -> None:
             f"   {max(r['vm_hwm_at_ready_mib'] for r in tree_runs):>12,.0f}"
             f"   {per_update:>22}"
         )
+
+
+def _print_dra(report: JSON) -> None:
+    """With --claims: each tree's cold syncs before the DRA objects existed and after, side
+    by side, and the medians' ratios (peak RSS: the highest of the runs)."""
+    if "dra_cold_runs" not in report:
+        return
+    c, fill = report["cluster"], report["dra_fill"]
+    print(
+        f"\n  DRA: {c['dra_nodes']:,} of the nodes DRA's ({c['dra_gpus']:,} GPUs in "
+        f"{fill['slices']['done']:,} ResourceSlices), {c['claims']:,} ResourceClaims "
+        f"(created in {fill['claims']['seconds']:.1f} s, allocated through /status in "
+        f"{fill['statuses']['seconds']:.1f} s); the same nodes and pods without and with them"
+    )
+    print("  tree       DRA objects    ready s (each run)        median   schedext CPU s"
+          "   kube-apiserver CPU s   peak RSS MiB")  # fmt: skip
+    for name in report["cold_runs"]:
+        phases = [report["cold_runs"][name], report["dra_cold_runs"][name]]
+        figures = [_sync_figures(runs) for runs in phases]
+        for label, runs, values in zip(("without", "with"), phases, figures, strict=True):
+            each = ", ".join(f"{r['ready_s']:.1f}" for r in runs)
+            cells = "   ".join(f"{v:>{w}.1f}" for v, w in zip(values, _WIDTHS, strict=True))
+            print(f"  {name:<10} {label:<14} {each:<25} {cells}")
+        ratios = "   ".join(
+            f"{_ratio(after, before):>{w}}"
+            for after, before, w in zip(figures[1], figures[0], _WIDTHS, strict=True)
+        )
+        print(f"  {name:<10} {'with/without':<14} {'':<25} {ratios}")
+
+
+_WIDTHS = (6, 14, 20, 12)  # the columns of _sync_figures
+
+
+def _sync_figures(runs: list[JSON]) -> tuple[float, float, float, float]:
+    """The median run's ready s, schedext and kube-apiserver CPU s; the highest peak RSS."""
+    median = _median_run(runs)
+    cpu = median["cpu_s"]
+    return (
+        median["ready_s"],
+        cpu.get("schedext", math.nan),
+        cpu.get("kube-apiserver", math.nan),
+        max(r["vm_hwm_at_ready_mib"] for r in runs),
+    )
+
+
+def _ratio(after: float, before: float) -> str:
+    if not after or not before or math.isnan(after) or math.isnan(before):
+        return "-"
+    return f"{after / before:.2f}x"
 
 
 def _cpu_line(cpu: JSON) -> str:

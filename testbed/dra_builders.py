@@ -133,10 +133,13 @@ def resource_claim(
     api_version: str | None = V1,
     device_class: str = "gpu",
     count: int | None = None,
+    request: str = "gpu",
+    selectors: Sequence[str] = (),
 ) -> Obj:
-    """A claim asking ``count`` devices of ``device_class`` (None: the default, one);
-    allocated when ``results`` is given (``node``: the allocation's node selector, as
-    kube-scheduler writes it for node-local devices)."""
+    """A claim; allocated when ``results`` is given (``node``: the allocation's node
+    selector, as kube-scheduler writes it for node-local devices). Its one request,
+    ``request``, asks ``device_class`` for ``count`` devices (the API's default, one, when
+    None), narrowed by the CEL ``selectors``."""
     status: Obj = {}
     if results is not None:
         allocation: Obj = {"devices": {"results": list(results)}}
@@ -151,16 +154,18 @@ def resource_claim(
         status["reservedFor"] = [
             {"resource": "pods", "name": f"pod-{uid}", "uid": uid} for uid in reserved_for
         ]
-    meta: Obj = {"name": name, "namespace": namespace, "uid": f"claim-{namespace}-{name}"}
     exactly: Obj = {"deviceClassName": device_class}
     if count is not None:
         exactly |= {"allocationMode": "ExactCount", "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    meta: Obj = {"name": name, "namespace": namespace, "uid": f"claim-{namespace}-{name}"}
     if extended:
         meta["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
     obj: Obj = {
         "kind": "ResourceClaim",
         "metadata": meta,
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": exactly}]}},
         "status": status,
     }
     if api_version is not None:

@@ -17,6 +17,16 @@ borrowing over its min. Each has its floor (its own server's constant answer), a
 also prints, per size, each scenario over whole. Whenever more than one server runs (two
 scenarios, or a baseline), all of them share one CPU, and so do the cores.
 
+The DRA scenarios (issue 31; ``loadtests/dra_payloads.py``): *dra*, whole's cluster with half
+its nodes DRA's (8 GPUs each in a ``gpu.nvidia.com`` ResourceSlice, no ``nvidia.com/gpu``,
+about 40 % of them held by allocated claims of bound pods; the DeviceClass serving
+``nvidia.com/gpu``) and the whole pod; *claim* and *dra-claim*, whole's and dra's clusters
+with a pod asking for the same GPUs through a ResourceClaim, made and not yet allocated. A
+snapshot holds no DRA objects: in a run with one of them every server lists and watches a
+stand-in API server of its scenario (``resource.k8s.io/v1`` served), the rounds starting once
+the servers are done recording Events. It then also prints half DRA over no DRA per pod (dra
+over whole, dra-claim over claim).
+
 With ``--baseline DIR`` (another checkout of schedext, e.g. ``git worktree add --detach
 ../schedext-before <commit>``, its compiled part built with ``setup.py build_ext --inplace``)
 both trees' servers run on the same snapshot, each on its own connection, and every round
@@ -42,6 +52,7 @@ round trip idle and loaded, and where schedext's own ``schedext_request_stage_se
     python -m loadtests.bench --nodes 5000 --rounds 1000 --baseline ../schedext-before
     python -m loadtests.bench --nodes 5000 --rounds 2000 --scenarios whole,shares
     python -m loadtests.bench --nodes 5000 --rounds 1000 --scenarios whole,quotas
+    python -m loadtests.bench --nodes 5000 --rounds 2000 --scenarios whole,claim,dra,dra-claim
     python -m loadtests.bench --nodes 1000 --rounds 1000 --pod any --load
 
 The package: ``cli`` (the flags, and the order of things), ``workload`` (the scenarios and

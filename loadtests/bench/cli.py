@@ -14,7 +14,16 @@ from loadtests.bench import report
 from loadtests.bench.loaded import bench_size_loaded
 from loadtests.bench.runs import bench_size
 from loadtests.bench.servers import ROOT, shared_cpu
-from loadtests.bench.workload import BASELINE, PODS, SCENARIOS, THIS, WHOLE, Row, Workload
+from loadtests.bench.workload import (
+    BASELINE,
+    DRA_SCENARIOS,
+    PODS,
+    SCENARIOS,
+    THIS,
+    WHOLE,
+    Row,
+    Workload,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,11 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.baseline is not None:
         trees[BASELINE] = args.baseline
     cpu = shared_cpu() if len(trees) * len(scenarios) > 1 else None
-    on_cpu = f"; every server and core on CPU {cpu}" if cpu is not None else ""
-    if args.baseline is not None:
-        print(f"this tree: {_describe(ROOT)}; baseline: {_describe(args.baseline)}{on_cpu}")
-    elif len(scenarios) > 1:
-        print(f"scenarios: {', '.join(scenarios)}{on_cpu}")
+    _print_setup(args, scenarios, cpu)
     with_tree, with_scenario = len(trees) > 1, len(scenarios) > 1
     results: list[Row] = []
     if args.load:
@@ -68,9 +73,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             report.print_comparison(results)
         if WHOLE in scenarios and with_scenario:
             report.print_scenarios(results)
+        if any("p50_vs_no_dra" in r for r in results):
+            report.print_dra(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
+
+
+def _print_setup(args: argparse.Namespace, scenarios: list[str], cpu: int | None) -> None:
+    """What runs where: the trees or the scenarios, the CPU they share, and where the
+    servers' clusters come from."""
+    on_cpu = f"; every server and core on CPU {cpu}" if cpu is not None else ""
+    if args.baseline is not None:
+        print(f"this tree: {_describe(ROOT)}; baseline: {_describe(args.baseline)}{on_cpu}")
+    elif len(scenarios) > 1:
+        print(f"scenarios: {', '.join(scenarios)}{on_cpu}")
+    if DRA_SCENARIOS & set(scenarios) and not args.load:
+        print(
+            "served from a stand-in API server's list+watch per scenario (resource.k8s.io/v1 "
+            "included), not from snapshots"
+        )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,7 +119,12 @@ def _parser() -> argparse.ArgumentParser:
         "40 %% of the GPUs held, a pod asking for whole GPUs); shares (8 GPUs of 80 GiB per "
         "node, half of them holding shares, a pod asking for a 10 GiB share with 25 %% of the "
         "cores; one node in three has room); quotas (whole's cluster and pod, plus 50 "
-        "ElasticQuotas, the pod's namespace borrowing over its min). Default: whole",
+        "ElasticQuotas, the pod's namespace borrowing over its min); claim (whole's cluster, "
+        "a pod asking for --pod's GPUs through a ResourceClaim, not yet allocated); dra (half "
+        "the nodes' GPUs published by NVIDIA's DRA driver in ResourceSlices, 8 per node, about "
+        "40 %% held by allocated claims of bound pods; the other half whole's; --pod's pod); "
+        "dra-claim (dra's cluster, claim's pod). The DRA scenarios are served from a stand-in "
+        "API server, and so is every scenario beside them. Default: whole",
     )
     parser.add_argument(
         "--baseline",

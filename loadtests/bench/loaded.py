@@ -86,6 +86,7 @@ def bench_size_loaded(
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
         arms: dict[Arm, _LoadArm] = {}
+        dra = any(w.dra for w in workloads)  # resource.k8s.io for every stand-in, or none
         for workload in workloads:
             cluster = workdir / f"{workload.scenario}.json"
             cluster.write_bytes(orjson.dumps(workload.cluster))
@@ -95,7 +96,7 @@ def bench_size_loaded(
                 name = f"{tree}-{workload.scenario}"
                 with pinned_away(cpu):  # off the servers' CPU, as the API server would be
                     standin = stack.enter_context(
-                        StandIn(cluster, template, workdir, name=name, delay_ms=delay_ms)
+                        StandIn(cluster, template, workdir, name=name, delay_ms=delay_ms, dra=dra)
                     )
                 server = stack.enter_context(
                     Server(None, workdir / f"{name}.log", root, cpu, kubeconfig=standin.kubeconfig)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from app.plugin.tables import table
 from loadtests.bench.loaded import IDLE, LOAD_BLOCK, LOADED
-from loadtests.bench.workload import BASELINE, THIS, WHOLE, Row
+from loadtests.bench.workload import BASELINE, DRA, DRA_PAIRS, THIS, WHOLE, Row
 
 NONE = "-"
 
@@ -64,7 +64,10 @@ def print_scenarios(rows: list[Row]) -> None:
     core (the constant answer's line compares the two servers' floors)."""
     whole = {(r["tree"], r["nodes"], r["verb"]): r for r in rows if r["scenario"] == WHOLE}
     with_tree = len({r["tree"] for r in rows}) > 1
-    for scenario in dict.fromkeys(r["scenario"] for r in rows if r["scenario"] != WHOLE):
+    # A half-DRA scenario beside its cluster without DRA is in print_dra's table instead.
+    paired = {r["scenario"] for r in rows if "p50_vs_no_dra" in r}
+    others = (r["scenario"] for r in rows if r["scenario"] not in paired | {WHOLE})
+    for scenario in dict.fromkeys(others):
         lines = []
         for r in (r for r in rows if r["scenario"] == scenario):
             other = whole[(r["tree"], r["nodes"], r["verb"])]
@@ -81,6 +84,38 @@ def print_scenarios(rows: list[Row]) -> None:
             lines,
             title=f"{scenario} / whole (the same tree, verb and size; each over its own server):",
         )  # fmt: skip
+
+
+def print_dra(rows: list[Row]) -> None:
+    """Per pod (whole-GPU: dra over whole; claim: dra-claim over claim), tree, size and verb:
+    half the nodes DRA's over none, p50 (and over its own floor) and p99 served, p50 of the
+    core."""
+    by_key = {(r["tree"], r["scenario"], r["nodes"], r["verb"]): r for r in rows}
+    with_tree = len({r["tree"] for r in rows}) > 1
+    lines = []
+    for r in rows:
+        if "p50_vs_no_dra" not in r or r["verb"] == "constant":
+            continue
+        plain = by_key[(r["tree"], DRA_PAIRS[r["scenario"]], r["nodes"], r["verb"])]
+        pod = "whole-GPU" if r["scenario"] == DRA else "claim"
+        lines.append(
+            [*_keys(r, with_tree, False), pod, r["verb"], r["nodes"], _floored(plain),
+             _floored(r), _times(r["p50_vs_no_dra"]), _ms(plain["p99_ms"]), _ms(r["p99_ms"]),
+             _times(r["p99_vs_no_dra"]), _ms(plain["core_p50_ms"]), _ms(r["core_p50_ms"]),
+             _times(r["core_p50_vs_no_dra"])]
+        )  # fmt: skip
+    _show(
+        [*_key_headers(with_tree, False), "pod", "verb", "nodes", "no DRA p50 ms (/floor)",
+         "half DRA p50 ms (/floor)", "p50 ratio", "no DRA p99 ms", "half DRA p99 ms",
+         "p99 ratio", "no DRA core p50", "half DRA core p50", "core ratio"],
+        lines,
+        title="half the nodes DRA / none (the same pod, tree, verb and size; each over its own "
+        "server and floor):",
+    )  # fmt: skip
+
+
+def _floored(row: Row) -> str:
+    return f"{row['p50_ms']:.3f} ({row['p50_ratio']:.2f}x)"
 
 
 def print_loaded(rows: list[Row], *, with_tree: bool, with_scenario: bool) -> None:

@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadtests.bench.servers import CoreProcess, connection
+from loadtests.bench.servers import CoreProcess, connection, pinned_away
 from loadtests.bench.wire import post
 from loadtests.bench.workload import (
     BASELINE,
     CORE_VERBS,
+    DRA_PAIRS,
     THIS,
     VARIANTS,
     VERBS,
@@ -28,6 +29,7 @@ from loadtests.bench.workload import (
     Row,
     Workload,
 )
+from loadtests.standin import DRA_KINDS, StandIn
 
 CORE_BATCHES = 10  # the core's rounds in this many batches, the trees alternating
 
@@ -42,20 +44,31 @@ def bench_size(
     cpu: int | None,
     write_size: int = 0,
 ) -> list[Row]:
-    """Every tree's server on every workload, their rounds interleaved; then the cores."""
+    """Every tree's server on every workload, their rounds interleaved; then the cores.
+    Served from snapshots; where a workload has DRA's objects, which a snapshot cannot
+    hold, every server of the run lists and watches a stand-in API server of its scenario
+    instead (``loadtests/standin.py``, with ``resource.k8s.io/v1``), as in a cluster."""
     arms: list[Arm] = [(tree, w.scenario) for w in workloads for tree in trees]
     filter_bodies = {w.scenario: w.filter_bodies() for w in workloads}
+    served_by_api = any(w.dra for w in workloads)
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
         conns: dict[Arm, http.client.HTTPConnection] = {}
+        standins: list[StandIn] = []
         for workload in workloads:
             snapshot = workdir / f"{workload.scenario}.json"
             snapshot.write_bytes(orjson.dumps(workload.cluster))
+            standin = _standin(stack, workload, snapshot, workdir, cpu) if served_by_api else None
+            standins += [standin] if standin is not None else []
+            kubeconfig = None if standin is None else standin.kubeconfig
             for tree, root in trees.items():
                 log = workdir / f"{tree}-{workload.scenario}.log"
                 conns[(tree, workload.scenario)] = stack.enter_context(
-                    connection(snapshot, log, root, cpu)
+                    connection(snapshot, log, root, cpu, kubeconfig=kubeconfig)
                 )
+            if standin is not None:
+                _warn_if_dra_unlisted(standin, workload.scenario, len(trees))
+        _settle(standins)
         passed = {
             arm: [
                 orjson.loads(post(conn, "/filter", b))["NodeNames"] for b in filter_bodies[arm[1]]
@@ -95,7 +108,54 @@ def bench_size(
         _add_baseline_ratios(rows)
     if len(workloads) > 1 and WHOLE in {w.scenario for w in workloads}:
         _add_whole_ratios(rows)
+    _add_dra_ratios(rows)
     return rows
+
+
+def _standin(
+    stack: contextlib.ExitStack, workload: Workload, cluster: Path, workdir: Path, cpu: int | None
+) -> StandIn:
+    """A stand-in API server serving ``cluster`` (DRA's kinds included) and no pending pod,
+    off the servers' CPU."""
+    template = workdir / f"{workload.scenario}-pod.json"
+    template.write_bytes(orjson.dumps(workload.pod))
+    with pinned_away(cpu):
+        return stack.enter_context(
+            StandIn(cluster, template, workdir, name=workload.scenario, lead=0, dra=True)
+        )
+
+
+def _settle(standins: list[StandIn], *, quiet_s: float = 1.0, limit_s: float = 120.0) -> None:
+    """Once synced, a server records its Events (a Warning per node whose agent annotation
+    it cannot read, once): a burst of API calls on its event loop. Wait until no stand-in
+    has taken an Event for ``quiet_s``, so that the rounds measure the steady state."""
+    if not standins:
+        return
+    deadline = time.monotonic() + limit_s
+    last = [s.stats()["recorded"] for s in standins]
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = [s.stats()["recorded"] for s in standins]
+        if now != last:
+            last, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            break
+    if sum(last):
+        print(f"(the servers recorded {sum(last):,} Events once synced: waited for them)")
+
+
+def _warn_if_dra_unlisted(standin: StandIn, scenario: str, servers: int) -> None:
+    """Every server, once ready, has listed each DRA collection (a tree from before DRA
+    lists none of them, and then measures its scenario without them): say where not."""
+    lists = standin.stats()["lists"]
+    short = [plural for plural in DRA_KINDS if lists.get(plural, 0) < servers]
+    if short:
+        print(
+            f"warning: in the {scenario} scenario not every server listed {', '.join(short)} "
+            f"(lists served: {lists}); a tree without DRA measures it without them",
+            file=sys.stderr,
+        )
 
 
 def _rounds(
@@ -186,6 +246,20 @@ def _add_whole_ratios(rows: list[Row]) -> None:
         row["p99_vs_whole"] = row["p99_ms"] / other["p99_ms"]
         core_pair = (row["core_p50_ms"], other["core_p50_ms"])
         row["core_p50_vs_whole"] = None if None in core_pair else core_pair[0] / core_pair[1]
+
+
+def _add_dra_ratios(rows: list[Row]) -> None:
+    """On each half-DRA scenario's rows whose cluster without DRA ran too (``DRA_PAIRS``):
+    p50 and p99 over that scenario's (the same tree, pod and verb), served and core."""
+    by_key = {(r["tree"], r["scenario"], r["verb"]): r for r in rows}
+    for row in rows:
+        plain = by_key.get((row["tree"], DRA_PAIRS.get(row["scenario"], ""), row["verb"]))
+        if plain is None:
+            continue
+        row["p50_vs_no_dra"] = row["p50_ms"] / plain["p50_ms"]
+        row["p99_vs_no_dra"] = row["p99_ms"] / plain["p99_ms"]
+        core_pair = (row["core_p50_ms"], plain["core_p50_ms"])
+        row["core_p50_vs_no_dra"] = None if None in core_pair else core_pair[0] / core_pair[1]
 
 
 def _core_times(

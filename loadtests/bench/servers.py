@@ -27,10 +27,11 @@ CORE_TIMEOUT_S = 300.0  # for any one answer of the core's process (the pure-Pyt
 
 @contextlib.contextmanager
 def connection(
-    snapshot: Path, log: Path, root: Path, cpu: int | None
+    snapshot: Path, log: Path, root: Path, cpu: int | None, *, kubeconfig: Path | None = None
 ) -> Iterator[http.client.HTTPConnection]:
-    """A keep-alive connection to ``root``'s schedext serving ``snapshot``."""
-    with Server(snapshot, log, root, cpu) as server:
+    """A keep-alive connection to ``root``'s schedext serving ``snapshot`` (with
+    ``kubeconfig``, the cluster it points to instead)."""
+    with Server(snapshot, log, root, cpu, kubeconfig=kubeconfig) as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         try:
             yield conn

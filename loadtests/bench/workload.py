@@ -9,11 +9,18 @@ from typing import Any
 
 import orjson
 
-from loadtests import payloads
+from loadtests import dra_payloads, payloads
 
 THIS, BASELINE = "this", "baseline"
 WHOLE, SHARES, QUOTAS = "whole", "shares", "quotas"
-SCENARIOS = (WHOLE, SHARES, QUOTAS)
+CLAIM, DRA, DRA_CLAIM = "claim", "dra", "dra-claim"
+SCENARIOS = (WHOLE, SHARES, QUOTAS, CLAIM, DRA, DRA_CLAIM)
+# The scenarios with Dynamic Resource Allocation's objects: served from a stand-in API
+# server's list+watch (a snapshot holds no resource.k8s.io objects), and so is every other
+# scenario of a run that has one of them, on equal terms.
+DRA_SCENARIOS = frozenset({CLAIM, DRA, DRA_CLAIM})
+# Half the nodes DRA's, over the same pod on the cluster without DRA.
+DRA_PAIRS = {DRA: WHOLE, DRA_CLAIM: CLAIM}
 VERBS = ("constant", "filter", "prioritize")
 CORE_VERBS = ("filter", "prioritize")
 VARIANTS = 8  # distinct node orders, cycled (kube-scheduler's order varies per cycle)
@@ -36,12 +43,28 @@ class Workload:
     pod: dict[str, Any]
     orders: list[list[str]]
 
+    @property
+    def dra(self) -> bool:
+        """Whether the scenario has DRA's objects (ResourceSlices, ResourceClaims, a
+        DeviceClass)."""
+        return self.scenario in DRA_SCENARIOS
+
     @classmethod
     def build(cls, scenario: str, size: int, pod: dict[str, Any]) -> Workload:
+        """``pod``: the whole-GPU pod (``--pod``); the claim scenarios' pod asks for the
+        same GPUs through a claim instead."""
         if scenario == SHARES:
             cluster, pod = payloads.make_share_cluster(size), SHARE_POD
         elif scenario == QUOTAS:
             cluster = payloads.make_quota_cluster(size)
+        elif scenario == DRA:
+            cluster = dra_payloads.make_dra_cluster(size)
+        elif scenario in (CLAIM, DRA_CLAIM):
+            model = dra_payloads.pod_model(pod)
+            pod = dra_payloads.make_claim_pod("bench-pod", uid="bench-pod-uid")
+            plain = scenario == CLAIM
+            cluster = payloads.make_cluster(size) if plain else dra_payloads.make_dra_cluster(size)
+            cluster = dra_payloads.with_claim(cluster, pod, model=model)
         else:
             cluster = payloads.make_cluster(size)
         names = [i["metadata"]["name"] for i in cluster["items"] if i["kind"] == "Node"]

@@ -253,3 +253,35 @@ def test_the_quotas_scenario_has_50_quotas_and_its_pod_borrows_within_the_summed
     answer = scheduler.filter(workload.pod, workload.orders[0])
     assert answer.passed  # admitted: its nodes answered as without quotas
     assert not {r.reason for r in answer.rejections} & {Reason.QUOTA_MAX, Reason.QUOTA_BORROW}
+
+
+def test_bench_measures_half_dra_beside_no_dra_for_both_pods(tmp_path: Path) -> None:
+    """The four DRA-related scenarios in one run, each server listing and watching its
+    scenario's stand-in API server (resource.k8s.io/v1 included); half DRA over no DRA per
+    pod (whole-GPU: dra over whole; claim: dra-claim over claim)."""
+    out = tmp_path / "out.json"
+    scenarios = ("whole", "claim", "dra", "dra-claim")
+    result = bench(
+        "--nodes", "30", "--rounds", str(ROUNDS), "--warmup", "10",
+        "--scenarios", ",".join(scenarios), "--json", str(out), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "half the nodes DRA / none" in result.stdout
+    assert "not every server listed" not in result.stderr
+
+    rows = json.loads(out.read_text())
+    by_key = {(row["scenario"], row["verb"]): row for row in rows}
+    assert set(by_key) == {(s, verb) for s in scenarios for verb in VERBS}
+    for (scenario, verb), row in by_key.items():
+        assert row["count"] == ROUNDS
+        plain = {"dra": "whole", "dra-claim": "claim"}.get(scenario)
+        if plain is None:
+            assert "p50_vs_no_dra" not in row
+            continue
+        other = by_key[(plain, verb)]
+        assert math.isclose(row["p50_vs_no_dra"], row["p50_ms"] / other["p50_ms"])
+        assert math.isclose(row["p99_vs_no_dra"], row["p99_ms"] / other["p99_ms"])
+        if verb != "constant":
+            assert math.isclose(
+                row["core_p50_vs_no_dra"], row["core_p50_ms"] / other["core_p50_ms"]
+            )
