@@ -23,7 +23,7 @@ __all__ = ["claimed_use", "with_dra"]
 def with_dra(request: PodRequest, ledger: ClaimsLedger, gpu_resource: str) -> PodRequest:
     """``request`` with ``dra_gpus`` and ``gpus_via_dra`` as the ledger says now."""
     dra_gpus = ledger.asked_gpus(request.claims) if request.claims else 0
-    via = request.gpus > 0 and ledger.serves_gpus(gpu_resource)
+    via = request.gpus > 0 and ledger.classes.serves_gpus(gpu_resource)
     if (dra_gpus, via) == (request.dra_gpus, request.gpus_via_dra):
         return request
     return dataclasses.replace(request, dra_gpus=dra_gpus, gpus_via_dra=via)

@@ -74,7 +74,7 @@ class ClaimsLedger:
         self._naming: dict[str, set[str]] = {}  # claim key -> UIDs of the pods naming it
         self._reserved: dict[str, set[str]] = {}  # pod UID -> claims reserved for it
         self._rules: dict[str, TaintRule] = {}
-        self._classes = ClassBook(self.gpu_drivers)
+        self.classes = ClassBook(self.gpu_drivers)  # which serves a resource, which are GPUs
         self._nodes: dict[str, NodeDra] = {}
         self._refused: OrderedDict[tuple[str, str], str] = OrderedDict()
         # GPUs the allocated claims of each namespace hold (team quotas), kept as claims
@@ -82,7 +82,7 @@ class ClaimsLedger:
         self._namespace_gpus: dict[str, int] = {}
 
     def __len__(self) -> int:
-        books = (self._index, self._claims, self._pods, self._rules, self._classes)
+        books = (self._index, self._claims, self._pods, self._rules, self.classes)
         return sum(len(book) for book in books)
 
     # -- writes: each returns the nodes whose summary it rebuilt --------------------------
@@ -103,22 +103,10 @@ class ClaimsLedger:
         return self._moved(refs, nodes)
 
     def upsert_claim(self, claim: Claim) -> tuple[str, ...]:
-        key = claim.key
-        if key not in self._claims and self._full("ResourceClaim", key, self._claims):
-            return ()
-        self._unindex(key)
-        self._claims[key] = claim
-        _tally(self._namespace_gpus, claim, len(list(self._results(claim))))
-        for result in self._results(claim):
-            self._by_device.setdefault(result.ref, set()).add(key)
-        for uid in claim.pods:
-            self._reserved.setdefault(uid, set()).add(key)
-        return self._rebuild(self._place(key))
+        return self._rebuild(self._put_claim(claim))
 
     def delete_claim(self, key: str) -> tuple[str, ...]:
-        self._refused.pop(("ResourceClaim", key), None)
-        self._unindex(key)
-        return self._rebuild(self._place(key))
+        return self._rebuild(self._drop_claim(key))
 
     def upsert_pod(self, pod: PodClaims) -> tuple[str, ...]:
         """Keep which claims a pod names; a pod that names none is forgotten."""
@@ -156,13 +144,13 @@ class ClaimsLedger:
 
     def upsert_device_class(self, device_class: DeviceClass) -> None:
         name = device_class.name
-        if name not in self._classes and self._full("DeviceClass", name, self._classes):
+        if name not in self.classes and self._full("DeviceClass", name, self.classes):
             return
-        self._classes.put(device_class)
+        self.classes.put(device_class)
 
     def delete_device_class(self, name: str) -> None:
         self._refused.pop(("DeviceClass", name), None)
-        self._classes.remove(name)
+        self.classes.remove(name)
 
     # -- relists: each makes one kind exactly what a full list gave -----------------------
 
@@ -175,12 +163,14 @@ class ClaimsLedger:
         )
 
     def replace_claims(self, claims: Iterable[Claim]) -> tuple[str, ...]:
+        """Each node touched is rebuilt once, however many of its claims the list brings."""
         claims = list(claims)
-        gone = set(self._claims) - {c.key for c in claims}
-        return _touched(
-            [self.delete_claim(key) for key in sorted(gone)]
-            + [self.upsert_claim(claim) for claim in claims]
-        )
+        nodes: set[str] = set()
+        for key in sorted(set(self._claims) - {c.key for c in claims}):
+            nodes |= self._drop_claim(key)
+        for claim in claims:
+            nodes |= self._put_claim(claim)
+        return self._rebuild(nodes)
 
     def replace_taint_rules(self, rules: Iterable[TaintRule]) -> tuple[str, ...]:
         rules = list(rules)
@@ -192,7 +182,7 @@ class ClaimsLedger:
 
     def replace_device_classes(self, classes: Iterable[DeviceClass]) -> None:
         classes = list(classes)
-        for name in sorted({c.name for c in self._classes} - {c.name for c in classes}):
+        for name in sorted({c.name for c in self.classes} - {c.name for c in classes}):
             self.delete_device_class(name)
         for device_class in classes:
             self.upsert_device_class(device_class)
@@ -224,10 +214,6 @@ class ClaimsLedger:
         pod = self._pods.get(uid)
         return tuple(sorted(set(pod.keys if pod else ()) | self._reserved.get(uid, set())))
 
-    def device_class_for(self, resource: str) -> DeviceClass | None:
-        """The class that serves extended resource ``resource`` (see :class:`ClassBook`)."""
-        return self._classes.serving(resource)
-
     def namespace_gpus(self, namespace: str) -> int:
         """The GPUs (devices of a GPU driver) the namespace's allocated claims hold, but for
         those kube-scheduler made for a pod's extended resource: a lookup."""
@@ -243,14 +229,9 @@ class ClaimsLedger:
             if claim is None or claim.allocated:
                 continue
             asked += sum(
-                item.count for item in claim.asked if self._classes.gpu_class(item.device_class)
+                item.count for item in claim.asked if self.classes.gpu_class(item.device_class)
             )
         return asked
-
-    def serves_gpus(self, resource: str) -> bool:
-        """Whether a DeviceClass of a GPU driver serves extended resource ``resource``
-        (KEP-5004): then a pod's ``resource`` goes through DRA on nodes without it."""
-        return self._classes.serves_gpus(resource)
 
     def problems(self) -> tuple[Problem, ...]:
         """Everything the book could not read, or had to refuse, with why. Sorted; a pass
@@ -270,7 +251,7 @@ class ClaimsLedger:
         found.update(
             Problem("DeviceTaintRule", n, r.problem) for n, r in self._rules.items() if r.problem
         )
-        found.update(Problem("DeviceClass", c.name, c.problem) for c in self._classes if c.problem)
+        found.update(Problem("DeviceClass", c.name, c.problem) for c in self.classes if c.problem)
         return tuple(sorted(found))
 
     # -- the indexes -----------------------------------------------------------------------
@@ -278,6 +259,25 @@ class ClaimsLedger:
     def _results(self, claim: Claim) -> Iterable[Allocated]:
         """The results that occupy a GPU driver's device."""
         return (r for r in claim.results if not r.admin and r.ref.driver in self.gpu_drivers)
+
+    def _put_claim(self, claim: Claim) -> set[str]:
+        """Index ``claim``; the nodes whose summaries must be rebuilt."""
+        key = claim.key
+        if key not in self._claims and self._full("ResourceClaim", key, self._claims):
+            return set()
+        self._unindex(key)
+        self._claims[key] = claim
+        _tally(self._namespace_gpus, claim, len(list(self._results(claim))))
+        for result in self._results(claim):
+            self._by_device.setdefault(result.ref, set()).add(key)
+        for uid in claim.pods:
+            self._reserved.setdefault(uid, set()).add(key)
+        return self._place(key)
+
+    def _drop_claim(self, key: str) -> set[str]:
+        self._refused.pop(("ResourceClaim", key), None)
+        self._unindex(key)
+        return self._place(key)
 
     def _unindex(self, key: str) -> None:
         claim = self._claims.pop(key, None)

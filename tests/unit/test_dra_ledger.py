@@ -518,7 +518,7 @@ CLASS_CASES = [
 def test_which_class_serves_an_extended_resource(
     name: str, steps: list[Step], resource: str, expected: str | None
 ) -> None:
-    found = ledger_of(steps).device_class_for(resource)
+    found = ledger_of(steps).classes.serving(resource)
     assert (found.name if found else None) == expected
 
 

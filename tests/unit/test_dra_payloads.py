@@ -131,7 +131,7 @@ def test_the_claims_ledger_reads_the_cluster_without_a_problem(cluster: JSON) ->
     for name in nodes:
         for held in ledger.node(name).held:
             assert held.pods  # charged to the pod it is reserved for
-    assert ledger.device_class_for("nvidia.com/gpu") is not None
+    assert ledger.classes.serving("nvidia.com/gpu") is not None
 
 
 def test_the_core_process_feeds_the_dra_kinds_through_the_services_relists(
