@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from extender.addressing import ip_conditions, ip_context, ip_messages
-from extender.columns import DRA_MIXED, DRA_OWNED
+from extender.columns import DRA_MIXED, DRA_NONE, DRA_OWNED
 from extender.config import GpuScoring, PolicyConfig
 from extender.devices.placement import pick_gpus
 from extender.inventory import IdArray, Inventory
@@ -91,6 +91,7 @@ def _spec_ranks(
     shape = _SpecShape(
         bool(kinds) and not config.dra.fence,
         request.gpus_via_dra,
+        request.dra_gpus > 0,
         request.needs_gpu_node,
         request.gpu_model,
         request.gpu_memory_mib,
@@ -107,6 +108,7 @@ class _SpecShape(NamedTuple):
     refuses_mixed: bool  # it asks a kind of GPU, and nodes both DRA and the plugin offer are
     # not fenced (extender.dra.ownership)
     gpus_via_dra: bool  # its whole GPUs go through DRA where DRA owns the node (KEP-5004)
+    dra_claims: bool  # its claims ask GPUs: any node DRA offers GPUs on has GPUs for it
     needs_gpu_node: bool
     gpu_model: str | None
     gpu_memory_mib: int | None
@@ -125,7 +127,11 @@ def _judge_specs(inventory: Inventory, shape: _SpecShape) -> npt.NDArray[np.uint
         conditions.append((a.dra_owner == DRA_MIXED, Reason.GPU_OWNER_MIXED))
     if shape.needs_gpu_node:
         no_gpus = a.gpu_total + a.gpu_mig <= 0
-        conditions.append((no_gpus if dra_owned is None else no_gpus & ~dra_owned, Reason.NO_GPUS))
+        if dra_owned is not None:
+            no_gpus &= ~dra_owned
+        if shape.dra_claims:
+            no_gpus &= a.dra_owner == DRA_NONE
+        conditions.append((no_gpus, Reason.NO_GPUS))
         if shape.gpu_model is not None:
             allowed = inventory.model_mask(shape.gpu_model)
             conditions.append((~allowed[a.model], Reason.GPU_MODEL))

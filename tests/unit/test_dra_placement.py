@@ -18,7 +18,7 @@ from extender.columns import NO_TOPOLOGY
 from extender.config import DraConfig, PolicyConfig
 from extender.dra import ClaimsLedger, DraGpus, Ownership, decode_claim, decode_slice, dra_gpus
 from extender.gang.packing import fits_all
-from extender.model import Reason, Victim
+from extender.model import Reason, Victim, WorkloadClass
 from extender.requests import pod_request
 from extender.scheduler import Scheduler
 from testbed.builders import agent_annotations, elastic_quota, make_node, make_pod
@@ -498,3 +498,13 @@ def test_a_claim_shared_with_a_pod_that_stays_frees_nothing() -> None:
     assert (
         scheduler.preempt(make_pod("urgent", gpus=1, priority=100), {"n1": [Victim("low")]}) == {}
     )
+
+
+def test_a_gpu_intensive_claim_pod_finds_gpus_on_a_dra_node() -> None:
+    scheduler = fed(bare_node("d1"), bare_node("cpu"), dra_slice("d1"), asked("mine", 2))
+    pod = claim_pod("p", "mine")
+    pod["metadata"]["labels"] = {names.WORKLOAD_TYPE: WorkloadClass.GPU_INTENSIVE.value}
+    verdict = scheduler.filter(pod, ["d1", "cpu"])
+    assert verdict.passed == ["d1"]
+    (rejection,) = verdict.rejections
+    assert rejection.reason is Reason.NO_GPUS
