@@ -14,8 +14,9 @@ inherits these methods, so callers see one class.
 from __future__ import annotations
 
 from extender.capacity_waits import Nudge
-from extender.dra import ClaimsLedger, Ownership, ownership
+from extender.dra import ClaimsLedger, FenceRule, Ownership, ownership
 from extender.dra_asks import claimed_use
+from extender.fencing import FencePlan, fence_plan, pod_fence
 from extender.gang import GangCoordinator, GangEvent, PodGroupSpec
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec
@@ -89,6 +90,22 @@ class ShellReads:
     def shadowed_quotas(self) -> list[Shadowed]:
         """Second quotas of a namespace, which do not apply (see extender.quotas.book)."""
         return self._quotas.shadowed()
+
+    def fence_plan(self) -> FencePlan:
+        """``dra.fence``: the DeviceTaintRules wanted on the GPUs schedext's pods hold (bound
+        or reserved) where a GPU driver advertises them too, and the writes that make the
+        published ones match (extender.fencing): the shell's fence pass."""
+        nodes = set(self._dra.node_names())
+        holdings = [h for h in self._inventory.holdings() if h.node in nodes] if nodes else []
+        return fence_plan(holdings, self._inventory.spec, self._dra.node, self._dra.taint_rules())
+
+    def pod_fence(self, uid: str, node: str) -> tuple[FenceRule, ...]:
+        """The fence rules for the GPUs pod ``uid`` holds on ``node``: what its bind publishes
+        before the Binding (those that cannot be fenced, the pass reports)."""
+        view = self._inventory.node(node)
+        if view is None:
+            return ()
+        return pod_fence(uid, view.holdings, view.spec, self._dra.node(node))[0]
 
     # ------------------------------------------------------------ gang reads
 

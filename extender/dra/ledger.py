@@ -202,6 +202,10 @@ class ClaimsLedger:
     def node_names(self) -> tuple[str, ...]:
         return tuple(sorted(self._nodes))
 
+    def taint_rules(self) -> tuple[TaintRule, ...]:
+        """Every DeviceTaintRule kept, by name (the fence's diff picks out its own)."""
+        return tuple(self._rules[name] for name in sorted(self._rules))
+
     def claim(self, key: str) -> Claim | None:
         return self._claims.get(key)
 
