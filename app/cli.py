@@ -198,7 +198,7 @@ def _run(settings: Settings) -> int:
 
     try:
         app = create_app(settings)
-    except ValueError as error:  # unreadable credentials
+    except ValueError as error:  # unreadable credentials; a cluster the fence cannot work on
         print(f"schedext: {error}", file=sys.stderr)
         return 2
     service = app.state.service

@@ -10,7 +10,7 @@ from typing import NamedTuple
 from extender.choices import Choice
 from extender.devices.document import UseSample
 from extender.devices.drift import Drift
-from extender.dra import DraGpus
+from extender.dra import DraGpus, FenceRule
 from extender.verdicts import PRECEDENCE, RANKED, FilterVerdict, Reason, Rejection
 
 # Reason, PRECEDENCE, RANKED, Rejection and FilterVerdict live in extender.verdicts; named here
@@ -289,6 +289,9 @@ class BindPlan:
     claim: ClaimPlan | None = None
     # Whether kube-scheduler chose a node schedext rated best (extender.choices).
     choice: Choice = Choice.UNSCORED
+    # dra.fence: the DeviceTaintRules to publish before the Binding, so that DRA's allocator
+    # cannot pick the pod's GPUs in between (extender.fencing).
+    fence: tuple[FenceRule, ...] = ()
 
     @property
     def key(self) -> str:

@@ -195,7 +195,10 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
             self._gangs.admit(request, holding, now)
         plan = binding.plan(self._inventory, request, holding)
         node_id = int(self._inventory.ids([node])[0]) or None
-        return replace(plan, choice=self._choices.take(uid, node_id, self._inventory.layout))
+        # dra.fence: the DeviceTaintRules the shell publishes before the Binding.
+        fence = self.pod_fence(uid, node) if self.config.dra.fence else ()
+        choice = self._choices.take(uid, node_id, self._inventory.layout)
+        return replace(plan, choice=choice, fence=fence)
 
     def confirm_bind(self, plan: BindPlan, *, awaiting_watch: bool = False) -> None:
         """The bind went through (see :func:`extender.binding.confirm`)."""

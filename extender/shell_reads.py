@@ -15,8 +15,17 @@ inherits these methods, so callers see one class.
 from __future__ import annotations
 
 from extender.capacity_waits import Nudge
-from extender.dra import ClaimsLedger, NodeDra, Ownership, Problem, held_gpus, ownership
+from extender.dra import (
+    ClaimsLedger,
+    FenceRule,
+    NodeDra,
+    Ownership,
+    Problem,
+    held_gpus,
+    ownership,
+)
 from extender.dra_asks import claimed_use
+from extender.fencing import FencePlan, fence_plan, pod_fence
 from extender.gang import GangCoordinator, GangEvent, PodGroupSpec
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec
@@ -120,6 +129,24 @@ class ShellReads:
                 )
                 found.update(Problem("ResourceClaim", c, why) for c in unmapped.held.claims)
         return tuple(sorted(found))
+
+    def fence_plan(self) -> FencePlan:
+        """``dra.fence``: the DeviceTaintRules wanted on the GPUs schedext's pods hold (bound
+        or reserved) where a GPU driver advertises them too, and the writes that make the
+        published ones match (extender.fencing): the shell's fence pass."""
+        nodes = set(self._dra.node_names())
+        holdings = [h for h in self._inventory.holdings() if h.node in nodes] if nodes else []
+        return fence_plan(
+            holdings, self._inventory.spec, self._dra.node, tuple(self._dra.rules.values())
+        )
+
+    def pod_fence(self, uid: str, node: str) -> tuple[FenceRule, ...]:
+        """The fence rules for the GPUs pod ``uid`` holds on ``node``: what its bind publishes
+        before the Binding (those that cannot be fenced, the pass reports)."""
+        view = self._inventory.node(node)
+        if view is None:
+            return ()
+        return pod_fence(uid, view.holdings, view.spec, self._dra.node(node))[0]
 
     # ------------------------------------------------------------ gang reads
 

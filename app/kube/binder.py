@@ -4,13 +4,14 @@ The Binding's ``metadata.uid`` is a precondition (a re-created pod with the same
 bound by mistake) and its ``metadata.annotations`` are merged into the pod by the API server
 in the same update that sets ``spec.nodeName``: no window where a bound pod lacks its GPU ids.
 
-Everything a bind writes (the sticky address claim, the Binding, its retries and the reads
-that explain a conflict) runs under one deadline, ``bind.api_deadline_s``, kept below
-kube-scheduler's extender ``httpTimeout`` together with the gang wait: each API call may take
-only what is left of it, and the whole is cancelled when it runs out, so kube-scheduler always
-gets the answer. Retries are decided by error type. A 409 is explained by reading the pod:
-deleted, re-created, bound elsewhere (an error), already bound here by our earlier attempt
-whose answer was lost (success), or a passing write conflict (retried).
+Everything a bind writes (the fence's DeviceTaintRules with ``dra.fence``, the sticky address
+claim, the Binding, its retries and the reads that explain a conflict) runs under one deadline,
+``bind.api_deadline_s``, kept below kube-scheduler's extender ``httpTimeout`` together with the
+gang wait: each API call may take only what is left of it, and the whole is cancelled when it
+runs out, so kube-scheduler always gets the answer. Retries are decided by error type. A 409 is
+explained by reading the pod: deleted, re-created, bound elsewhere (an error), already bound
+here by our earlier attempt whose answer was lost (success), or a passing write conflict
+(retried).
 
 A failure is one of two kinds. :class:`BindError`: the Binding was certainly not written
 (refused, the pod gone, bound elsewhere, or never sent). :class:`BindOutcomeUnknownError`: a
@@ -30,6 +31,7 @@ from app.kube.api import Deadline, KubeApi
 from app.kube.binding import BindError, BindOutcomeUnknownError
 from app.kube.claims import delete_claim, ensure_claim
 from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError, ApiTransientError
+from app.kube.fence import Fences
 from extender.model import BindPlan
 
 __all__ = ["ApiBinder"]
@@ -49,17 +51,21 @@ class ApiBinder:
         deadline_s: float = 8.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        fences: Fences | None = None,
     ) -> None:
         self._api = api
+        self._fences = fences
         self._attempts = attempts
         self._deadline_s = deadline_s
         self._sleep = sleep
         self._clock = clock
 
     async def bind(self, plan: BindPlan) -> None:
-        """Create/point the sticky address claim first (so the address is durably held before
-        the pod carries it), then the Binding; a claim created here goes if the bind fails.
-        All of it within ``deadline_s``, or BindError."""
+        """Publish the plan's fence rules first (dra.fence: DRA's allocator must not pick
+        the pod's GPUs once it is bound), then create/point the sticky address claim (so the
+        address is durably held before the pod carries it), then the Binding; a claim created
+        here goes if the bind fails (fence rules go with the next fence pass). All of it
+        within ``deadline_s``, or BindError."""
         deadline = Deadline.after(self._deadline_s, self._clock)
         sent = [False]  # whether a Binding has gone out
         try:
@@ -83,6 +89,8 @@ class ApiBinder:
             raise error from None
 
     async def _bind_with_claim(self, plan: BindPlan, deadline: Deadline, sent: list[bool]) -> None:
+        if plan.fence and self._fences is not None:
+            await self._fences.before_bind(plan.fence, deadline)
         claim = plan.claim
         created = await ensure_claim(self._api, claim, deadline) if claim is not None else False
         try:

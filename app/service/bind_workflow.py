@@ -2,10 +2,11 @@
 
 Bind is the one verb that is a workflow rather than one decision: the core plans it (and
 reserves the GPUs and the address), a gang member waits at the barrier for its group, the
-binder writes the Binding, and the core then hears how it ended: confirmed once bound,
-aborted on every failure (cancellation included) so that no reservation outlives its bind.
-Here, apart from the route, the order of those steps is in one place with no HTTP in it; the
-route only decodes the request and encodes the outcome.
+binder writes the Binding (with ``dra.fence``, after the plan's DeviceTaintRules: a fence that
+cannot be published fails the bind like a refused Binding), and the core then hears how it
+ended: confirmed once bound, aborted on every failure (cancellation included) so that no
+reservation outlives its bind. Here, apart from the route, the order of those steps is in one
+place with no HTTP in it; the route only decodes the request and encodes the outcome.
 """
 
 from __future__ import annotations

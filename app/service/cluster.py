@@ -18,12 +18,14 @@ from typing import Any
 from app.kube.api import KubeApi
 from app.kube.claims import ClaimReleaser
 from app.kube.events import EventRecorder
+from app.kube.fence import Fences
 from app.kube.leader import LeaderElector
 from app.kube.role import LEADER, ROLE_LABEL, PodRoleLabel
 from app.kube.shapes import NODE_DECODERS, POD_DECODERS
 from app.kube.status import PODGROUPS_PATH, SCHEDEXT_PATH, QuotaStatusWriter, StatusWriter
 from app.kube.watch import Relist, Resource, Sink, WatchHooks, watch_forever
 from app.service.assembly import Service
+from app.service.node_problems import UnfencedReporter
 from app.service.quotas import QuotaSink
 from app.service.settings import LeaderSettings
 from extender.scheduler import Scheduler
@@ -119,6 +121,11 @@ _FREEING = frozenset(
         DEVICETAINTRULES,
     )
 )
+
+
+# The resources whose events may change what the fence covers (dra.fence): the pods holding
+# GPUs, the devices advertised.
+_FENCED = frozenset({PODS.name, RESOURCESLICES.name})
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,8 +228,10 @@ class ClusterSource:
         quota_status_interval_s: float = 10.0,
         claim_release_interval_s: float = 30.0,
         leader: LeaderSettings | None = None,
+        fences: Fences | None = None,
     ) -> None:
         self._api = api
+        self._fences = fences  # dra.fence: its pass runs beside the status writers
         self._leader_settings = leader
         self._elector: LeaderElector | None = None
         self._role: PodRoleLabel | None = None
@@ -264,6 +273,8 @@ class ClusterSource:
                 progress()
                 if name == PODS.name:
                     service.victims.pods_changed()  # filters waiting for victims look again
+                if name in _FENCED and self._fences is not None:
+                    self._fences.kick()  # a GPU may have been let go: lift its fence soon
                 # The event may have freed what pods filter turned away wait for (GPUs, a
                 # share's room, a MIG device, an address, quota headroom), or a preemptor's
                 # room (see extender.capacity_waits).
@@ -294,6 +305,11 @@ class ClusterSource:
         self._tasks.append(asyncio.create_task(statuses, name="status-writer"))
         self._tasks.append(asyncio.create_task(quotas, name="quota-status-writer"))
         self._tasks.append(asyncio.create_task(releaser, name="claim-releaser"))
+        if self._fences is not None:
+            fence = self._fences.run_forever(
+                service.scheduler, service.readiness, report=UnfencedReporter(service.events).check
+            )
+            self._tasks.append(asyncio.create_task(fence, name="fence"))
 
     def _start_election(self, service: Service, settings: LeaderSettings) -> None:
         """Standby replicas keep their informers warm; readiness (and so the verbs, the status

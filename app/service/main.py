@@ -19,8 +19,9 @@ from app import __version__
 from app.kube.api import KubeApi
 from app.kube.binder import ApiBinder
 from app.kube.binding import Binder, InMemoryBinder
-from app.kube.config import in_cluster_available, load_cluster_config
+from app.kube.config import ClusterConfig, in_cluster_available, load_cluster_config
 from app.kube.events import ApiEventRecorder, EventRecorder, LogEventRecorder
+from app.kube.fence import Fences, fence_problem
 from app.kube.readiness import Readiness
 from app.service import openapi
 from app.service.assembly import Service
@@ -58,8 +59,12 @@ def default_parts(settings: Settings) -> tuple[InventorySource, Binder, EventRec
     if live_cluster_configured(settings):
         cluster = load_cluster_config(settings.kubeconfig)
         api = KubeApi(cluster)
+        fences = _fences(cluster, api) if settings.dra.fence else None
         binder = ApiBinder(
-            api, attempts=settings.bind.api_attempts, deadline_s=settings.bind.api_deadline_s
+            api,
+            attempts=settings.bind.api_attempts,
+            deadline_s=settings.bind.api_deadline_s,
+            fences=fences,
         )
         source = ClusterSource(
             api,
@@ -68,9 +73,28 @@ def default_parts(settings: Settings) -> tuple[InventorySource, Binder, EventRec
             quota_status_interval_s=settings.quota.status_interval_s,
             claim_release_interval_s=settings.ip.claim_release_interval_s,
             leader=settings.leader if settings.leader.enabled else None,
+            fences=fences,
         )
         return source, binder, ApiEventRecorder(api)
     return SnapshotSource(demo_snapshot()), InMemoryBinder(), LogEventRecorder()
+
+
+def _fences(cluster: ClusterConfig, api: KubeApi) -> Fences:
+    """dra.fence's writer; raises ValueError (schedext refuses to start) when the cluster
+    cannot take the fence: a fence that cannot be published would let DRA hand out the GPUs
+    schedext binds. Asked once, with a client of its own (its event loop ends here)."""
+
+    async def ask() -> str:
+        probe = KubeApi(cluster)
+        try:
+            return await fence_problem(probe)
+        finally:
+            await probe.close()
+
+    problem = asyncio.run(ask())
+    if problem:
+        raise ValueError(problem)
+    return Fences(api)
 
 
 def create_app(

@@ -10,7 +10,11 @@ A *mixed* node (extender.dra.ownership) is a misconfiguration: NVIDIA's device p
 DRA driver both offer the node's GPUs, and either may hand one out behind the other's back.
 schedext refuses it to its GPU pods (or, with ``dra.fence``, fences the GPUs it binds); the
 operator learns of it once per node that becomes mixed, here and in the log, and from the
-``schedext_nodes_by_gpu_owner`` gauge."""
+``schedext_nodes_by_gpu_owner`` gauge.
+
+With the fence on, a GPU schedext binds there that cannot be fenced (extender.fencing: no UUID
+to match it to a DRA device by) is reported the same way, once each time it appears: DRA's
+allocator may hand it out too."""
 
 from __future__ import annotations
 
@@ -19,8 +23,9 @@ from collections.abc import Mapping
 
 from app.kube.events import EventRecorder, NodeEvent
 from extender.dra import Ownership
+from extender.fencing import FencePlan, Unfenced
 
-__all__ = ["MixedNodeReporter", "NodeProblemReporter"]
+__all__ = ["MixedNodeReporter", "NodeProblemReporter", "UnfencedReporter"]
 
 log = logging.getLogger("schedext.nodes")
 
@@ -63,3 +68,24 @@ class MixedNodeReporter:
             log.warning("GPUs offered twice", extra={"node": node, "fenced": self._fence})
             self._events.record(NodeEvent(node, "GpuOwnerMixed", message))
         self._mixed = mixed
+
+
+class UnfencedReporter:
+    def __init__(self, events: EventRecorder) -> None:
+        self._events = events
+        self._reported: set[Unfenced] = set()
+
+    def check(self, plan: FencePlan) -> None:
+        """A Warning event on the node, and a log line, for each GPU that cannot be fenced
+        and was not last time; one fenced again (or let go) is forgotten."""
+        unfenced = set(plan.unfenced)
+        for gpu in sorted(unfenced - self._reported):
+            message = (
+                f"{gpu.gpu}, bound to pod {gpu.pod}, cannot be fenced from DRA: {gpu.why}; "
+                "DRA's allocator may hand it out too"
+            )
+            log.warning(
+                "GPU not fenced", extra={"node": gpu.node, "pod": gpu.pod, "reason": gpu.why}
+            )
+            self._events.record(NodeEvent(gpu.node, "GpuNotFenced", message))
+        self._reported = unfenced

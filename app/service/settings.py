@@ -512,7 +512,9 @@ class DraSettings(_Group):
         description="On a mixed node, publish a DeviceTaintRule (NoSchedule) for each GPU "
         "schedext binds, so that DRA's allocator never picks it, and serve the node. Needs "
         "`resource.k8s.io/v1beta2` and the `DRADeviceTaintRules` gate (beta, off by default in "
-        "v1.36) and the fence's RBAC. Off: a mixed node is refused to schedext's GPU pods.",
+        "v1.36) and the fence's RBAC (`manifests/rbac-dra-fence.yaml`; the chart adds it with "
+        "this setting): schedext refuses to start without them. Off: a mixed node is refused "
+        "to schedext's GPU pods.",
     )
 
     def config(self) -> DraConfig:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sized
+from types import MappingProxyType
 from typing import Final, NamedTuple
 
 from extender import names
@@ -74,6 +75,7 @@ class ClaimsLedger:
         self._naming: dict[str, set[str]] = {}  # claim key -> UIDs of the pods naming it
         self._reserved: dict[str, set[str]] = {}  # pod UID -> claims reserved for it
         self._rules: dict[str, TaintRule] = {}
+        self.rules = MappingProxyType(self._rules)  # read-only: the fence's diff reads them
         self.classes = ClassBook(self.gpu_drivers)  # which serves a resource, which are GPUs
         self._nodes: dict[str, NodeDra] = {}
         self._refused: OrderedDict[tuple[str, str], str] = OrderedDict()
@@ -248,10 +250,11 @@ class ClaimsLedger:
             for held in summary.unknown:  # is its slice's problem)
                 if self._index.get(held.ref) is None:
                     found.update(Problem("ResourceClaim", c, held.unknown) for c in held.claims)
-        found.update(
-            Problem("DeviceTaintRule", n, r.problem) for n, r in self._rules.items() if r.problem
-        )
-        found.update(Problem("DeviceClass", c.name, c.problem) for c in self.classes if c.problem)
+        for kind, book in (
+            ("DeviceTaintRule", self._rules.values()),
+            ("DeviceClass", self.classes),
+        ):
+            found.update(Problem(kind, v.name, v.problem) for v in book if v.problem)
         return tuple(sorted(found))
 
     # -- the indexes -----------------------------------------------------------------------
@@ -267,7 +270,7 @@ class ClaimsLedger:
             return set()
         self._unindex(key)
         self._claims[key] = claim
-        _tally(self._namespace_gpus, claim, len(list(self._results(claim))))
+        _tally(self._namespace_gpus, claim, sum(1 for r in self._results(claim)))
         for result in self._results(claim):
             self._by_device.setdefault(result.ref, set()).add(key)
         for uid in claim.pods:

@@ -20,10 +20,11 @@ from extender.dra import api
 from extender.dra.slices import DeviceRef, DeviceTaint
 from extender.fields import JSONObject
 
-__all__ = ["TaintRule", "decode_taint_rule"]
+__all__ = ["MANAGED_BY", "TaintRule", "decode_taint_rule"]
 
 _SELECTOR: Final = ("driver", "pool", "device")
 _NO_TAINT: Final = DeviceTaint("", "", "")
+MANAGED_BY: Final = "app.kubernetes.io/managed-by"  # "schedext" on the fence's rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class TaintRule:
     pool: str = ""
     device: str = ""
     problem: str = ""
+    managed: bool = False  # labelled app.kubernetes.io/managed-by: schedext (its fence)
 
     def matches(self, ref: DeviceRef) -> bool:
         return (
@@ -48,12 +50,14 @@ class TaintRule:
 
 def decode_taint_rule(obj: JSONObject) -> TaintRule | None:
     """The rule ``obj`` states; None for an object with no name. Never raises."""
-    name = fields.text(fields.obj(obj, "metadata"), "name")
+    meta = fields.obj(obj, "metadata")
+    name = fields.text(meta, "name")
     if not name:
         return None
+    managed = fields.text(fields.obj(meta, "labels"), MANAGED_BY) == "schedext"
     version = api.version_problem(obj, api.TAINT_RULES_READ)
     if version:
-        return TaintRule(name, problem=version)
+        return TaintRule(name, problem=version, managed=managed)
     spec = fields.obj(obj, "spec")
     raw = fields.obj(spec, "taint")
     taint = DeviceTaint(
@@ -69,4 +73,5 @@ def decode_taint_rule(obj: JSONObject) -> TaintRule | None:
         pool=pool,
         device=device,
         problem="" if taint.key else "no spec.taint.key",
+        managed=managed,
     )

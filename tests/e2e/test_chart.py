@@ -70,6 +70,7 @@ VIEWER_RBAC = MANIFESTS / "viewer-rbac.yaml"
 PROMETHEUS_RULE = MANIFESTS / "monitoring" / "prometheusrule.yaml"
 MONITORING_ON = "monitoring.podMonitors=true,monitoring.prometheusRule=true"
 VIEWS_OFF = "views.port=null,views.viewerRole=false"
+FENCE_ON = '{"dra": {"fence": true}}'
 # The chart in each variant: `helm template` arguments, and the files of manifests/ it
 # renders (besides schedext's settings file); None where the values change what the files fix.
 VARIANTS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
@@ -89,6 +90,15 @@ VARIANTS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
         ("--set", f"agent.enabled=true,{MONITORING_ON}"),
         ["rbac.yaml", "viewer-rbac.yaml", "sidecar/deploy-sidecar.yaml", "agent.yaml",
          "monitoring/podmonitors.yaml", "monitoring/prometheusrule.yaml"],
+    ),
+    # The fence (dra.fence): its ClusterRole and the binding of the mode's extender identity.
+    "sidecar-with-fence": (
+        ("--set-json", f"schedext.config={FENCE_ON}"),
+        ["rbac.yaml", "viewer-rbac.yaml", "sidecar/deploy-sidecar.yaml", "rbac-dra-fence.yaml"],
+    ),
+    "mtls-with-fence": (
+        ("--set", "mode=mtls", "--set-json", f"schedext.config={FENCE_ON}"),
+        ["rbac.yaml", "viewer-rbac.yaml", "mtls/deploy-mtls.yaml", "rbac-dra-fence.yaml"],
     ),
     # No views listener, hence no Service in sidecar mode, and no viewer role.
     "sidecar-without-views": (("--set", VIEWS_OFF), None),
@@ -276,6 +286,15 @@ def test_each_mode_gets_only_the_identities_it_uses() -> None:
         "schedext-leader-election",
         "schedext-viewer",
     }
+    # The fence's role only with the fence on, bound to the extender's identity of the mode.
+    fence = {("ClusterRole", "schedext-dra-fence")}
+    assert rbac_names(helm_template("--set-json", f"schedext.config={FENCE_ON}")) == (
+        plain - extender_only | sidecar_binding | fence
+        | {("ClusterRoleBinding", "schedext-scheduler:schedext-dra-fence")}
+    )  # fmt: skip
+    assert rbac_names(
+        helm_template("--set", "mode=mtls", "--set-json", f"schedext.config={FENCE_ON}")
+    ) == plain | fence | {("ClusterRoleBinding", "schedext-dra-fence")}
 
 
 # --- the views, the viewer role, the monitoring objects: values that add, never change -------

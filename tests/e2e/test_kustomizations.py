@@ -4,7 +4,7 @@ server:
 * manifests/ (what both modes share: the namespace, the CRDs, the RBAC and the viewer role),
   manifests/sidecar and manifests/mtls (a mode's Deployments) each render exactly the objects
   of the files they compose, unchanged; together they cover every manifest but the node
-  agent, the monitoring objects and the examples;
+  agent, the monitoring objects, the fence's RBAC and the examples;
 * every object they render is accepted by kube-apiserver as `kubectl apply -k` would send it
   (server-side apply as a dry run, strict field validation, no warning);
 * a kustomization of one's own, outside manifests/, takes the shared one and a mode at once and
@@ -34,10 +34,11 @@ KUSTOMIZATIONS = {
     "manifests/mtls": ["mtls/deploy-mtls.yaml"],
 }
 # Applied on their own: the node agent (docs/agent.md), kube-scheduler's file (not
-# an API object), the Prometheus Operator's objects (they need its CRDs; docs/monitoring.md).
-# The examples are workloads.
+# an API object), the Prometheus Operator's objects (they need its CRDs; docs/monitoring.md),
+# the fence's RBAC (only with dra.fence; docs/dra.md). The examples are workloads.
 APART = [
     "agent.yaml",
+    "rbac-dra-fence.yaml",
     "scheduler-config.yaml",
     "monitoring/podmonitors.yaml",
     "monitoring/prometheusrule.yaml",
