@@ -174,7 +174,7 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         self._inventory.expire(now)
         request = binding.bindable(
             self._inventory, self._pending, self.config,
-            uid=uid, namespace=namespace, name=name, node=node,
+            uid=uid, namespace=namespace, name=name, node=node, dra=self._dra,
         )  # fmt: skip
         hold = self._quota_hold(request)  # what filter admitted may have been taken since
         if hold is not None:

@@ -215,6 +215,28 @@ def test_bind_on_a_dra_node_chooses_no_gpu_and_writes_none() -> None:
     assert names.GPU_UUIDS not in plan.annotations
 
 
+def test_bind_on_a_dra_node_passes_a_pod_that_changed_since_filter() -> None:
+    # kube-scheduler writes the pod's extended-resource claim into its status in PreBind,
+    # before it calls bind: the watch's new decode of the pending pod knows nothing of DRA.
+    scheduler = fed(bare_node("n1"), dra_slice("n1"), serving_class())
+    pod = make_pod("p", gpus=2)
+    assert scheduler.filter(pod, ["n1"]).passed == ["n1"]
+    pod["status"] = {
+        "extendedResourceClaimStatus": {
+            "resourceClaimName": "p-extended-resources-x",
+            "requestMappings": [
+                {"containerName": "main", "resourceName": names.GPU_RESOURCE,
+                 "requestName": "container-0-request-0"}
+            ],
+        }
+    }  # fmt: skip
+    scheduler.upsert_pod(pod)
+    meta = pod["metadata"]
+    plan = scheduler.plan_bind(uid=meta["uid"], namespace="default", name="p", node="n1", now=NOW)
+    assert plan.gpu_ids == ()
+    assert names.GPU_IDS not in plan.annotations
+
+
 def test_bind_on_a_plugin_node_still_chooses_gpus_for_the_same_pod() -> None:
     scheduler = fed(plugin_node("n2"), serving_class())
     pod = make_pod("p", gpus=2)
