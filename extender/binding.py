@@ -15,7 +15,8 @@ import ipaddress
 from extender import names, policy
 from extender.addressing import choose_address, ip_context
 from extender.config import PolicyConfig, SharePlacement
-from extender.dra import Ownership
+from extender.dra import ClaimsLedger, Ownership
+from extender.dra_asks import with_dra
 from extender.errors import BindRefusedError
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec, claim_name
@@ -36,9 +37,11 @@ def bindable(
     namespace: str,
     name: str,
     node: str,
+    dra: ClaimsLedger,
 ) -> PodRequest:
-    """The request of the pod to bind, when it may be bound to ``node`` now; else raises
-    :class:`BindRefusedError` saying why (the message kube-scheduler shows)."""
+    """The request of the pod to bind, with what it asks of DRA as ``dra`` says now, when it
+    may be bound to ``node`` now; else raises :class:`BindRefusedError` saying why (the
+    message kube-scheduler shows)."""
     pod = f"{namespace}/{name}"
     held = inventory.holding(uid)
     if held is not None:
@@ -55,6 +58,10 @@ def bindable(
         )
     if (request.namespace, request.name) != (namespace, name):
         raise BindRefusedError(f"uid {uid} belongs to pod {request.key}, not {pod}")
+    # The pending request is the watch's decode when the pod changed since filter (as it does
+    # between filter and bind: kube-scheduler writes its claim statuses in PreBind), which
+    # knows nothing of DRA: its DRA fields are filled here, as each verb fills them.
+    request = with_dra(request, dra, config.gpu_resource)
     rank = int(policy.node_reasons(inventory, request, inventory.ids([node]), config)[0])
     if rank:  # any rank but FITS's
         message = policy.reason_messages(request, config, inventory)[rank]

@@ -7,6 +7,10 @@ ask: that is in the claims, which the ledger holds and which change apart from t
 template's claim is made after the pod). So the request is decoded once and these fields are
 filled per verb, from the ledger as it is then: a lookup per claim, and nothing at all for
 the pods that name none on a cluster with no DeviceClass serving ``nvidia.com/gpu``.
+
+Once kube-scheduler has allocated a pod's claims (in PreBind, before it calls bind), they ask
+nothing more and the namespace's use counts what they hold: the quota still weighs them as
+the pod's own (:func:`held_for`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from extender.dra import ClaimsLedger
 from extender.model import PodRequest
 from extender.tally import Amounts
 
-__all__ = ["claimed_use", "with_dra"]
+__all__ = ["claimed_use", "held_for", "with_dra"]
 
 
 def with_dra(request: PodRequest, ledger: ClaimsLedger, gpu_resource: str) -> PodRequest:
@@ -35,3 +39,15 @@ def claimed_use(use: Amounts, ledger: ClaimsLedger, namespace: str) -> Amounts:
     with the pod, once."""
     claimed = ledger.namespace_gpus(namespace)
     return use._replace(gpus=use.gpus + claimed) if claimed else use
+
+
+def held_for(request: PodRequest, ledger: ClaimsLedger) -> int:
+    """The GPUs the pod's allocated claims hold for it alone (reserved for no other pod), as
+    :func:`claimed_use` counts them: a claim kube-scheduler made for a pod's extended
+    resource is not, its pod's ``nvidia.com/gpu`` is."""
+    held = 0
+    for key in request.claims:
+        claim = ledger.claim(key)
+        if claim is not None and not claim.extended and set(claim.pods) <= {request.uid}:
+            held += len(claim.occupying(ledger.gpu_drivers))
+    return held

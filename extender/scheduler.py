@@ -18,14 +18,14 @@ book they use.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from extender import binding, fields, policy, scoring, shortlist
 from extender.capacity_waits import WaitBook
 from extender.choices import ChoiceBook
 from extender.dra import ClaimsLedger
-from extender.dra_asks import with_dra
+from extender.dra_asks import held_for, with_dra
 from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
 from extender.explain import explain_pod
@@ -174,7 +174,7 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         self._inventory.expire(now)
         request = binding.bindable(
             self._inventory, self._pending, self.config,
-            uid=uid, namespace=namespace, name=name, node=node,
+            uid=uid, namespace=namespace, name=name, node=node, dra=self._dra,
         )  # fmt: skip
         hold = self._quota_hold(request)  # what filter admitted may have been taken since
         if hold is not None:
@@ -257,11 +257,19 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         A pod that holds its place already was counted when it took it."""
         if not len(self._quotas) or self._inventory.holding(request.uid) is not None:
             return None
-        asked = self._gangs.needed(request) if request.group is not None else [request]
-        return admit(
-            self._quotas, request.namespace, [_quota_amounts(r) for r in asked],
-            used=self.namespace_use, wanted=self._pending.wanted,
-        )  # fmt: skip
+        asked = [
+            _quota_amounts(r)
+            for r in (self._gangs.needed(request) if request.group is not None else [request])
+        ]
+        used: Callable[[str], Amounts] = self.namespace_use
+        # The GPUs its claims hold for it alone (kube-scheduler allocates and reserves them in
+        # PreBind, before it calls bind): the namespace's use counts them, but they are what
+        # this pod takes. A claim another pod uses too was that pod's to take.
+        own = held_for(request, self._dra) if request.claims else 0
+        if own:
+            asked.append(Amounts(gpus=own))
+            used = _less_gpus(self.namespace_use, request.namespace, own)
+        return admit(self._quotas, request.namespace, asked, used=used, wanted=self._pending.wanted)
 
     def _score(self, request: PodRequest, ids: IdArray) -> ScoreArray:
         affinity = self._gangs.affinity(request) if request.group is not None else None
@@ -290,3 +298,15 @@ def _quota_amounts(request: PodRequest) -> Amounts:
     """What the pod takes of its quota: its own GPUs and those its DRA claims ask."""
     asked = amounts(request)
     return asked._replace(gpus=asked.gpus + request.dra_gpus) if request.dra_gpus else asked
+
+
+def _less_gpus(
+    use: Callable[[str], Amounts], namespace: str, gpus: int
+) -> Callable[[str], Amounts]:
+    """``use``, less ``gpus`` GPUs of ``namespace``'s."""
+
+    def less(of: str) -> Amounts:
+        found = use(of)
+        return found._replace(gpus=found.gpus - gpus) if of == namespace else found
+
+    return less

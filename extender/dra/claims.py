@@ -78,6 +78,10 @@ class Claim:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    def occupying(self, drivers: frozenset[str]) -> tuple[Allocated, ...]:
+        """The results that occupy a device of ``drivers`` (an ``adminAccess`` one does not)."""
+        return tuple(r for r in self.results if not r.admin and r.ref.driver in drivers)
+
 
 def decode_claim(obj: JSONObject) -> Claim | None:
     """The claim ``obj`` states; None for an object with no name. Never raises."""

@@ -261,7 +261,7 @@ class ClaimsLedger:
 
     def _results(self, claim: Claim) -> Iterable[Allocated]:
         """The results that occupy a GPU driver's device."""
-        return (r for r in claim.results if not r.admin and r.ref.driver in self.gpu_drivers)
+        return claim.occupying(self.gpu_drivers)
 
     def _put_claim(self, claim: Claim) -> set[str]:
         """Index ``claim``; the nodes whose summaries must be rebuilt."""

@@ -17,6 +17,7 @@ from extender import names
 from extender.columns import NO_TOPOLOGY
 from extender.config import DraConfig, PolicyConfig
 from extender.dra import ClaimsLedger, DraGpus, Ownership, decode_claim, decode_slice, dra_gpus
+from extender.errors import BindRefusedError
 from extender.gang.packing import fits_all
 from extender.model import Reason, Victim, WorkloadClass
 from extender.requests import pod_request
@@ -215,6 +216,28 @@ def test_bind_on_a_dra_node_chooses_no_gpu_and_writes_none() -> None:
     assert names.GPU_UUIDS not in plan.annotations
 
 
+def test_bind_on_a_dra_node_passes_a_pod_that_changed_since_filter() -> None:
+    # kube-scheduler writes the pod's extended-resource claim into its status in PreBind,
+    # before it calls bind: the watch's new decode of the pending pod knows nothing of DRA.
+    scheduler = fed(bare_node("n1"), dra_slice("n1"), serving_class())
+    pod = make_pod("p", gpus=2)
+    assert scheduler.filter(pod, ["n1"]).passed == ["n1"]
+    pod["status"] = {
+        "extendedResourceClaimStatus": {
+            "resourceClaimName": "p-extended-resources-x",
+            "requestMappings": [
+                {"containerName": "main", "resourceName": names.GPU_RESOURCE,
+                 "requestName": "container-0-request-0"}
+            ],
+        }
+    }  # fmt: skip
+    scheduler.upsert_pod(pod)
+    meta = pod["metadata"]
+    plan = scheduler.plan_bind(uid=meta["uid"], namespace="default", name="p", node="n1", now=NOW)
+    assert plan.gpu_ids == ()
+    assert names.GPU_IDS not in plan.annotations
+
+
 def test_bind_on_a_plugin_node_still_chooses_gpus_for_the_same_pod() -> None:
     scheduler = fed(plugin_node("n2"), serving_class())
     pod = make_pod("p", gpus=2)
@@ -326,6 +349,63 @@ def test_a_claim_pod_over_its_quota_is_refused() -> None:
     (rejection,) = verdict.rejections
     assert rejection.reason is Reason.QUOTA_MAX
     assert scheduler.filter(claim_pod("ok", "fits", namespace="team"), ["d1"]).passed == ["d1"]
+
+
+def bind_team_pod(scheduler: Scheduler, pod: Obj, node: str) -> None:
+    meta = pod["metadata"]
+    scheduler.plan_bind(uid=meta["uid"], namespace="team", name=meta["name"], node=node, now=NOW)
+
+
+def allocated_for(node: str, claim: str, devices: Sequence[int], uid: str) -> Step:
+    """A claim of the team's, allocated on ``node`` and reserved for pod ``uid`` (as
+    kube-scheduler's PreBind leaves it before it calls bind)."""
+    results = [result(node, f"gpu-{i}") for i in devices]
+    obj = resource_claim(
+        claim, namespace="team", results=results, node=node, reserved_for=[uid] if uid else []
+    )
+    return lambda s: s.upsert_resource_claim(obj)
+
+
+def quota_full_of(gpus: int) -> Scheduler:
+    """A team at ``gpus`` GPUs of its quota of 4: a pod bound on a plugin node holds them."""
+    return fed(
+        plugin_node("p1", 8),
+        bare_node("d1"),
+        dra_slice("d1"),
+        quota(4),
+        lambda s: s.upsert_pod(make_pod("bound", namespace="team", gpus=gpus, node="p1")),
+    )
+
+
+def test_a_claim_pod_over_its_quota_is_refused_at_bind_once_its_claim_is_allocated() -> None:
+    # filter saw no claim yet (schedext's watch lagged kube-scheduler's): it asked nothing.
+    scheduler = quota_full_of(4)
+    pod = claim_pod("late", "mine", namespace="team")
+    assert scheduler.filter(pod, ["d1"]).passed == ["d1"]
+    # kube-scheduler allocated and reserved the claim in PreBind: the team's use counts it,
+    # and it is the pod's ask all the same.
+    allocated_for("d1", "mine", (0,), pod["metadata"]["uid"])(scheduler)
+    assert scheduler.namespace_use("team").gpus == 5
+    with pytest.raises(BindRefusedError, match="5 of max 4"):
+        bind_team_pod(scheduler, pod, "d1")
+
+
+@pytest.mark.parametrize("reserved", [True, False], ids=["reserved for it", "not reserved"])
+def test_a_claim_pod_within_its_quota_binds_once_its_claim_is_allocated(reserved: bool) -> None:
+    scheduler = quota_full_of(3)
+    pod = claim_pod("fits", "mine", namespace="team")
+    uid = pod["metadata"]["uid"]
+    assert scheduler.filter(pod, ["d1"]).passed == ["d1"]
+    allocated_for("d1", "mine", (0,), uid if reserved else "")(scheduler)
+    bind_team_pod(scheduler, pod, "d1")  # 3 + its 1: not counted twice
+
+
+def test_a_pod_sharing_a_claim_another_pod_holds_takes_nothing_more() -> None:
+    scheduler = quota_full_of(3)
+    allocated_for("d1", "shared", (0,), "other-pod")(scheduler)  # the team is at 4 of 4
+    pod = claim_pod("second", "shared", namespace="team")
+    assert scheduler.filter(pod, ["d1"]).passed == ["d1"]
+    bind_team_pod(scheduler, pod, "d1")
 
 
 def test_a_kep_5004_claim_is_counted_with_its_pod_once() -> None:
