@@ -12,8 +12,10 @@ such an entry names it).
 
 Held devices that cannot be mapped to an index (no agent UUIDs, a device no slice has) are
 left to the ledger's own report; a MIG device marks its GPU, which is in MIG mode and never
-whole-free anyway. A share that consumable capacity gives (``memory_mib``) marks the whole GPU:
-schedext's own shares are not placed beside DRA's yet.
+whole-free anyway. A device that claims hold only shares of (consumable capacity: each result
+says the memory it consumed) is in use for a whole-GPU pod too, but not for a share of
+schedext's: :func:`claimed_shares` says how much memory DRA's shares take of it, and the
+rest is room for schedext's (:meth:`~extender.node_state.NodeState.share_room`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Sequence
 from extender.dra import NodeDra, held_gpus
 from extender.model import GpuInUse
 
-__all__ = ["claimed_in_use"]
+__all__ = ["claimed_in_use", "claimed_shares"]
 
 
 def claimed_in_use(
@@ -41,3 +43,17 @@ def claimed_in_use(
         for key in keys or [""]:
             uses.add(GpuInUse(held.gpu, key, why))
     return tuple(sorted(uses))
+
+
+def claimed_shares(node: NodeDra, gpu_uuids: Sequence[str]) -> tuple[tuple[int, int], ...]:
+    """The GPUs (by index) that DRA's claims hold only shares of, each with the memory (MiB)
+    those shares consumed, by index. A GPU one claim holds whole, or through a partition, is
+    not among them: it takes no share."""
+    shared: dict[int, int] = {}
+    whole: set[int] = set()
+    for held in held_gpus(node, gpu_uuids).mapped:
+        if held.held.whole or held.via_parent or not held.held.memory_mib:
+            whole.add(held.gpu)
+        else:
+            shared[held.gpu] = shared.get(held.gpu, 0) + held.held.memory_mib
+    return tuple(sorted((gpu, mib) for gpu, mib in shared.items() if gpu not in whole))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from extender import fields
-from extender.claimed import claimed_in_use
+from extender.claimed import claimed_in_use, claimed_shares
 from extender.config import ShareResources
 from extender.dra import (
     Claim,
@@ -267,7 +267,7 @@ def _charge(b: Books, nodes: Iterable[str]) -> None:
         groups = spec.gpu_links or uuid_groups(spec.gpu_uuids, spec.gpu_groups)
         offered = dra_gpus(node, device_plugin_gpus=spec.gpu_indices, groups=groups)
         uses = claimed_in_use(node, spec.gpu_uuids, b.dra.pod_key)
-        b.inventory.set_claimed(name, uses, offered)
+        b.inventory.set_claimed(name, uses, offered, claimed_shares(node, spec.gpu_uuids))
 
 
 def _names_claims(pod: JSONObject) -> bool:

@@ -49,6 +49,11 @@ def _gpu_shape(spec: NodeSpec) -> tuple[object, ...]:
     return (*shape, spec.gpu_in_use)
 
 
+# What DRA's claims hold on a node: GPUs in use, what DRA offers, GPUs held only in shares.
+_Claimed = tuple[tuple[GpuInUse, ...], DraGpus | None, tuple[tuple[int, int], ...]]
+_UNCLAIMED: _Claimed = ((), None, ())
+
+
 class InventoryConflictError(Exception):
     """A reservation asked for what another pod holds now (see extender.conflicts)."""
 
@@ -80,7 +85,7 @@ class Inventory(NodeSlots):
         # Each node's spec as the node watch gave it, and the GPUs DRA's claims hold there
         # (extender.claimed): the spec the books use is the one with both in gpu_in_use.
         self._received: dict[str, NodeSpec] = {}
-        self._claimed: dict[str, tuple[tuple[GpuInUse, ...], DraGpus | None]] = {}
+        self._claimed: dict[str, _Claimed] = {}
 
     # ----------------------------------------------------------------- reads
 
@@ -139,7 +144,7 @@ class Inventory(NodeSlots):
     def upsert_node(self, spec: NodeSpec) -> bool:
         """Add or update a node; False when nothing that matters changed."""
         self._received[spec.name] = spec
-        spec = self._with_claimed(spec)
+        spec = _with_claimed(spec, self._claimed.get(spec.name, _UNCLAIMED))
         problems = tuple(
             p for p in (spec.topology_problem, spec.use_problem, spec.drift_problem) if p
         )
@@ -193,27 +198,25 @@ class Inventory(NodeSlots):
         return True
 
     def set_claimed(
-        self, name: str, uses: tuple[GpuInUse, ...], dra: DraGpus | None = None
+        self,
+        name: str,
+        uses: tuple[GpuInUse, ...],
+        dra: DraGpus | None = None,
+        shares: tuple[tuple[int, int], ...] = (),
     ) -> bool:
         """The GPUs DRA's claims hold on node ``name`` now (:func:`extender.claimed.
-        claimed_in_use`), and what DRA offers there; kept for a node not seen yet. False when
+        claimed_in_use`; ``shares``: those held only in shares, :func:`~extender.claimed.
+        claimed_shares`), and what DRA offers there; kept for a node not seen yet. False when
         nothing changed."""
-        if self._claimed.get(name, ((), None)) == (uses, dra):
+        claimed = (uses, dra, shares)
+        if self._claimed.get(name, _UNCLAIMED) == claimed:
             return False
-        if uses or dra is not None:
-            self._claimed[name] = (uses, dra)
+        if claimed != _UNCLAIMED:
+            self._claimed[name] = claimed
         else:
             self._claimed.pop(name, None)
         received = self._received.get(name)
         return received is not None and self.upsert_node(received)
-
-    def _with_claimed(self, spec: NodeSpec) -> NodeSpec:
-        """``spec`` with the GPUs DRA's claims hold beside the drift's in ``gpu_in_use``."""
-        claimed, dra = self._claimed.get(spec.name, ((), None))
-        if not claimed and dra is None:
-            return spec
-        in_use = tuple(sorted(set(spec.gpu_in_use) | set(claimed)))
-        return dataclasses.replace(spec, gpu_in_use=in_use, dra=dra)
 
     def remove_node(self, name: str) -> bool:
         """Forget a node. Holdings on it stay: its pods are still there until deleted."""
@@ -349,3 +352,16 @@ class Inventory(NodeSlots):
         state.reset()
         for uid in self._holdings_by_node.get(state.spec.name, {}):
             state.apply(self._holdings[uid])
+
+
+def _with_claimed(spec: NodeSpec, claimed: _Claimed) -> NodeSpec:
+    """``spec`` with the GPUs DRA's claims hold beside the drift's in ``gpu_in_use``, what DRA
+    offers there, and the GPUs held only in DRA's shares (but those the kubelet says are used
+    too)."""
+    uses, dra, shares = claimed
+    if not uses and dra is None:
+        return spec
+    in_use = tuple(sorted(set(spec.gpu_in_use) | set(uses)))
+    drift = {use.gpu for use in spec.gpu_in_use}
+    shares = tuple((gpu, mib) for gpu, mib in shares if gpu not in drift)
+    return dataclasses.replace(spec, gpu_in_use=in_use, dra=dra, gpu_shared_outside=shares)

@@ -204,6 +204,9 @@ class NodeSpec:
     drift_problem: str | None = None
     gpu_in_use: tuple[GpuInUse, ...] = ()
     mig_in_use: frozenset[str] = frozenset()
+    # Of those, the GPUs DRA's claims hold only shares of (consumable capacity), with the
+    # memory (MiB) the shares took: not free whole, but open to schedext's shares beside them.
+    gpu_shared_outside: tuple[tuple[int, int], ...] = ()
     # The GPUs DRA hands out here and who owns the node's GPUs (extender.dra.capacity); None
     # on a node no GPU driver publishes slices for. Set by the claims ledger, not the watch.
     dra: DraGpus | None = None

@@ -126,13 +126,30 @@ class NodeState:
         whole_free = set(self.free_ids() if free is None else free)
         unhealthy = {index for index, _ in self.spec.gpu_unhealthy}
         capacity = self.spec.gpu_memory_mib or 0
+        # DRA's shares (consumable capacity) take their memory of a GPU no one holds whole.
+        dra_shares = self._dra_shares(unhealthy)
         room: list[tuple[int, int]] = []
         for i in range(len(self.holders)):
-            if i in whole_free or (self.sharers[i] and i not in unhealthy):
-                room.append((capacity - self.share_memory[i], 100 - self.share_cores[i]))
+            if i in whole_free or (self.sharers[i] and i not in unhealthy) or i in dra_shares:
+                memory = capacity - self.share_memory[i] - dra_shares.get(i, 0)
+                room.append((memory, 100 - self.share_cores[i]))
             else:
                 room.append((NO_ROOM, NO_ROOM))
         return room
+
+    def _dra_shares(self, unhealthy: set[int]) -> dict[int, int]:
+        """The GPUs only DRA's shares hold (no pod of schedext's whole, no other use
+        outside schedext), with the memory they took."""
+        if not self.spec.gpu_shared_outside:
+            return {}
+        shared = dict(self.spec.gpu_shared_outside)
+        other = {use.gpu for use in self.spec.gpu_in_use if use.gpu not in shared}
+        other |= unhealthy | set(self.spec.gpu_mig)
+        return {
+            gpu: mib
+            for gpu, mib in shared.items()
+            if 0 <= gpu < len(self.holders) and self.holders[gpu] is None and gpu not in other
+        }
 
     def share_holders(self) -> list[tuple[str, ...]]:
         """Per GPU index, the UIDs of the pods holding a share of it (where it was counted:

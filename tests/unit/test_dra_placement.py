@@ -22,7 +22,7 @@ from extender.gang.packing import fits_all
 from extender.model import Reason, Victim, WorkloadClass
 from extender.requests import pod_request
 from extender.scheduler import Scheduler
-from testbed.builders import agent_annotations, elastic_quota, make_node, make_pod
+from testbed.builders import agent_annotations, elastic_quota, make_node, make_pod, share_pod
 from testbed.dra_builders import (
     device_class,
     gpu,
@@ -588,3 +588,54 @@ def test_a_gpu_intensive_claim_pod_finds_gpus_on_a_dra_node() -> None:
     assert verdict.passed == ["d1"]
     (rejection,) = verdict.rejections
     assert rejection.reason is Reason.NO_GPUS
+
+
+# ------------------------------------------------------------------ consumable capacity
+
+
+def shared_node(name: str = "n1", gpus: int = 2) -> Step:
+    annotations = agent_annotations(gpus, uuids=[gpu_uuid(name, i) for i in range(gpus)])
+    node = make_node(name, gpus=gpus, gpu_memory_mib=81920, annotations=annotations)
+    return lambda s: s.upsert_node(node)
+
+
+def dra_share(claim: str, device: int, memory: str, node: str = "n1") -> Step:
+    results = [result(node, f"gpu-{device}", share_id=f"s-{claim}", consumed_memory=memory)]
+    obj = resource_claim(claim, results=results, node=node)
+    return lambda s: s.upsert_resource_claim(obj)
+
+
+def test_dras_shares_leave_their_gpus_rest_to_schedexts_shares() -> None:
+    scheduler = fed(
+        shared_node(),
+        dra_slice("n1", 2, shared=True),
+        held("n1", "whole", (0,)),  # GPU 0 held whole by DRA
+        dra_share("a", 1, "30Gi"),  # GPU 1: 30 GiB taken by a DRA share
+        fence=True,
+    )
+    view = scheduler.inventory.node("n1")
+    assert view is not None
+    assert view.free_gpu_ids == ()  # neither GPU is free whole
+    assert view.share_room[1][0] == 81920 - 30 * 1024
+    assert view.share_room[0][0] < 0  # held whole: no room
+    fits = share_pod("fits", memory_mib=40 * 1024)
+    assert scheduler.filter(fits, ["n1"]).passed == ["n1"]
+    meta = fits["metadata"]
+    plan = scheduler.plan_bind(
+        uid=meta["uid"], namespace="default", name="fits", node="n1", now=NOW
+    )
+    assert plan.gpu_ids == (1,)
+    too_big = share_pod("too-big", memory_mib=60 * 1024)
+    assert scheduler.filter(too_big, ["n1"]).passed == []
+    assert scheduler.filter(make_pod("whole", gpus=1), ["n1"]).passed == []
+
+
+def test_a_gpu_dra_holds_whole_besides_a_share_takes_no_share() -> None:
+    scheduler = fed(
+        shared_node(gpus=1),
+        dra_slice("n1", 1, shared=True),
+        dra_share("a", 0, "10Gi"),
+        held("n1", "b", (0,)),
+        fence=True,
+    )
+    assert scheduler.filter(share_pod("p", memory_mib=1024), ["n1"]).passed == []
