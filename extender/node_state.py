@@ -168,7 +168,10 @@ class NodeState:
             self._apply_share(holding)
             return
         ids: tuple[int, ...] = ()
-        anonymous = holding.gpus
+        # On a node whose GPUs DRA alone hands out, a pod's nvidia.com/gpu is DRA's (KEP-5004):
+        # its claim holds them, and none of the node's own (it has none) is taken.
+        dra_only = not self.holders and self.spec.dra is not None
+        anonymous = 0 if dra_only else holding.gpus
         wanted = self._by_uuid(holding) or holding.gpu_ids or self._reported(holding)
         if (
             wanted is not None

@@ -639,3 +639,16 @@ def test_a_gpu_dra_holds_whole_besides_a_share_takes_no_share() -> None:
         fence=True,
     )
     assert scheduler.filter(share_pod("p", memory_mib=1024), ["n1"]).passed == []
+
+
+def test_a_bound_kep_5004_pod_on_a_dra_node_takes_none_of_the_nodes_own_gpus() -> None:
+    scheduler = fed(
+        bare_node("d1"),
+        dra_slice("d1"),
+        serving_class(),
+        lambda s: s.upsert_pod(make_pod("p", gpus=2, node="d1")),
+    )
+    view = scheduler.inventory.node("d1")
+    assert view is not None
+    assert view.anonymous_gpus == 0  # its GPUs are its claim's, DRA's
+    assert scheduler.namespace_use("default").gpus == 2  # and its quota counts them
