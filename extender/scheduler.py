@@ -257,10 +257,10 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         A pod that holds its place already was counted when it took it."""
         if not len(self._quotas) or self._inventory.holding(request.uid) is not None:
             return None
-        asked = [
-            _quota_amounts(r)
-            for r in (self._gangs.needed(request) if request.group is not None else [request])
-        ]
+        # A gang is counted whole: each member with what its claims ask now.
+        members = self._gangs.needed(request) if request.group is not None else [request]
+        gpu_resource = self.config.gpu_resource
+        asked = [_quota_amounts(with_dra(r, self._dra, gpu_resource)) for r in members]
         used: Callable[[str], Amounts] = self.namespace_use
         # The GPUs its claims hold for it alone (kube-scheduler allocates and reserves them in
         # PreBind, before it calls bind): the namespace's use counts them, but they are what

@@ -22,7 +22,14 @@ from extender.gang.packing import fits_all
 from extender.model import Reason, Victim, WorkloadClass
 from extender.requests import pod_request
 from extender.scheduler import Scheduler
-from testbed.builders import agent_annotations, elastic_quota, make_node, make_pod, share_pod
+from testbed.builders import (
+    agent_annotations,
+    elastic_quota,
+    make_node,
+    make_pod,
+    make_pod_group,
+    share_pod,
+)
 from testbed.dra_builders import (
     device_class,
     gpu,
@@ -652,3 +659,20 @@ def test_a_bound_kep_5004_pod_on_a_dra_node_takes_none_of_the_nodes_own_gpus() -
     assert view is not None
     assert view.anonymous_gpus == 0  # its GPUs are its claim's, DRA's
     assert scheduler.namespace_use("default").gpus == 2  # and its quota counts them
+
+
+def test_a_gangs_quota_counts_what_every_members_claims_ask() -> None:
+    members = [claim_pod(f"m{i}", f"c{i}", namespace="team") for i in range(2)]
+    for member in members:
+        member["metadata"]["labels"] = {names.POD_GROUP_LABEL: "g"}
+    scheduler = fed(
+        bare_node("d1"),
+        dra_slice("d1", 8),
+        quota(4),
+        lambda s: s.upsert_pod_group(make_pod_group("g", min_member=2, namespace="team")),
+        asked("c0", 3, namespace="team"),
+        asked("c1", 3, namespace="team"),
+        lambda s: s.upsert_pod(members[1]),  # pending: the gang's other member
+    )
+    (rejection,) = scheduler.filter(members[0], ["d1"]).rejections
+    assert rejection.reason is Reason.QUOTA_MAX  # 3 + 3 over 4, not 3
