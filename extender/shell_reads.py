@@ -148,6 +148,18 @@ class ShellReads:
             return ()
         return pod_fence(uid, view.holdings, view.spec, self._dra.node(node))[0]
 
+    def dra_clash(self, uid: str, node: str, gpu_ids: tuple[int, ...]) -> str:
+        """Why one of ``gpu_ids``, which bind reserved for pod ``uid`` on ``node``, is in use
+        outside schedext now (a DRA claim allocated while the bind's fence went up); "" when
+        none is. Bind asks once its fence is published, before the Binding."""
+        spec = self._inventory.spec(node)
+        holding = self._inventory.holding(uid)
+        own = holding.key if holding is not None else ""
+        taken = (
+            [u.why for u in spec.gpu_in_use if u.gpu in gpu_ids and u.pod != own] if spec else []
+        )
+        return "; ".join(sorted(set(taken)))
+
     # ------------------------------------------------------------ gang reads
 
     def waiting_groups(self) -> list[str]:

@@ -90,7 +90,7 @@ class ApiBinder:
 
     async def _bind_with_claim(self, plan: BindPlan, deadline: Deadline, sent: list[bool]) -> None:
         if plan.fence and self._fences is not None:
-            await self._fences.before_bind(plan.fence, deadline)
+            await self._fences.before_bind(plan.fence, deadline, plan=plan)
         claim = plan.claim
         created = await ensure_claim(self._api, claim, deadline) if claim is not None else False
         try:

@@ -34,6 +34,7 @@ from app.kube.errors import ApiConflictError, ApiError, ApiNotFoundError
 from app.kube.readiness import Readiness
 from extender.dra import MANAGED_BY, FenceRule
 from extender.fencing import FencePlan
+from extender.model import BindPlan
 from extender.scheduler import Scheduler
 
 __all__ = ["DEVICE_TAINT_RULES", "Fences", "fence_problem", "rule_body"]
@@ -83,12 +84,20 @@ class Fences:
         self._call_timeout_s = call_timeout_s
         self._lock = asyncio.Lock()
         self._kicked = asyncio.Event()
+        # Why a plan's GPUs are in use outside schedext now (the scheduler's, once the pass
+        # runs: Scheduler.dra_clash); None: not known yet.
+        self._clash: Callable[[BindPlan], str] | None = None
 
     # ------------------------------------------------------------------- a bind's rules
 
-    async def before_bind(self, rules: Iterable[FenceRule], deadline: Deadline) -> None:
+    async def before_bind(
+        self, rules: Iterable[FenceRule], deadline: Deadline, *, plan: BindPlan | None = None
+    ) -> None:
         """Publish ``rules`` (a bind's) within ``deadline``; raises BindError when one cannot
-        be (the caller's deadline running out raises TimeoutError)."""
+        be (the caller's deadline running out raises TimeoutError), or when, once they are up,
+        a claim turns out to hold one of ``plan``'s GPUs: DRA allocated it while the fence went
+        up (the watch brings that in while the writes are awaited), and the bind must not
+        hand it out again."""
         for rule in rules:
             async with self._lock:
                 try:
@@ -99,6 +108,12 @@ class Fences:
                         f"(DeviceTaintRule {rule.name}): {error}; not binding, so that DRA "
                         "cannot allocate it too"
                     ) from None
+        taken = self._clash(plan) if plan is not None and self._clash is not None else ""
+        if taken:
+            raise BindError(
+                f"pod {plan.key if plan else ''}: DRA allocated a GPU bind chose while its "
+                f"fence went up ({taken}); not binding, kube-scheduler will retry"
+            )
 
     # ------------------------------------------------------------------------ the passes
 
@@ -115,7 +130,9 @@ class Fences:
         min_gap_s: float = 0.2,
         report: Callable[[FencePlan], object] = lambda _: None,
     ) -> None:
-        """A pass every ``interval_s``, or on a :meth:`kick`, at most one per ``min_gap_s``."""
+        """A pass every ``interval_s``, or on a :meth:`kick`, at most one per ``min_gap_s``.
+        Binds then check their GPUs against ``scheduler`` once fenced (:meth:`before_bind`)."""
+        self._clash = lambda plan: scheduler.dra_clash(plan.uid, plan.node, plan.gpu_ids)
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval_s):

@@ -28,7 +28,7 @@ from extender.fencing import FencePlan
 from extender.model import BindPlan
 from extender.scheduler import Scheduler
 from testbed.builders import agent_annotations, make_node, make_pod
-from testbed.dra_builders import DRIVER, gpu, resource_slice, taint_rule
+from testbed.dra_builders import DRIVER, gpu, resource_claim, resource_slice, result, taint_rule
 from tests.unit.kube_fakes import FakeApiServer
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -141,6 +141,39 @@ def test_a_bind_s_rules_share_its_deadline() -> None:
     with pytest.raises(TimeoutError):
         asyncio.run(fences.before_bind(RULES, Deadline(at=0.0)))
     assert server.requests == []
+
+
+def test_a_claim_allocated_while_the_fence_went_up_refuses_the_bind() -> None:
+    """Bind reserved GPUs 0 and 1; while its rules are published, the watch brings in a claim
+    DRA allocated on GPU 1 before the fence was up: no Binding goes out."""
+    scheduler = mixed()
+    pod = make_pod("p", uid="uid-p", gpus=2)
+    assert scheduler.filter(pod, ["n1"]).passed == ["n1"]
+    plan = scheduler.plan_bind(uid="uid-p", namespace="default", name="p", node="n1", now=1.0)
+    claim = resource_claim("late", results=[result("n1", f"gpu-{plan.gpu_ids[1]}")], node="n1")
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        assert request.url.path.startswith(DEVICE_TAINT_RULES), request.url.path
+        scheduler.upsert_resource_claim(claim)  # the watch, while the write is awaited
+        return status(201)
+
+    server = FakeApiServer(other=handle)
+    api = server.api()
+    fences = Fences(api)
+
+    async def bind() -> None:
+        passes = asyncio.create_task(fences.run_forever(scheduler, Readiness()))
+        await asyncio.sleep(0)  # the pass loop starts: binds now check their GPUs
+        try:
+            await ApiBinder(api, fences=fences).bind(plan)
+        finally:
+            passes.cancel()
+
+    with pytest.raises(BindError) as refused:
+        asyncio.run(bind())
+    assert type(refused.value) is BindError  # never sent: the reservation goes back
+    assert "allocated by DRA to claim default/late" in str(refused.value)
+    assert all(r.url.path.startswith(DEVICE_TAINT_RULES) for r in server.requests)
 
 
 # ------------------------------------------------------------------------- the passes
