@@ -137,6 +137,13 @@ class PolicyConfig:
     # the longest waiting first (see extender.capacity_waits).
     requeue_per_event: int = 8
     dra: DraConfig = DraConfig()
+    # A gang's topology levels (extender.gang.topology): node label keys, narrowest first.
+    topology_levels: tuple[str, ...] = (
+        names.CLIQUE_LABEL,
+        names.RACK_LABEL,
+        names.SPINE_LABEL,
+        names.ZONE_LABEL,
+    )
 
     def shortlist_size(self, *, soft_preferences: bool) -> int:
         """How many feasible nodes filter answers for a pod; 0: all of them."""
@@ -169,3 +176,6 @@ class PolicyConfig:
             raise ValueError("live_use_stale_s must be > 0")
         if self.requeue_per_event < 1:
             raise ValueError("requeue_per_event must be >= 1")
+        levels = self.topology_levels
+        if len(set(levels)) != len(levels) or not all(level.strip() for level in levels):
+            raise ValueError("topology_levels must be distinct node label keys, none empty")

@@ -70,6 +70,15 @@ BORROW_WEIGHT: Final = "schedext.io/borrow-weight"
 # Topology labels for rack/zone affinity of gang members.
 RACK_LABEL: Final = "topology.kubernetes.io/rack"
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"
+# An NVLink domain (an NVL72 rack's GPUs): NVIDIA's GPU feature discovery writes it.
+CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
+# A spine block: NVIDIA's topograph writes the network's levels under this prefix.
+SPINE_LABEL: Final = "network.topology.nvidia.com/spine"
+# A gang's topology (on its PodGroup): the level (a node label key of policy.topology_levels)
+# all members must share one domain of, and the one they should share. Kueue's and KAI's
+# annotations of the same meaning are read as aliases (extender.gang.topology).
+TOPOLOGY_REQUIRED: Final = "schedext.io/topology-required"
+TOPOLOGY_PREFERRED: Final = "schedext.io/topology-preferred"
 
 # Addresses.
 IP: Final = "schedext.io/ip"  # pod annotation: this address; written by bind as well

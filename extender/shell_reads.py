@@ -185,6 +185,17 @@ class ShellReads:
     def pod_groups(self) -> list[PodGroupSpec]:
         return self._gangs.book.specs()
 
+    def gang_topology_problems(self) -> dict[str, tuple[str, str]]:
+        """Per PodGroup ("namespace/name"), its UID and why one of its topology annotations
+        is not followed (a level not configured, annotations that disagree): for the shell's
+        Warning event. A pass over the groups."""
+        found = {}
+        for spec in self._gangs.book.specs():
+            problem = self._gangs.topology(spec).problem if spec.topology else ""
+            if problem:
+                found[spec.key] = (spec.uid, problem)
+        return found
+
     # ------------------------------------------------------ requeues, claims
 
     def take_capacity_requeues(self, now: float) -> list[Nudge]:

@@ -217,6 +217,7 @@ def make_pod_group(
     namespace: str = "default",
     timeout_s: int | None = None,
     created: str = "2026-01-01T00:00:00Z",
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"minMember": min_member}
     if timeout_s is not None:
@@ -229,6 +230,7 @@ def make_pod_group(
             "namespace": namespace,
             "uid": f"pg-uid-{name}",
             "creationTimestamp": created,
+            "annotations": dict(annotations or {}),
         },
         "spec": spec,
     }

@@ -34,6 +34,7 @@ __all__ = [
     "LogEventRecorder",
     "NodeEvent",
     "PodEvent",
+    "PodGroupEvent",
     "QuotaEvent",
 ]
 
@@ -86,7 +87,19 @@ class DraEvent:
     uid: str = ""
 
 
-Event = PodEvent | NodeEvent | QuotaEvent | DraEvent
+@dataclass(frozen=True, slots=True)
+class PodGroupEvent:
+    """An event on a PodGroup (``kubectl describe podgroup``): a topology annotation that
+    is not followed."""
+
+    group: str  # namespace/name
+    reason: str
+    message: str
+    warning: bool = True
+    uid: str = ""
+
+
+Event = PodEvent | NodeEvent | QuotaEvent | DraEvent | PodGroupEvent
 
 # The API of each DRA kind an event can name (DeviceTaintRules are served in v1beta2 only).
 _DRA_VERSIONS = {
@@ -104,6 +117,8 @@ def _subject(event: Event) -> dict[str, str]:
         return {"elasticquota": event.quota}
     if isinstance(event, DraEvent):
         return {event.kind.lower(): event.key}
+    if isinstance(event, PodGroupEvent):
+        return {"podgroup": event.group}
     return {"node": event.node}
 
 
@@ -206,6 +221,15 @@ class ApiEventRecorder:
             involved = {
                 "apiVersion": "scheduling.x-k8s.io/v1alpha1",
                 "kind": "ElasticQuota",
+                "namespace": namespace,
+                "name": name,
+                "uid": event.uid,
+            }
+        elif isinstance(event, PodGroupEvent):
+            namespace, _, name = event.group.partition("/")
+            involved = {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
                 "namespace": namespace,
                 "name": name,
                 "uid": event.uid,

@@ -29,7 +29,11 @@ from app.service.cluster import ClusterSource
 from app.service.dra_problems import DraProblemReporter
 from app.service.gangs import GangWaiters
 from app.service.metrics import Metrics
-from app.service.node_problems import MixedNodeReporter, NodeProblemReporter
+from app.service.node_problems import (
+    GangTopologyReporter,
+    MixedNodeReporter,
+    NodeProblemReporter,
+)
 from app.service.routes import explain, health, inventory, ui
 from app.service.routes.verbs import VerbEndpoints
 from app.service.settings import Settings
@@ -222,6 +226,7 @@ async def _expire_reservations(service: Service) -> None:
 
     problems = NodeProblemReporter(service.events)
     mixed = MixedNodeReporter(service.events, fence=service.settings.dra.fence)
+    topologies = GangTopologyReporter(service.events)
     dra_problems = DraProblemReporter(service.events, service.metrics.dra_problems)
 
     def expire(scheduler: Scheduler) -> None:
@@ -234,6 +239,7 @@ async def _expire_reservations(service: Service) -> None:
         scheduler.age_live_use(time.time())
         problems.check(scheduler.inventory.problems)
         mixed.check(scheduler.dra_owners())
+        topologies.check(scheduler.gang_topology_problems())
 
     while True:
         await asyncio.sleep(period)

@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from app.kube.events import EventRecorder, NodeEvent
+from app.kube.events import EventRecorder, NodeEvent, PodGroupEvent
 from extender.dra import Ownership
 from extender.fencing import FencePlan, Unfenced
 
-__all__ = ["MixedNodeReporter", "NodeProblemReporter", "UnfencedReporter"]
+__all__ = ["GangTopologyReporter", "MixedNodeReporter", "NodeProblemReporter", "UnfencedReporter"]
 
 log = logging.getLogger("schedext.nodes")
 
@@ -89,3 +89,20 @@ class UnfencedReporter:
             )
             self._events.record(NodeEvent(gpu.node, "GpuNotFenced", message))
         self._reported = unfenced
+
+
+class GangTopologyReporter:
+    """A Warning event on each PodGroup whose topology annotation is not followed (a level
+    not configured, annotations that disagree: the gang runs without that rule), once per
+    problem; again when the reason changes."""
+
+    def __init__(self, events: EventRecorder) -> None:
+        self._events = events
+        self._reported: dict[str, str] = {}
+
+    def check(self, problems: Mapping[str, tuple[str, str]]) -> None:
+        for group, (uid, why) in sorted(problems.items()):
+            if self._reported.get(group) != why:
+                log.warning("gang topology ignored", extra={"group": group, "why": why})
+                self._events.record(PodGroupEvent(group, "TopologyIgnored", why, uid=uid))
+        self._reported = {group: why for group, (_, why) in problems.items()}

@@ -375,6 +375,15 @@ class PolicySettings(_Group):
         "and no tie kept.",
     )
     # kube-scheduler's own retry may have come before schedext's watch saw the freeing.
+    topology_levels: list[str] = Field(
+        default=[names.CLIQUE_LABEL, names.RACK_LABEL, names.SPINE_LABEL, names.ZONE_LABEL],
+        min_length=1,
+        description="A gang's topology levels, narrowest first: node label keys. A PodGroup "
+        "names one in `schedext.io/topology-required` (every member in one domain of it, or "
+        "none placed) or `schedext.io/topology-preferred`; Kueue's and KAI's annotations are "
+        "read as aliases. A node without a level's label is a domain of its own "
+        "(docs/gangs.md).",
+    )
     requeue_per_event: int = Field(
         default=8,
         ge=1,
@@ -415,6 +424,7 @@ class PolicySettings(_Group):
             shortlist=self.shortlist,
             shortlist_preferred=self.shortlist_preferred,
             requeue_per_event=self.requeue_per_event,
+            topology_levels=tuple(level.strip() for level in self.topology_levels),
         )
 
     @model_validator(mode="after")

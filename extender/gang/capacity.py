@@ -1,11 +1,13 @@
 """The whole GPUs a gang's members may take per node, for the whole-group fit search: the
 node's own free GPUs, or, for members whose ``nvidia.com/gpu`` DRA serves (KEP-5004), DRA's
-free devices on the nodes DRA owns (extender.dra.capacity)."""
+free devices on the nodes DRA owns (extender.dra.capacity); and only those of one topology
+domain, for a gang that requires one (:class:`Within`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -14,7 +16,7 @@ from extender.columns import DRA_OWNED
 from extender.inventory import Inventory
 from extender.model import PodRequest
 
-__all__ = ["free_gpus", "via_dra"]
+__all__ = ["Within", "free_gpus", "inside", "via_dra"]
 
 
 def via_dra(requests: list[PodRequest]) -> list[PodRequest]:
@@ -34,3 +36,15 @@ def free_gpus(
     for node_id, delta in (free_delta or {}).items():
         free[node_id] += delta
     return np.minimum(free, np.where(owned, a.dra_total, a.gpu_total))
+
+
+class Within(NamedTuple):
+    """Only these nodes (a required topology domain); ``key`` names them for the cache."""
+
+    nodes: npt.NDArray[np.bool_]
+    key: Hashable
+
+
+def inside(free: npt.NDArray[np.int64], within: Within | None) -> npt.NDArray[np.int64]:
+    """``free`` where ``within`` allows, 0 elsewhere (everywhere when it is None)."""
+    return free if within is None else np.where(within.nodes, free, 0)

@@ -20,8 +20,10 @@ from extender import policy
 from extender.config import PolicyConfig
 from extender.errors import BindRefusedError
 from extender.gang.book import GangBook, GangEventKind
+from extender.gang.domain_fit import required_fit
 from extender.gang.packing import FitCache, fits_all, member_nodes
 from extender.gang.spec import PodGroupSpec, min_resources_gap
+from extender.gang.topology import Topology, read_topology
 from extender.inventory import BoolArray, IdArray, Inventory
 from extender.model import (
     FilterVerdict,
@@ -97,9 +99,24 @@ class GangCoordinator:
                 + "; ".join(gaps)
             )
             return _reject(node_names, message, Reason.GANG_CAPACITY)
+        return self._room(request, spec, node_names)
+
+    def _room(self, request: PodRequest, spec: PodGroupSpec, node_names: Sequence[str]) -> GangGate:
+        """Whether the group's unplaced members fit at once (inside one domain of its required
+        level, if it has one), and the nodes this member may take so that they still do."""
+        group = spec.key
         needed = self._needed(spec, include=request)
         if not needed:
             return OPEN
+        required = self.topology(spec).required
+        if required:  # every member inside one domain of the level, or none placed at all
+            fit = required_fit(
+                self._inventory, self._config, group=group, level=required, request=request,
+                needed=needed, placed=[h.node for h in self._holdings_of(group)], cache=self._fits,
+            )  # fmt: skip
+            if fit.refusal:
+                return _reject(node_names, fit.refusal, Reason.GANG_CAPACITY)
+            return GangGate(allowed=fit.allowed)
         allowed = None
         if needed[0].uid == request.uid:
             allowed = member_nodes(
@@ -131,6 +148,11 @@ class GangCoordinator:
         )
         passed = [n for n, k in zip(verdict.passed, flags, strict=True) if k]
         return FilterVerdict(passed, (*verdict.rejections, stranded)), passed_ids[keep]
+
+    def topology(self, spec: PodGroupSpec) -> Topology:
+        """The group's required and preferred levels, read against the configured ones (a
+        level not configured, or annotations that disagree: none, and a problem to warn of)."""
+        return read_topology(dict(spec.topology), self._config.topology_levels)
 
     # ------------------------------------------------------------- prioritize
 

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from extender import policy
 from extender.config import PolicyConfig
-from extender.gang.capacity import free_gpus, via_dra
+from extender.gang.capacity import Within, free_gpus, inside, via_dra
 from extender.gang.share_packing import after_shares, whole_demand
 from extender.inventory import Inventory
 from extender.kinds import asked
@@ -77,6 +77,7 @@ def fits_all(
     free_delta: Mapping[int, int] | None = None,
     cache: FitCache | None = None,
     budget: int = SEARCH_BUDGET,
+    within: Within | None = None,
 ) -> bool:
     """Whether every request can get its GPUs at the same time, somewhere in the cluster.
 
@@ -102,18 +103,19 @@ def fits_all(
             frozenset(Counter((_shape(r), _size(r)) for r in (*wanted, *sharing)).items()),
             frozenset((free_delta or {}).items()),
             budget,
+            within.key if within is not None else None,
         )
         cached = cache.answers.get(answer_key)
         if cached is not None:
             return cached
-    base = free_gpus(inventory, free_delta, dra=any(r.gpus_via_dra for r in wanted))
-    masks, classes = _classify(inventory, wanted, config, cache)
+    base = inside(free_gpus(inventory, free_delta, dra=any(r.gpus_via_dra for r in wanted)), within)
+    masks, classes = _classify(inventory, wanted, config, cache, within)
     order = sorted(range(len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))
     sizes = [wanted[i].gpus for i in order]
     kinds = [classes[i] for i in order]
     verdict = False
     whole = whole_demand(base, masks, sizes, kinds)
-    share_masks, share_kinds = _classify(inventory, sharing, config, cache)
+    share_masks, share_kinds = _classify(inventory, sharing, config, cache, within)
     for free in after_shares(inventory, sharing, share_masks, share_kinds, free=base, wanted=whole):
         if not wanted:
             verdict = True
@@ -137,6 +139,7 @@ def member_nodes(
     *,
     cache: FitCache | None = None,
     budget: int = SEARCH_BUDGET,
+    within: Within | None = None,
 ) -> npt.NDArray[np.bool_] | None:
     """Per node id, whether placing ``request`` there leaves room for all of ``others``: the
     node gives ``request`` its GPUs now, and the others still fit (as :func:`fits_all`
@@ -160,19 +163,20 @@ def member_nodes(
             (_shape(request), request.gpus),
             frozenset(Counter((_shape(r), _size(r)) for r in (*rest, *sharing)).items()),
             budget,
+            within.key if within is not None else None,
         )
         if key in cache.nodes:
             return cache.nodes[key]
     wanted = [request, *rest]
-    masks, classes = _classify(inventory, wanted, config, cache)
+    masks, classes = _classify(inventory, wanted, config, cache, within)
     order = [0, *sorted(range(1, len(wanted)), key=lambda i: (-wanted[i].gpus, classes[i]))]
     answer: npt.NDArray[np.bool_] | None = None
     if len(wanted) <= EXACT_MAX_MEMBERS and len(masks) <= EXACT_MAX_SHAPES:
         sizes = [wanted[i].gpus for i in order]
         kinds = [classes[i] for i in order]
-        base = free_gpus(inventory, None, dra=request.gpus_via_dra)
+        base = inside(free_gpus(inventory, None, dra=request.gpus_via_dra), within)
         whole = whole_demand(base, masks, sizes, kinds)
-        share_masks, share_kinds = _classify(inventory, sharing, config, cache)
+        share_masks, share_kinds = _classify(inventory, sharing, config, cache, within)
         placed = after_shares(inventory, sharing, share_masks, share_kinds, free=base, wanted=whole)
         try:
             answer = np.zeros(len(base), dtype=np.bool_)
@@ -201,9 +205,10 @@ def _classify(
     requests: Sequence[PodRequest],
     config: PolicyConfig,
     cache: FitCache | None,
+    within: Within | None = None,
 ) -> tuple[list[npt.NDArray[np.bool_]], list[int]]:
     """One eligibility mask per distinct set of usable nodes (a class of members), and each
-    request's class."""
+    request's class; only nodes ``within`` the one domain, when given."""
     masks: list[npt.NDArray[np.bool_]] = []
     class_of_shape: dict[object, int] = {}
     class_of_mask: dict[bytes, int] = {}
@@ -213,6 +218,7 @@ def _classify(
         index = class_of_shape.get(shape)
         if index is None:
             mask = _eligible(inventory, request, config, cache)
+            mask = mask & within.nodes if within is not None else mask
             index = class_of_shape[shape] = class_of_mask.setdefault(mask.tobytes(), len(masks))
             if index == len(masks):
                 masks.append(mask)

@@ -11,6 +11,7 @@ import numpy as np
 from extender import fields
 from extender.config import PolicyConfig
 from extender.fields import JSONObject
+from extender.gang.topology import ALIASES
 from extender.inventory import Inventory
 from extender.model import Holding
 from extender.quantity import QuantityError, to_milli, to_units
@@ -28,6 +29,9 @@ class PodGroupSpec:
     uid: str = ""
     # spec.minResources: (resource name, amount) with CPU in milli-units, the rest in units.
     min_resources: tuple[tuple[str, int], ...] = ()
+    # Its topology annotations (schedext's and their aliases, extender.gang.topology), as
+    # written: read against the configured levels by the coordinator.
+    topology: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -56,7 +60,15 @@ def pod_group_spec(obj: JSONObject) -> PodGroupSpec | None:
         created=fields.text(meta, "creationTimestamp"),
         uid=fields.text(meta, "uid"),
         min_resources=_min_resources(fields.obj(spec, "minResources")),
+        topology=tuple(
+            (key, value)
+            for key, value in sorted(fields.string_map(meta, "annotations").items())
+            if key in _TOPOLOGY_KEYS
+        ),
     )
+
+
+_TOPOLOGY_KEYS = frozenset(key for keys in ALIASES.values() for key in keys)
 
 
 def _min_resources(resources: JSONObject) -> tuple[tuple[str, int], ...]:

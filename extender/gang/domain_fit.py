@@ -1,0 +1,98 @@
+"""A gang that requires one domain of a topology level: the whole-group fit search, run per
+domain (:func:`required_fit`).
+
+The search is :mod:`~extender.gang.packing`'s, with every member's nodes cut to one domain
+(:class:`~extender.gang.capacity.Within`). A group none of whose members is placed may go to
+any domain that can hold it all at once; once one is placed (reserved at bind, or bound), the
+rest follow it into its domain. Domains whose free GPUs together fall short are not searched
+at all (a bincount); of the others at most :data:`MAX_DOMAINS` are, the tightest first, so
+that a filter over thousands of racks stays bounded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Final, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from extender.config import PolicyConfig
+from extender.gang.capacity import Within, free_gpus
+from extender.gang.packing import FitCache, fits_all, member_nodes
+from extender.gang.topology import domains
+from extender.inventory import Inventory
+from extender.model import PodRequest
+
+__all__ = ["MAX_DOMAINS", "DomainFit", "required_fit"]
+
+MAX_DOMAINS: Final = 64
+
+BoolArray = npt.NDArray[np.bool_]
+
+
+class DomainFit(NamedTuple):
+    """The nodes the member may take (None: judge the group as a whole, it fits), or why no
+    domain can hold the group ("" when one can)."""
+
+    allowed: BoolArray | None
+    refusal: str = ""
+
+
+def required_fit(
+    inventory: Inventory,
+    config: PolicyConfig,
+    *,
+    group: str,
+    level: str,
+    request: PodRequest,
+    needed: Sequence[PodRequest],
+    placed: Sequence[str],
+    cache: FitCache | None = None,
+) -> DomainFit:
+    """Where the member ``request`` may go so that its group's unplaced members (``needed``,
+    the member first when it is one of them) all fit inside one domain of ``level``, with its
+    placed members (on the nodes ``placed``)."""
+    zones = domains(inventory, level)
+    free = free_gpus(inventory, None, dra=any(r.gpus_via_dra for r in needed))
+    alive = inventory.arrays.alive
+    room = np.bincount(zones.ids[alive], weights=free[alive], minlength=len(zones.names))
+    want = sum(r.gpus for r in needed)
+    if placed:
+        slots = inventory.ids(placed)
+        (home, _), *_ = Counter(zones.ids[slots].tolist()).most_common(1)
+        candidates = [int(home)]
+    else:
+        enough = np.flatnonzero(room >= want)
+        enough = enough[enough > 0]
+        candidates = sorted(enough.tolist(), key=lambda d: (room[d], d))[:MAX_DOMAINS]
+    first = bool(needed) and needed[0].uid == request.uid
+    allowed = np.zeros(len(alive), dtype=np.bool_)
+    for domain in candidates:
+        within = Within(zones.ids == domain, (level, domain))
+        nodes = (
+            member_nodes(inventory, request, needed[1:], config, cache=cache, within=within)
+            if first
+            else None
+        )
+        if nodes is None:
+            fits = fits_all(inventory, needed, config, cache=cache, within=within)
+            nodes = within.nodes if fits else None
+        if nodes is not None:
+            allowed |= nodes
+    if allowed.any():
+        return DomainFit(allowed)
+    if placed:
+        best, where = candidates[0], f"the group's {level}"
+    else:
+        best, where = (int(np.argmax(room[1:])) + 1 if len(room) > 1 else 0), "the best"
+    name, has = zones.names[best], int(room[best])
+    short = (
+        f"has {has} free GPUs of the {want} its unplaced members need"
+        if has < want
+        else f"has {has} free GPUs, but not on nodes that can take its members"
+    )
+    return DomainFit(
+        None, f"schedext: no {level} can hold all of group {group}: {where}, {name}, {short}"
+    )
