@@ -22,6 +22,7 @@ from extender.errors import BindRefusedError
 from extender.gang.book import GangBook, GangEventKind
 from extender.gang.domain_fit import required_fit
 from extender.gang.packing import FitCache, fits_all, member_nodes
+from extender.gang.preference import preference
 from extender.gang.spec import PodGroupSpec, min_resources_gap
 from extender.gang.topology import Topology, read_topology
 from extender.inventory import BoolArray, IdArray, Inventory
@@ -165,15 +166,21 @@ class GangCoordinator:
             for uid in self.book.members(group)
             if uid != request.uid and (held := self._inventory.holding(uid)) is not None
         ]
-        if placed:
+        spec = self.book.spec(group)
+        preferred = self.topology(spec).preferred if spec is not None and spec.topology else ""
+        if placed and not preferred:
             ids = self._inventory.ids(placed)
             a = self._inventory.arrays
             racks = [r for r, _ in Counter(a.rack[ids].tolist()).most_common()]
             zones = [z for z, _ in Counter(a.zone[ids].tolist()).most_common()]
             return GroupAffinity(racks=tuple(racks), zones=tuple(zones))
-        spec = self.book.spec(group)
         needed = self._needed(spec, include=request) if spec is not None else [request]
-        return GroupAffinity(gpus_needed=sum(r.gpus for r in needed))
+        gpus = sum(r.gpus for r in needed) if not placed else 0
+        if not preferred:
+            return GroupAffinity(gpus_needed=gpus)
+        levels = self._config.topology_levels
+        rating = preference(self._inventory, levels, preferred, placed=placed, gpus_needed=gpus)
+        return GroupAffinity(gpus_needed=gpus, topology=rating)
 
     def needed(self, request: PodRequest) -> list[PodRequest]:
         """The unplaced members, ``request`` among them, that its group still needs to reach

@@ -34,6 +34,7 @@ def _score(nodes: Candidates) -> FloatArray:
 SCORER = Scorer(
     name="gang_rack",
     default_weight=lambda config: config.rack_weight,
-    applies=lambda nodes: nodes.affinity is not None,
+    # A group with a preferred level is gang_topology's to rate.
+    applies=lambda nodes: nodes.affinity is not None and nodes.affinity.topology is None,
     score=_score,
 )

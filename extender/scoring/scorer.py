@@ -24,11 +24,16 @@ FloatArray = npt.NDArray[np.float64]
 class GroupAffinity:
     """Where a gang member's group already is (the gang coordinator says): the racks/zones of
     its placed members (most members first), and how many GPUs its unplaced members still
-    need. What the ``gang_rack`` scorer rates nodes by."""
+    need. What the ``gang_rack`` scorer rates nodes by; ``gang_topology`` rates a group with a
+    preferred level by ``topology``."""
 
     racks: tuple[int, ...] = ()
     zones: tuple[int, ...] = ()
     gpus_needed: int = 0
+    # A group with a preferred topology level (extender.gang.preference): per node slot, 0..1,
+    # how well the node keeps it in as few domains of that level as it can, narrowest first.
+    # None: the rack affinity above rates it instead.
+    topology: FloatArray | None = None
 
 
 class GpuFit(NamedTuple):

@@ -254,3 +254,36 @@ def test_the_podgroup_event_names_the_podgroup() -> None:
         "name": "g",
         "uid": "u",
     }
+
+
+# ------------------------------------------------------------------------- preferred
+
+
+def scores(scheduler: Scheduler, pod: Obj, nodes: Sequence[str]) -> dict[str, int]:
+    return dict(zip(nodes, (int(x) for x in scheduler.prioritize(pod, nodes)), strict=True))
+
+
+def test_preferred_clique_first_member_goes_where_the_group_fits_the_rest_follow() -> None:
+    # Rack r holds the group either way; only clique q1 holds it inside one NVLink domain.
+    nodes = [
+        node("q1a", clique="q1", rack="r"),
+        node("q1b", clique="q1", rack="r"),
+        node("q2a", clique="q2", rack="r"),
+        node("far", clique="q3", rack="s"),
+    ]
+    group, pods = gang(2, 8, preferred=CLIQUE)
+    scheduler = scheduler_of(nodes, group, pods)
+    everywhere = [name_of(n) for n in nodes]
+    first = scores(scheduler, pods[0], everywhere)
+    assert first["q1a"] == first["q1b"] > first["q2a"] >= first["far"]
+    scheduler.plan_bind(uid=uid_of(pods[0]), namespace="default", name="m0", node="q1b", now=0.0)
+    second = scores(scheduler, pods[1], everywhere)
+    assert second["q1a"] > second["q2a"] >= second["far"]
+
+
+def test_preferred_falls_back_across_racks_when_no_rack_holds_the_group() -> None:
+    nodes = [node("a1", rack="a"), node("b1", rack="b"), node("c1", rack="c")]
+    group, pods = gang(3, 8, preferred=RACK)
+    scheduler = scheduler_of(nodes, group, pods)
+    everywhere = [name_of(n) for n in nodes]
+    assert scheduler.filter(pods[0], everywhere).passed == everywhere  # never refused for it

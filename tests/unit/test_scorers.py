@@ -3,12 +3,15 @@ registry: weights from the config, by name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from extender import names
 from extender.addressing import ip_context
+from extender.gang.preference import preference
 from extender.model import PodRequest
 from extender.policy import GpuScoring, PolicyConfig
 from extender.requests import pod_request
@@ -21,6 +24,7 @@ from extender.scoring import (
     binpack,
     cpu_only,
     gang_rack,
+    gang_topology,
     ip_headroom,
     live_use,
     mig_pack,
@@ -64,6 +68,8 @@ class Case:
     # Racks named instead of interned ids (resolved against the inventory).
     placed_racks: tuple[str, ...] = ()
     placed_zones: tuple[str, ...] = ()
+    # The affinity, from the scheduler once it holds the nodes (a rating per node slot).
+    affinity_of: Callable[[Scheduler], GroupAffinity] | None = None
 
 
 def ratings(scorer: Scorer, case: Case) -> dict[str, float]:
@@ -79,7 +85,7 @@ def ratings(scorer: Scorer, case: Case) -> dict[str, float]:
 def candidates(scheduler: Scheduler, request: PodRequest, case: Case) -> Candidates:
     inventory = scheduler.inventory
     names = [n["metadata"]["name"] for n in case.nodes]
-    affinity = case.affinity
+    affinity = case.affinity_of(scheduler) if case.affinity_of is not None else case.affinity
     if case.placed_racks:
         racks = tuple(_interned(scheduler, "rack", value) for value in case.placed_racks)
         zones = tuple(_interned(scheduler, "zone", value) for value in case.placed_zones)
@@ -207,6 +213,52 @@ GANG_RACK_CASES = [
         gang_pod("m", "train"),
         {"a1": 0.0},
         affinity=GroupAffinity(),
+    ),
+]
+
+
+def _preferred(placed: Sequence[str], gpus: int) -> Callable[[Scheduler], GroupAffinity]:
+    """The affinity of a group preferring a rack, as the gang coordinator rates it."""
+    levels = (names.CLIQUE_LABEL, names.RACK_LABEL, names.ZONE_LABEL)
+
+    def of(scheduler: Scheduler) -> GroupAffinity:
+        rating = preference(
+            scheduler.inventory, levels, names.RACK_LABEL, placed=placed, gpus_needed=gpus
+        )
+        return GroupAffinity(gpus_needed=gpus, topology=rating)
+
+    return of
+
+
+def _clique(value: str, rack_value: str) -> dict[str, str]:
+    return {names.CLIQUE_LABEL: value, names.RACK_LABEL: rack_value}
+
+
+GANG_TOPOLOGY_CASES = [
+    Case(
+        "placed in clique c1 of rack r1: that clique 1, the rest of the rack 0.5, away 0",
+        [
+            make_node("mate", gpus=8, labels=_clique("c1", "r1")),
+            make_node("rack", gpus=8, labels=_clique("c2", "r1")),
+            make_node("away", gpus=8, labels=_clique("c3", "r2")),
+        ],
+        gang_pod("m", "train"),
+        {"mate": 1.0, "rack": 0.5, "away": 0.0},
+        bound=[gang_pod("p", "train", gpus=2, node="mate", gpu_ids=[0, 1])],
+        affinity_of=_preferred(["mate"], 0),
+    ),
+    Case(
+        "none placed: a clique that holds all of it 1, a rack that does 0.5, neither 0",
+        [
+            make_node("c1a", gpus=8, labels=_clique("c1", "r1")),
+            make_node("c1b", gpus=8, labels=_clique("c1", "r1")),
+            make_node("c2a", gpus=8, labels=_clique("c2", "r2")),
+            make_node("c3a", gpus=8, labels=_clique("c3", "r2")),
+            make_node("c4a", gpus=8, labels=_clique("c4", "r3")),
+        ],
+        gang_pod("m", "train"),
+        {"c1a": 1.0, "c1b": 1.0, "c2a": 0.5, "c3a": 0.5, "c4a": 0.0},
+        affinity_of=_preferred([], 16),
     ),
 ]
 
@@ -344,6 +396,7 @@ TABLES = [
     (topology.SCORER, TOPOLOGY_CASES),
     (cpu_only.SCORER, CPU_ONLY_CASES),
     (gang_rack.SCORER, GANG_RACK_CASES),
+    (gang_topology.SCORER, GANG_TOPOLOGY_CASES),
     (ip_headroom.SCORER, IP_HEADROOM_CASES),
     (live_use.SCORER, LIVE_USE_CASES),
     (share_pack.SCORER, SHARE_PACK_CASES),
@@ -390,6 +443,11 @@ def test_cpu_only_rates_nodes_without_gpus(case: Case) -> None:
 @pytest.mark.parametrize("case", GANG_RACK_CASES, ids=lambda c: c.id)
 def test_gang_rack_rates_the_rack_of_the_group(case: Case) -> None:
     assert ratings(gang_rack.SCORER, case) == pytest.approx(case.expected)
+
+
+@pytest.mark.parametrize("case", GANG_TOPOLOGY_CASES, ids=lambda c: c.id)
+def test_gang_topology_rates_the_narrowest_domain_the_group_can_share(case: Case) -> None:
+    assert ratings(gang_topology.SCORER, case) == pytest.approx(case.expected)
 
 
 @pytest.mark.parametrize("case", IP_HEADROOM_CASES, ids=lambda c: c.id)
