@@ -4,13 +4,16 @@ domain (:func:`required_fit`).
 The search is :mod:`~extender.gang.packing`'s, with every member's nodes cut to one domain
 (:class:`~extender.gang.capacity.Within`). A group none of whose members is placed may go to
 any domain that can hold it all at once; once one is placed (reserved at bind, or bound), the
-rest follow it into its domain. Domains whose free GPUs together fall short are not searched
-at all (a bincount); of the others at most :data:`MAX_DOMAINS` are, the tightest first, so
-that a filter over thousands of racks stays bounded.
+rest follow it into its domain. A domain must also give each member that asks for an address
+one, from the pools that select its nodes (:func:`addresses_short`): a rack whose pool is short
+does not hold the gang. Domains whose free GPUs together fall short are not searched at all (a
+bincount); of the others at most :data:`MAX_DOMAINS` are, the tightest first, so that a filter
+over thousands of racks stays bounded.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Sequence
 from typing import Final, NamedTuple
@@ -25,7 +28,7 @@ from extender.gang.topology import domains
 from extender.inventory import Inventory
 from extender.model import PodRequest
 
-__all__ = ["MAX_DOMAINS", "DomainFit", "required_fit"]
+__all__ = ["MAX_DOMAINS", "DomainFit", "addresses_short", "required_fit"]
 
 MAX_DOMAINS: Final = 64
 
@@ -69,8 +72,13 @@ def required_fit(
         candidates = sorted(enough.tolist(), key=lambda d: (room[d], d))[:MAX_DOMAINS]
     first = bool(needed) and needed[0].uid == request.uid
     allowed = np.zeros(len(alive), dtype=np.bool_)
+    short_of_addresses = ""
     for domain in candidates:
         within = Within(zones.ids == domain, (level, domain))
+        lacking = addresses_short(inventory, needed, within.nodes)
+        if lacking:
+            short_of_addresses = short_of_addresses or f"{zones.names[domain]}: {lacking}"
+            continue
         nodes = (
             member_nodes(inventory, request, needed[1:], config, cache=cache, within=within)
             if first
@@ -83,6 +91,12 @@ def required_fit(
             allowed |= nodes
     if allowed.any():
         return DomainFit(allowed)
+    if short_of_addresses:
+        return DomainFit(
+            None,
+            f"schedext: no {level} can hold all of group {group}: the members' addresses do "
+            f"not fit in any that has the GPUs ({short_of_addresses})",
+        )
     if placed:
         best, where = candidates[0], f"the group's {level}"
     else:
@@ -96,3 +110,36 @@ def required_fit(
     return DomainFit(
         None, f"schedext: no {level} can hold all of group {group}: {where}, {name}, {short}"
     )
+
+
+def addresses_short(inventory: Inventory, needed: Sequence[PodRequest], nodes: BoolArray) -> str:
+    """Why the pools that select ``nodes`` cannot give each member of ``needed`` that asks
+    for an address one ("" when they can): the members asking any of a set of pools, against
+    the free addresses of those of the set that select a node here. A member that asks for one
+    address needs its pool to select a node here (whether that address is free is each node's
+    own filter reason)."""
+    book = inventory.addresses
+    wants: Counter[tuple[str, ...]] = Counter()
+    for request in needed:
+        ip = request.ip
+        if ip is None:
+            continue
+        pools = ip.pools
+        if ip.address is not None:
+            pool = book.pool_of(int(ipaddress.ip_address(ip.address)))
+            pools = (pool.name,) if pool is not None else ()
+        usable = tuple(sorted(name for name in pools if _selects_here(inventory, name, nodes)))
+        if not usable:
+            return f"no pool of {', '.join(pools) or 'its address'} selects a node there"
+        wants[usable] += 1
+    for usable, members in sorted(wants.items()):
+        # Members that share pools draw on them together (a pool counted once per set).
+        free = sum(book.free_count(p) for name in usable if (p := book.pool(name)) is not None)
+        if free < members:
+            return f"pool {', '.join(usable)} has {free} free addresses for {members} members"
+    return ""
+
+
+def _selects_here(inventory: Inventory, name: str, nodes: BoolArray) -> bool:
+    pool = inventory.addresses.pool(name)
+    return pool is not None and bool((inventory.pool_mask(pool) & nodes).any())

@@ -20,7 +20,15 @@ from extender import names
 from extender.gang.topology import Topology, read_topology
 from extender.model import Reason
 from extender.scheduler import Scheduler
-from testbed.builders import gang_pod, make_node, make_pod_group, name_of, uid_of
+from testbed.builders import (
+    gang_pod,
+    ip_pod,
+    make_ip_pool,
+    make_node,
+    make_pod_group,
+    name_of,
+    uid_of,
+)
 from tests.recorded_events import RecordedEvents
 from tests.unit.kube_fakes import FakeApiServer
 
@@ -287,3 +295,26 @@ def test_preferred_falls_back_across_racks_when_no_rack_holds_the_group() -> Non
     scheduler = scheduler_of(nodes, group, pods)
     everywhere = [name_of(n) for n in nodes]
     assert scheduler.filter(pods[0], everywhere).passed == everywhere  # never refused for it
+
+
+# ------------------------------------------------------------------------- addresses
+
+
+def test_a_gang_with_addresses_avoids_the_rack_whose_pool_is_short() -> None:
+    # Both racks hold the GPUs; rack a's pool has 1 free address for 2 members, b's has 4.
+    nodes = [node("a1", rack="a"), node("a2", rack="a"), node("b1", rack="b"), node("b2", rack="b")]
+    group, _ = gang(2, 8, required=RACK)
+    members = [
+        ip_pod(f"m{i}", pool="pa,pb", gpus=8, labels={names.POD_GROUP_LABEL: "g"}) for i in range(2)
+    ]
+    scheduler = scheduler_of(nodes, group, members)
+    scheduler.upsert_ip_pool(make_ip_pool("pa", ranges=[("10.0.0.1", "10.0.0.1")], rack="a"))
+    scheduler.upsert_ip_pool(make_ip_pool("pb", ranges=[("10.0.1.1", "10.0.1.4")], rack="b"))
+    everywhere = [name_of(n) for n in nodes]
+    assert scheduler.filter(members[0], everywhere).passed == ["b1", "b2"]
+    scheduler.upsert_ip_pool(make_ip_pool("pb", ranges=[("10.0.1.1", "10.0.1.1")], rack="b"))
+    verdict = scheduler.filter(members[0], everywhere)
+    assert verdict.passed == []
+    message = verdict.rejections[0].message
+    assert "the members' addresses do not fit in any that has the GPUs" in message
+    assert "has 1 free addresses for 2 members" in message
