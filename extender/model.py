@@ -138,6 +138,9 @@ class PodRequest(Demand):
     claims: tuple[str, ...] = ()
     dra_gpus: int = 0
     gpus_via_dra: bool = False
+    # A gang member's topology annotations (schedext's, Kueue's, KAI's; extender.gang
+    # .topology), as written: its group follows them where its PodGroup names none.
+    topology: tuple[tuple[str, str], ...] = ()
 
     @property
     def dra_asks(self) -> int:

@@ -79,6 +79,17 @@ SPINE_LABEL: Final = "network.topology.nvidia.com/spine"
 # annotations of the same meaning are read as aliases (extender.gang.topology).
 TOPOLOGY_REQUIRED: Final = "schedext.io/topology-required"
 TOPOLOGY_PREFERRED: Final = "schedext.io/topology-preferred"
+TOPOLOGY_REQUIRED_KEYS: Final = (
+    TOPOLOGY_REQUIRED,
+    "kueue.x-k8s.io/podset-required-topology",
+    "kai.scheduler/topology-required-placement",
+)
+TOPOLOGY_PREFERRED_KEYS: Final = (
+    TOPOLOGY_PREFERRED,
+    "kueue.x-k8s.io/podset-preferred-topology",
+    "kai.scheduler/topology-preferred-placement",
+)
+TOPOLOGY_KEYS: Final = frozenset((*TOPOLOGY_REQUIRED_KEYS, *TOPOLOGY_PREFERRED_KEYS))
 
 # Addresses.
 IP: Final = "schedext.io/ip"  # pod annotation: this address; written by bind as well

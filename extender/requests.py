@@ -70,7 +70,13 @@ def pod_request(
         ip=_ip_request(meta, annotations),
         soft_preferences=_states_preferences(spec),
         claims=_claims(pod, spec),
+        topology=_topology(annotations) if group_key(meta) is not None else (),
     )
+
+
+def _topology(annotations: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A gang member's topology annotations (Kueue writes its podset's on the pods)."""
+    return tuple(sorted((k, v) for k, v in annotations.items() if k in names.TOPOLOGY_KEYS))
 
 
 def _claims(pod: JSONObject, spec: JSONObject) -> tuple[str, ...]:

@@ -191,7 +191,7 @@ class ShellReads:
         Warning event. A pass over the groups."""
         found = {}
         for spec in self._gangs.book.specs():
-            problem = self._gangs.topology(spec).problem if spec.topology else ""
+            problem = self._gangs.topology(spec).problem
             if problem:
                 found[spec.key] = (spec.uid, problem)
         return found

@@ -152,8 +152,17 @@ class GangCoordinator:
 
     def topology(self, spec: PodGroupSpec) -> Topology:
         """The group's required and preferred levels, read against the configured ones (a
-        level not configured, or annotations that disagree: none, and a problem to warn of)."""
-        return read_topology(dict(spec.topology), self._config.topology_levels)
+        level not configured, or annotations that disagree: none, and a problem to warn of):
+        from its PodGroup, or where that names none, from its members (Kueue writes its
+        podset's annotations on the pods)."""
+        annotations = dict(spec.topology)
+        if not annotations:
+            said = {p for r in self.book.members(spec.key).values() if r for p in r.topology}
+            if len({key for key, _ in said}) < len(said):
+                listed = ", ".join(f"{key}={value}" for key, value in sorted(said))
+                return Topology(problem=f"topology ignored: the members disagree ({listed})")
+            annotations = dict(said)
+        return read_topology(annotations, self._config.topology_levels)
 
     # ------------------------------------------------------------- prioritize
 
@@ -167,7 +176,7 @@ class GangCoordinator:
             if uid != request.uid and (held := self._inventory.holding(uid)) is not None
         ]
         spec = self.book.spec(group)
-        preferred = self.topology(spec).preferred if spec is not None and spec.topology else ""
+        preferred = self.topology(spec).preferred if spec is not None else ""
         if placed and not preferred:
             ids = self._inventory.ids(placed)
             a = self._inventory.arrays

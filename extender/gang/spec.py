@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender import fields
+from extender import fields, names
 from extender.config import PolicyConfig
 from extender.fields import JSONObject
-from extender.gang.topology import ALIASES
 from extender.inventory import Inventory
 from extender.model import Holding
 from extender.quantity import QuantityError, to_milli, to_units
@@ -63,12 +62,9 @@ def pod_group_spec(obj: JSONObject) -> PodGroupSpec | None:
         topology=tuple(
             (key, value)
             for key, value in sorted(fields.string_map(meta, "annotations").items())
-            if key in _TOPOLOGY_KEYS
+            if key in names.TOPOLOGY_KEYS
         ),
     )
-
-
-_TOPOLOGY_KEYS = frozenset(key for keys in ALIASES.values() for key in keys)
 
 
 def _min_resources(resources: JSONObject) -> tuple[tuple[str, int], ...]:

@@ -9,8 +9,9 @@ that must share a rack never lands across unlabelled nodes.
 
 What users already write is read too: Kueue's TAS annotations
 (``kueue.x-k8s.io/podset-required-topology``, ``podset-preferred-topology``) and KAI's
-(``kai.scheduler/topology-required-placement``, ``topology-preferred-placement``), on the
-PodGroup, each a label key like schedext's own. Two annotations that disagree, or a level
+(``kai.scheduler/topology-required-placement``, ``topology-preferred-placement``), each a label
+key like schedext's own: on the PodGroup, or where it names none, on its members (the
+coordinator gathers them, :meth:`~extender.gang.GangCoordinator.topology`). Two annotations that disagree, or a level
 that is not configured, are a *problem*: the gang runs without that requirement (never
 refused for a typo), and the shell warns.
 """
@@ -29,16 +30,8 @@ __all__ = ["ALIASES", "Domains", "Topology", "domains", "read_topology"]
 
 # Per meaning, the annotations read, schedext's own first.
 ALIASES: Mapping[str, tuple[str, ...]] = {
-    "required": (
-        names.TOPOLOGY_REQUIRED,
-        "kueue.x-k8s.io/podset-required-topology",
-        "kai.scheduler/topology-required-placement",
-    ),
-    "preferred": (
-        names.TOPOLOGY_PREFERRED,
-        "kueue.x-k8s.io/podset-preferred-topology",
-        "kai.scheduler/topology-preferred-placement",
-    ),
+    "required": names.TOPOLOGY_REQUIRED_KEYS,
+    "preferred": names.TOPOLOGY_PREFERRED_KEYS,
 }
 
 

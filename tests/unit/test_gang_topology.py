@@ -318,3 +318,37 @@ def test_a_gang_with_addresses_avoids_the_rack_whose_pool_is_short() -> None:
     message = verdict.rejections[0].message
     assert "the members' addresses do not fit in any that has the GPUs" in message
     assert "has 1 free addresses for 2 members" in message
+
+
+# ------------------------------------------------------------------- on the members
+
+
+def test_kueues_annotation_on_the_members_is_followed_when_the_podgroup_names_none() -> None:
+    group, _ = gang(3, 4)
+    kueue = {"kueue.x-k8s.io/podset-required-topology": RACK}
+    members = [gang_pod(f"m{i}", "g", gpus=4, annotations=kueue) for i in range(3)]
+    scheduler = scheduler_of(RACKS, group, members)
+    assert scheduler.filter(members[0], ALL).passed == ["a1", "a2"]
+
+
+def test_the_podgroups_annotation_wins_over_the_members() -> None:
+    group, _ = gang(3, 4, required=CLIQUE)  # no node has a clique: each is its own
+    members = [
+        gang_pod(f"m{i}", "g", gpus=4, annotations={names.TOPOLOGY_REQUIRED: RACK})
+        for i in range(3)
+    ]
+    scheduler = scheduler_of(RACKS, group, members)
+    assert scheduler.filter(members[0], ALL).passed == []  # no one node holds 12 GPUs
+
+
+def test_members_that_disagree_are_ignored_with_a_warning() -> None:
+    group, _ = gang(2, 4)
+    members = [
+        gang_pod("m0", "g", gpus=4, annotations={names.TOPOLOGY_REQUIRED: RACK}),
+        gang_pod("m1", "g", gpus=4, annotations={names.TOPOLOGY_REQUIRED: ZONE}),
+    ]
+    scheduler = scheduler_of(RACKS, group, members)
+    assert scheduler.filter(members[0], ALL).passed == ALL
+    ((uid, problem),) = scheduler.gang_topology_problems().values()
+    assert uid == "pg-uid-g"
+    assert problem.startswith("topology ignored: the members disagree")
