@@ -11,9 +11,9 @@ What users already write is read too: Kueue's TAS annotations
 (``kueue.x-k8s.io/podset-required-topology``, ``podset-preferred-topology``) and KAI's
 (``kai.scheduler/topology-required-placement``, ``topology-preferred-placement``), each a label
 key like schedext's own: on the PodGroup, or where it names none, on its members (the
-coordinator gathers them, :meth:`~extender.gang.GangCoordinator.topology`). Two annotations that disagree, or a level
-that is not configured, are a *problem*: the gang runs without that requirement (never
-refused for a typo), and the shell warns.
+coordinator gathers them, :meth:`~extender.gang.GangCoordinator.topology`). Two annotations
+that disagree, or a level that is not configured, are a *problem*: the gang runs without
+that requirement (never refused for a typo), and the shell warns.
 """
 
 from __future__ import annotations
