@@ -7,7 +7,10 @@ Levels run from the narrowest (an NVLink clique) to the preferred one. With memb
 shares with them: 1 for their clique, less for their rack only, less again for their spine
 only, 0 outside. With none placed, a node rates by the narrowest level at which its domain's
 free GPUs could hold every unplaced member, so the first member goes where the rest can
-follow. A preference never refuses a node: the group still places across domains when it must.
+follow; where no domain of the preferred level can, the roomiest domains of it rate as if they
+could, so the first member starts the group where most of it fits and it spreads over as few
+domains as it can. A preference never refuses a node: the group still places across domains
+when it must.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ def preference(
         else:
             assert free is not None
             room = np.bincount(ids[alive], weights=free[alive], minlength=int(ids.max()) + 1)
-            here = room[ids] >= max(gpus_needed, 1)
+            enough = float(max(gpus_needed, 1))
+            if depth == len(chain) - 1 and room.size:
+                enough = min(enough, max(float(room.max()), 1.0))  # else the roomiest
+            here = room[ids] >= enough
         rating = np.where((rating == 0) & here & alive, worth, rating)
     return rating

@@ -230,14 +230,24 @@ class Cluster:
         self.api.create_pod(self.namespace, manifest)
         self.created_pods.append(name)
 
-    def pod_group(self, name: str, *, min_member: int, timeout_s: int | None = None) -> None:
+    def pod_group(
+        self,
+        name: str,
+        *,
+        min_member: int,
+        timeout_s: int | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
         spec: dict[str, Any] = {"minMember": min_member}
         if timeout_s is not None:
             spec["scheduleTimeoutSeconds"] = timeout_s
+        metadata: dict[str, Any] = {"name": name, "namespace": self.namespace}
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         body = {
             "apiVersion": "scheduling.x-k8s.io/v1alpha1",
             "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": self.namespace},
+            "metadata": metadata,
             "spec": spec,
         }
         self.api.apply_raw("POST", f"{PODGROUPS}/namespaces/{self.namespace}/podgroups", body)
@@ -289,7 +299,8 @@ class Cluster:
     def ip_pod(self, name: str, *, ip: str | None = None, pool: str | None = None,
                policy: str | None = None, statefulset: tuple[str, str] | None = None,
                gpus: int = 0, cpu: str = "100m", priority_class: str | None = None,
-               node: str | None = None) -> None:  # fmt: skip
+               node: str | None = None, labels: Mapping[str, str] | None = None,
+               ) -> None:  # fmt: skip
         """A pod asking for an address; ``statefulset`` is (name, uid) of its owner."""
         annotations = {}
         if ip:
@@ -306,6 +317,7 @@ class Cluster:
             name,
             requests=requests,
             limits=limits,
+            labels=labels,
             annotations=annotations,
             priority_class=priority_class,
         )

@@ -297,6 +297,20 @@ def test_preferred_falls_back_across_racks_when_no_rack_holds_the_group() -> Non
     assert scheduler.filter(pods[0], everywhere).passed == everywhere  # never refused for it
 
 
+def test_preferred_starts_in_the_roomiest_rack_when_none_holds_the_group() -> None:
+    # 3 x 8: no rack holds it; p holds two members, q and r one each. Rated alike, the first
+    # member could start in q and the second go to r: three racks where two do.
+    nodes = [node("p1", rack="p"), node("p2", rack="p"), node("q1", rack="q"), node("r1", rack="r")]
+    group, pods = gang(3, 8, preferred=RACK)
+    scheduler = scheduler_of(nodes, group, pods)
+    everywhere = [name_of(n) for n in nodes]
+    first = scores(scheduler, pods[0], everywhere)
+    assert first["p1"] == first["p2"] > first["q1"] == first["r1"]
+    scheduler.plan_bind(uid=uid_of(pods[0]), namespace="default", name="m0", node="p1", now=0.0)
+    second = scores(scheduler, pods[1], everywhere)
+    assert second["p2"] > second["q1"] == second["r1"]
+
+
 # ------------------------------------------------------------------------- addresses
 
 
