@@ -71,6 +71,7 @@ class WaitKind(StrEnum):
     SHARE = "share"
     MIG = "mig"
     QUOTA = "quota"
+    HOLD = "hold"  # GPUs held for a starving gang (extender.gang.holds): any hold ending
 
 
 Wait = tuple[str, str]  # a kind and its key (a pool, a GPU model, a profile, a namespace)

@@ -89,6 +89,9 @@ TOPOLOGY_PREFERRED_KEYS: Final = (
     "kueue.x-k8s.io/podset-preferred-topology",
     "kai.scheduler/topology-preferred-placement",
 )
+# PodGroup annotation schedext writes: the hold that keeps GPUs for a starving gang
+# (extender.gang.holds), so that a new leader adopts it.
+GANG_HOLD: Final = "schedext.io/gang-hold"
 TOPOLOGY_KEYS: Final = frozenset((*TOPOLOGY_REQUIRED_KEYS, *TOPOLOGY_PREFERRED_KEYS))
 
 # Addresses.

@@ -80,6 +80,10 @@ class NodeSlots:
             return names.slots(self._name_table())
         return np.fromiter(map(self._slots.get, names, repeat(0)), dtype=np.int32, count=len(names))
 
+    def names_of(self, ids: Sequence[int]) -> list[str]:
+        """Node names for slot ids (of nodes the inventory holds)."""
+        return [self._state(int(slot)).spec.name for slot in ids]
+
     def _name_table(self) -> NameTable:
         """Names by slot, for :class:`PackedNames`; rebuilt when the layout changed."""
         if self._names is None or self._names[0] != self.layout:

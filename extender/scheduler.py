@@ -31,6 +31,8 @@ from extender.evictions import EvictionBook
 from extender.explain import explain_pod
 from extender.fields import JSONObject
 from extender.gang import OPEN, GangCoordinator, GangGate
+from extender.gang.hold_keeper import HoldKeeper, HoldTimes
+from extender.gang.holds import HoldEvent, HoldEventKind
 from extender.intake import Books, Intake
 from extender.inventory import IdArray, Inventory, InventoryConflictError
 from extender.model import (
@@ -72,6 +74,7 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         gang_max_wait_s: float = 20.0,
         gang_victims: GangVictims = GangVictims.PROTECT,
         victim_memory_s: float = 120.0,
+        gang_holds: HoldTimes | None = None,
     ) -> None:
         if reservation_ttl <= 0:
             raise ValueError("reservation_ttl must be > 0")
@@ -97,6 +100,8 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         self._gangs = GangCoordinator(
             self._inventory, config, default_timeout_s=gang_timeout_s, max_wait_s=gang_max_wait_s
         )
+        # GPUs kept for gangs that waited too long (extender.gang.holds).
+        self._holds = HoldKeeper(self._inventory, config, self._gangs, gang_holds or HoldTimes())
         # What preempt approved, so that filter can tell its own watch lagging behind
         # kube-scheduler's from a node that is really full (see extender.evictions).
         self._evictions = EvictionBook(ttl_s=victim_memory_s, capacity=pending_capacity)
@@ -179,6 +184,11 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         hold = self._quota_hold(request)  # what filter admitted may have been taken since
         if hold is not None:
             raise BindRefusedError(f"pod {request.key}: {hold.message}")
+        kept = self._holds.book.refuses(self._inventory, request, node)  # one began since
+        if kept is not None:
+            raise BindRefusedError(
+                f"pod {request.key}: node {node}'s free GPUs are held for gang {kept.group}"
+            )
         expires_at = now + self._reservation_ttl
         holding = binding.reservation(
             self._inventory,
@@ -230,6 +240,17 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         the deadline by the core's clock."""
         self._gangs.time_out(group)
 
+    def review_holds(self, wall_now: float) -> list[HoldEvent]:
+        """Start, keep and end the gangs' holds (extender.gang.hold_keeper) at ``wall_now``
+        (Unix seconds: holds outlive the process); the holds started and ended, for the shell
+        to record on their PodGroups. The pods a hold kept off are sent back when it ends."""
+        self._holds.review(wall_now, lambda request: self._quota_hold(request) is None)
+        events = self._holds.book.take_events()
+        for event in events:
+            if event.kind is not HoldEventKind.STARTED:
+                self._wakeups.hold_ended(event.hold.gpus)
+        return events
+
     def explain(self, namespace: str, name: str) -> Explanation | None:
         """Per node, whether the pod fits and why not, and the score of each node it fits;
         None for a pod schedext does not know."""
@@ -250,6 +271,7 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         (a gang member) the nodes that would strand the rest of its group."""
         ids = self._inventory.ids(node_names)
         verdict, passed = policy.filter_ids(self._inventory, request, node_names, ids, self.config)
+        verdict, passed = self._holds.book.keep_off(self._inventory, request, verdict, passed)
         return self._gangs.keep_room(request, verdict, passed, gate)
 
     def _quota_hold(self, request: PodRequest) -> QuotaHold | None:

@@ -27,6 +27,8 @@ from extender.dra import (
 from extender.dra_asks import claimed_use
 from extender.fencing import FencePlan, fence_plan, pod_fence
 from extender.gang import GangCoordinator, GangEvent, PodGroupSpec
+from extender.gang.hold_keeper import HoldKeeper
+from extender.gang.holds import Hold
 from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec
 from extender.model import GroupStatus, PodRequest
@@ -50,6 +52,7 @@ class ShellReads:
     _wakeups: WakeUps
     _statefulsets: StatefulSetBook
     _dra: ClaimsLedger
+    _holds: HoldKeeper
 
     # ----------------------------------------------------------------- views
 
@@ -195,6 +198,27 @@ class ShellReads:
             if problem:
                 found[spec.key] = (spec.uid, problem)
         return found
+
+    def gang_holds(self) -> list[Hold]:
+        """The holds that stand (extender.gang.holds), by gang."""
+        return self._holds.book.holds()
+
+    def gang_hold(self, group: str) -> tuple[Hold | None, str]:
+        """The group's hold, or why it has none while it waits ("" when that is not known:
+        it has not waited long enough, or does not wait)."""
+        return self._holds.book.get(group), self._holds.why_not.get(group, "")
+
+    def hold_idle(self, group: str | None = None) -> float:
+        """GPU-seconds the group's hold has kept idle so far; with no group, the free GPUs
+        every hold keeps idle now (their cost)."""
+        if group is None:
+            return float(self._holds.book.idle_now)
+        return self._holds.book.idle_gpu_s.get(group, 0.0)
+
+    def gang_waited(self, group: str, wall_now: float) -> float:
+        """How long the group waited for room before it completed at ``wall_now`` (the gang
+        wait histogram); it waits no more."""
+        return self._holds.waited(group, wall_now)
 
     # ------------------------------------------------------ requeues, claims
 

@@ -65,6 +65,9 @@ class Reason(IntEnum):
     # Both the device plugin and DRA advertise the node's GPUs (extender.dra.ownership): either
     # may hand one out behind the other's back, so schedext hands out none (unless fenced).
     GPU_OWNER_MIXED = 31
+    # The node's free GPUs are held for a gang that waited too long (extender.gang.holds):
+    # lower- or equal-priority pods go elsewhere; no eviction lifts it.
+    GANG_HOLD = 32
 
     @property
     def resolvable(self) -> bool:
@@ -108,6 +111,7 @@ PRECEDENCE: tuple[Reason, ...] = (
     Reason.GANG_NOT_FOUND,
     Reason.GANG_QUORUM,
     Reason.GANG_CAPACITY,
+    Reason.GANG_HOLD,
 )
 
 # The filter's arrays hold ranks, not Reason numbers: FITS ranks 0, and every other reason its

@@ -78,7 +78,13 @@ class WakeUps:
             if context is not None:
                 pools = [pool.name for pool in context.pools] + list(context.missing_pools)
                 on.update((WaitKind.ADDRESS, pool) for pool in pools)
+        if any(r.reason is Reason.GANG_HOLD for r in verdict.rejections):
+            on.add((WaitKind.HOLD, ""))
         self._book.wait(request.uid, request.key, on)
+
+    def hold_ended(self, gpus: int) -> None:
+        """A gang's hold of ``gpus`` ended: the pods it kept off them may go there."""
+        self._book.freed(WaitKind.HOLD, "", count=max(1, gpus))
 
     def held_back(self, request: PodRequest, hold: QuotaHold) -> None:
         """Its team quota held ``request`` back (``hold``): over max, it waits for its own

@@ -24,7 +24,7 @@ from extender.gang.domain_fit import required_fit
 from extender.gang.packing import FitCache, fits_all, member_nodes
 from extender.gang.preference import preference
 from extender.gang.spec import PodGroupSpec, min_resources_gap
-from extender.gang.topology import Topology, read_topology
+from extender.gang.topology import Topology, group_topology
 from extender.inventory import BoolArray, IdArray, Inventory
 from extender.model import (
     FilterVerdict,
@@ -151,18 +151,9 @@ class GangCoordinator:
         return FilterVerdict(passed, (*verdict.rejections, stranded)), passed_ids[keep]
 
     def topology(self, spec: PodGroupSpec) -> Topology:
-        """The group's required and preferred levels, read against the configured ones (a
-        level not configured, or annotations that disagree: none, and a problem to warn of):
-        from its PodGroup, or where that names none, from its members (Kueue writes its
-        podset's annotations on the pods)."""
-        annotations = dict(spec.topology)
-        if not annotations:
-            said = {p for r in self.book.members(spec.key).values() if r for p in r.topology}
-            if len({key for key, _ in said}) < len(said):
-                listed = ", ".join(f"{key}={value}" for key, value in sorted(said))
-                return Topology(problem=f"topology ignored: the members disagree ({listed})")
-            annotations = dict(said)
-        return read_topology(annotations, self._config.topology_levels)
+        """The group's required and preferred levels (see :func:`group_topology`)."""
+        members = [r for r in self.book.members(spec.key).values() if r is not None]
+        return group_topology(spec.topology, members, self._config.topology_levels)
 
     # ------------------------------------------------------------- prioritize
 
@@ -199,6 +190,15 @@ class GangCoordinator:
         assert group is not None
         spec = self.book.spec(group)
         return (self._needed(spec, include=request) if spec is not None else []) or [request]
+
+    def unplaced(self, spec: PodGroupSpec) -> list[PodRequest]:
+        """The unplaced members its group still needs to reach minMember (none: placed)."""
+        return self._needed(spec)
+
+    def fits_now(self, spec: PodGroupSpec) -> bool:
+        """Whether the group's unplaced members fit now, as its members' filter judges it."""
+        needed = self._needed(spec)
+        return not needed or self._room(needed[0], spec, ()).verdict is None
 
     # ---------------------------------------------------------------- preempt
 

@@ -31,7 +31,7 @@ from extender.kinds import asked
 from extender.kinds.whole_gpu import WHOLE_GPU
 from extender.model import RANKED, PodRequest, Reason
 
-__all__ = ["FitCache", "fits_all", "member_nodes"]
+__all__ = ["FitCache", "eligible", "fits_all", "member_nodes"]
 
 
 # The exact search gives up after this many search steps (a step: one member tried against
@@ -255,6 +255,14 @@ def _eligible(
     if cache is not None:
         cache.masks[key] = mask
     return mask
+
+
+def eligible(
+    inventory: Inventory, request: PodRequest, config: PolicyConfig
+) -> npt.NDArray[np.bool_]:
+    """Per node id, whether ``request`` could use the node if it had the GPUs free (a
+    starving gang's hold, extender.gang.hold_choice)."""
+    return _eligible(inventory, request, config, None)
 
 
 class _OutOfBudgetError(Exception):

@@ -31,6 +31,8 @@ class PodGroupSpec:
     # Its topology annotations (schedext's and their aliases, extender.gang.topology), as
     # written: read against the configured levels by the coordinator.
     topology: tuple[tuple[str, str], ...] = ()
+    # The hold schedext recorded on it (names.GANG_HOLD, extender.gang.holds), as written.
+    hold: str = ""
 
     @property
     def key(self) -> str:
@@ -64,6 +66,7 @@ def pod_group_spec(obj: JSONObject) -> PodGroupSpec | None:
             for key, value in sorted(fields.string_map(meta, "annotations").items())
             if key in names.TOPOLOGY_KEYS
         ),
+        hold=fields.string_map(meta, "annotations").get(names.GANG_HOLD, ""),
     )
 
 

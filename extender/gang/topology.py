@@ -25,8 +25,9 @@ import numpy as np
 
 from extender import names
 from extender.inventory import IntArray, Inventory
+from extender.model import PodRequest
 
-__all__ = ["ALIASES", "Domains", "Topology", "domains", "read_topology"]
+__all__ = ["ALIASES", "Domains", "Topology", "domains", "group_topology", "read_topology"]
 
 # Per meaning, the annotations read, schedext's own first.
 ALIASES: Mapping[str, tuple[str, ...]] = {
@@ -72,6 +73,21 @@ def read_topology(annotations: Mapping[str, str], levels: Sequence[str]) -> Topo
         )
         preferred = ""
     return Topology(required, preferred, "; ".join(problems))
+
+
+def group_topology(
+    annotations: Sequence[tuple[str, str]], members: Sequence[PodRequest], levels: Sequence[str]
+) -> Topology:
+    """A gang's levels, read against the configured ``levels``: from its PodGroup's topology
+    ``annotations``, or where those name none, from its ``members``' (Kueue writes its
+    podset's annotations on the pods). Members that disagree are a problem: none then."""
+    if not annotations:
+        said = {pair for request in members for pair in request.topology}
+        if len({key for key, _ in said}) < len(said):
+            listed = ", ".join(f"{key}={value}" for key, value in sorted(said))
+            return Topology(problem=f"topology ignored: the members disagree ({listed})")
+        annotations = tuple(said)
+    return read_topology(dict(annotations), levels)
 
 
 class Domains(NamedTuple):
