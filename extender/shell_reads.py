@@ -215,6 +215,10 @@ class ShellReads:
             return float(self._holds.book.idle_now)
         return self._holds.book.idle_gpu_s.get(group, 0.0)
 
+    def hold_idle_total(self) -> float:
+        """GPU-seconds every hold has kept idle so far (the metric's counter)."""
+        return self._holds.book.idle_total
+
     def gang_waited(self, group: str, wall_now: float) -> float:
         """How long the group waited for room before it completed at ``wall_now`` (the gang
         wait histogram); it waits no more."""

@@ -44,6 +44,12 @@ class Service:
     # The timer that sends the retries the core held back, and when (see requeue_waiters).
     _requeue_timer: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
     _requeue_at: float | None = field(default=None, init=False, repr=False)
+    # Called after each review of the gangs' holds (the writer of their PodGroup records).
+    on_holds_reviewed: list[Callable[[], None]] = field(default_factory=list)
+
+    def holds_reviewed(self) -> None:
+        for call in self.on_holds_reviewed:
+            call()
 
     def core(self, call: Callable[[Scheduler], _T]) -> _T:
         """Ask the core something that may record gang events (a bind plan, an expiry): the

@@ -19,6 +19,7 @@ from app.kube.api import KubeApi
 from app.kube.claims import ClaimReleaser
 from app.kube.events import EventRecorder
 from app.kube.fence import Fences
+from app.kube.hold_records import HoldRecords
 from app.kube.leader import LeaderElector
 from app.kube.role import LEADER, ROLE_LABEL, PodRoleLabel
 from app.kube.shapes import NODE_DECODERS, POD_DECODERS
@@ -305,6 +306,9 @@ class ClusterSource:
         self._tasks.append(asyncio.create_task(statuses, name="status-writer"))
         self._tasks.append(asyncio.create_task(quotas, name="quota-status-writer"))
         self._tasks.append(asyncio.create_task(releaser, name="claim-releaser"))
+        records = HoldRecords(self._api, service.scheduler)
+        service.on_holds_reviewed.append(records.kick)
+        self._tasks.append(asyncio.create_task(records.run_forever(), name="hold-records"))
         if self._fences is not None:
             fence = self._fences.run_forever(
                 service.scheduler, service.readiness, report=UnfencedReporter(service.events).check

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -38,12 +39,14 @@ class GangWaiters:
         try:
             return call(scheduler)
         finally:
-            self.dispatch(scheduler.take_gang_events())
+            self.dispatch(scheduler.take_gang_events(), scheduler)
 
-    def dispatch(self, events: Iterable[GangEvent]) -> None:
+    def dispatch(self, events: Iterable[GangEvent], scheduler: Scheduler) -> None:
         """Perform the core's gang effects: wake or fail the binds waiting for each group."""
         for event in events:
             self._metrics.gang_event(event.kind.value)
+            if event.kind is GangEventKind.COMPLETE:
+                self._metrics.holds.wait.observe(scheduler.gang_waited(event.group, time.time()))
             if event.kind is GangEventKind.QUORUM:
                 log.info(
                     "gang quorum",

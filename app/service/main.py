@@ -27,6 +27,7 @@ from app.service import openapi
 from app.service.assembly import Service
 from app.service.cluster import ClusterSource
 from app.service.dra_problems import DraProblemReporter
+from app.service.gang_holds import HoldReporter
 from app.service.gangs import GangWaiters
 from app.service.metrics import Metrics
 from app.service.node_problems import (
@@ -40,6 +41,7 @@ from app.service.settings import Settings
 from app.service.snapshot import demo_snapshot, read_snapshot
 from app.service.sources import InventorySource, SnapshotSource
 from app.service.victims import VictimWaits
+from extender.gang.hold_keeper import HoldTimes
 from extender.preemption import GangVictims
 from extender.scheduler import Scheduler
 
@@ -116,6 +118,7 @@ def create_app(
         gang_max_wait_s=settings.gang.max_wait_s,
         gang_victims=GangVictims(settings.preemption.gang_victims),
         victim_memory_s=settings.preemption.victim_memory_s,
+        gang_holds=HoldTimes(settings.gang.hold_after_s, settings.gang.hold_max_s),
     )
     readiness = Readiness()
     metrics = Metrics(lambda: scheduler, readiness)
@@ -227,6 +230,7 @@ async def _expire_reservations(service: Service) -> None:
     problems = NodeProblemReporter(service.events)
     mixed = MixedNodeReporter(service.events, fence=service.settings.dra.fence)
     topologies = GangTopologyReporter(service.events)
+    holds = HoldReporter(service.events, service.metrics.holds)
     dra_problems = DraProblemReporter(service.events, service.metrics.dra_problems)
 
     def expire(scheduler: Scheduler) -> None:
@@ -240,6 +244,9 @@ async def _expire_reservations(service: Service) -> None:
         problems.check(scheduler.inventory.problems)
         mixed.check(scheduler.dra_owners())
         topologies.check(scheduler.gang_topology_problems())
+        if service.readiness.ready:  # synced and leading: the holds are this replica's to keep
+            holds.review(scheduler)
+            service.holds_reviewed()
 
     while True:
         await asyncio.sleep(period)

@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.kube.readiness import Readiness
+from app.service.gang_holds import HoldMetrics
 from extender import names
 from extender.dra import Ownership
 from extender.quotas import Kind
@@ -150,6 +151,7 @@ class Metrics:
         self._decision_counts = _Children(self._decisions)
         self._mode_counts = _Children(self._request_modes)
         self._rejection_counts = _Children(self._rejections)
+        self.holds = HoldMetrics(self.registry, scheduler)
         self.registry.register(_InventoryCollector(scheduler))
         self.registry.register(_WatchCollector(self._watch_progress))
         if readiness is not None:

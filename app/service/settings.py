@@ -494,6 +494,19 @@ class GangSettings(_Group):
         description="How often a PodGroup's status (phase, scheduled, running) is written "
         "back, when it changed.",
     )
+    hold_after_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="How long a gang waits for room, all its members there, before it may get "
+        "a hold: the GPUs it would take are kept from pods of no higher priority outside it "
+        "as they free (docs/gangs.md, Holds). 0: never.",
+    )
+    hold_max_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long a hold lasts at most; the gang then waits `hold_after_s` "
+        "afresh before it may get another.",
+    )
 
 
 class QuotaSettings(_Group):

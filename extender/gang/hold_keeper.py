@@ -137,6 +137,9 @@ class HoldKeeper:
             self._ended[hold.group] = spec.hold  # if it ends now
         if spec is None:
             self.book.end(hold.group, HoldEventKind.ENDED, "its PodGroup is gone")
+        elif self.gangs.book.member_count(spec.key) < spec.min_member:
+            why = f"it has fewer than minMember ({spec.min_member}) pods now"
+            self.book.end(hold.group, HoldEventKind.ENDED, why, uid=uid)
         elif not self.gangs.unplaced(spec):
             self.book.end(hold.group, HoldEventKind.ENDED, "its members are placed", uid=uid)
         elif now >= hold.expires:

@@ -88,6 +88,7 @@ class HoldBook:
         self._events: list[HoldEvent] = []
         self.idle_gpu_s: dict[str, float] = {}  # per gang: free GPUs kept, times seconds
         self.idle_now = 0  # free GPUs kept for holds at the last review
+        self.idle_total = 0.0  # GPU-seconds kept idle by every hold so far
 
     def __len__(self) -> int:
         return len(self._holds)
@@ -138,6 +139,7 @@ class HoldBook:
             idle = sum(min(_free(inventory, node), gpus) for node, gpus in hold.need)
             self.idle_gpu_s[hold.group] = self.idle_gpu_s.get(hold.group, 0.0) + idle * seconds
             total += idle
+        self.idle_total += total * seconds
         self.idle_now = total
         return total
 

@@ -160,7 +160,7 @@ def test_the_shell_asks_kube_scheduler_to_retry_the_members() -> None:
     for member in (M0, M1):
         scheduler.filter(member, ["g"])
     scheduler.upsert_pod(M2)
-    waiters.dispatch(scheduler.take_gang_events())
+    waiters.dispatch(scheduler.take_gang_events(), scheduler)
     assert recorded.requeued == [("default/m0", "u0"), ("default/m1", "u1")]
     assert recorded.events == []
 
