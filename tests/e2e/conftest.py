@@ -474,10 +474,11 @@ def cluster(
     namespace = f"e2e-{next(_namespaces)}"
     api.create_namespace(namespace)
     # Release vanished sticky claims quickly, so that tests need not wait 30 s.
+    settings = request.node.get_closest_marker("schedext_env")  # more, for this test
     schedext = Schedext(
         control_plane.kubeconfig,
         tmp_path / "schedext.log",
-        env={"SCHEDEXT_IP__CLAIM_RELEASE_INTERVAL_S": "1"},
+        env={"SCHEDEXT_IP__CLAIM_RELEASE_INTERVAL_S": "1"} | (settings.args[0] if settings else {}),
     )
     schedext.start()
     env = Cluster(cp=control_plane, api=api, schedext=schedext, namespace=namespace)
