@@ -10,8 +10,9 @@ label; scheduling goes on, and no GPU is ever given twice."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +52,20 @@ class Replica:
 
 @pytest.fixture
 def replicas(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Replica, Replica]]:
-    """The cluster fixture's schedext is stopped; two leader-electing replicas replace it,
-    each with a Pod object of its own, and kube-scheduler reaches them through the proxy.
-    The second replica's pod starts with a stale leader label, as if an earlier container of
-    that pod had crashed while leading."""
+    """The cluster fixture's schedext is stopped; two leader-electing replicas replace it
+    (:func:`leader_and_standby`)."""
+    with leader_and_standby(cluster, tmp_path) as pair:
+        yield pair
+
+
+@contextlib.contextmanager
+def leader_and_standby(
+    cluster: Cluster, tmp_path: Path, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[Replica, Replica]]:
+    """The cluster fixture's schedext is stopped; two leader-electing replicas replace it
+    (with ``env`` too: more settings), each with a Pod object of its own, and kube-scheduler
+    reaches them through the proxy; the first leads. The second replica's pod starts with a
+    stale leader label, as if an earlier container of that pod had crashed while leading."""
     cluster.cp.stop_scheduler()
     cluster.schedext.stop()
     api = cluster.api
@@ -63,9 +74,10 @@ def replicas(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Replica, Replic
     cluster.api.create_pod(cluster.namespace, stale)
 
     def replica(name: str) -> Replica:
-        env = {**LEADER_ENV, "SCHEDEXT_LEADER__IDENTITY": name, "POD_NAME": f"schedext-{name}"}
-        env["POD_NAMESPACE"] = cluster.namespace
-        schedext = Schedext(cluster.cp.kubeconfig, tmp_path / f"{name}.log", env=env)
+        own = {"SCHEDEXT_LEADER__IDENTITY": name, "POD_NAME": f"schedext-{name}"}
+        own["POD_NAMESPACE"] = cluster.namespace
+        settings = {**LEADER_ENV, **(env or {}), **own}
+        schedext = Schedext(cluster.cp.kubeconfig, tmp_path / f"{name}.log", env=settings)
         return Replica(schedext, f"schedext-{name}")
 
     first, second = replica("first"), replica("second")

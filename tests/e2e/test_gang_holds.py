@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from extender import names
 from testbed.stream import SmallPodStream
 from tests.e2e.conftest import Cluster, eventually
+from tests.e2e.test_failover import Replica, leader_and_standby
 from tests.e2e.test_gangs import members
 from tests.e2e.test_scheduling import H100, _assert_no_gpu_given_twice
 
@@ -34,11 +38,18 @@ def hold_record(cluster: Cluster, group: str) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-def group_events(cluster: Cluster, group: str) -> list[str]:
+def group_events(cluster: Cluster, group: str) -> list[dict[str, Any]]:
+    """The PodGroup's events, oldest first."""
     selector = f"involvedObject.kind=PodGroup,involvedObject.name={group}"
     path = f"/api/v1/namespaces/{cluster.namespace}/events"
-    items = cluster.api.apply_raw("GET", path, params={"fieldSelector": selector})["items"]
-    return [str(item.get("reason", "")) for item in items]
+    items: list[dict[str, Any]] = cluster.api.apply_raw(
+        "GET", path, params={"fieldSelector": selector}
+    )["items"]
+    return sorted(items, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
+
+
+def reasons(cluster: Cluster, group: str) -> list[str]:
+    return [str(event.get("reason", "")) for event in group_events(cluster, group)]
 
 
 def gang_nodes(cluster: Cluster, pods: list[str]) -> set[str]:
@@ -85,14 +96,81 @@ def test_a_starved_gang_gets_a_hold_and_is_placed_while_the_stream_goes_elsewher
             lambda: stream.placements(placed, nodes=others), message="the stream stopped"
         )
         stream.stop()
-    reasons = eventually(
-        lambda: (r := group_events(cluster, "big")) and "GangHoldEnded" in r and r,
+    told = eventually(
+        lambda: (r := reasons(cluster, "big")) and "GangHoldEnded" in r and r,
         message="no GangHoldEnded event on the PodGroup",
     )
-    assert "GangHoldStarted" in reasons
-    assert "GangHoldExpired" not in reasons
+    assert "GangHoldStarted" in told
+    assert "GangHoldExpired" not in told
     assert cluster.metric("schedext_gang_hold_events_total", event="started") == 1
     assert cluster.metric("schedext_gang_hold_events_total", event="ended") == 1
     assert cluster.metric("schedext_gang_hold_idle_gpu_seconds_total") > 0
     assert cluster.metric("schedext_gang_holds") == 0
+    _assert_no_gpu_given_twice(cluster)
+
+
+def replica_metric(replica: Replica, name: str, **labels: str) -> float:
+    """A counter or gauge from that replica's /metrics (0 when absent)."""
+    text = httpx.get(f"{replica.url}/metrics", timeout=10).text
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    key = f"{name}{{{wanted}}}" if labels else name
+    return next((float(line.split()[-1]) for line in text.splitlines()
+                 if line.startswith(key + " ")), 0.0)  # fmt: skip
+
+
+@pytest.fixture
+def held_replicas(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Replica, Replica]]:
+    with leader_and_standby(cluster, tmp_path, HOLD_ENV) as pair:
+        yield pair
+
+
+def test_a_new_leader_keeps_the_hold_its_predecessor_recorded_and_the_gang_is_placed(
+    cluster: Cluster, held_replicas: tuple[Replica, Replica]
+) -> None:
+    first, second = held_replicas
+    nodes = [f"gpu-{i}" for i in range(3)]
+    for node in nodes:
+        cluster.node(node, gpus=8, model=H100)
+    with small_pods(cluster, max_s=300) as stream:
+        eventually(lambda: stream.running >= 24, timeout=60, message="the cluster never filled")
+        cluster.pod_group("pair", min_member=2)
+        gang = members(cluster, "pair", 2, gpus=8)
+        record = eventually(
+            lambda: hold_record(cluster, "pair"), timeout=60, message="no hold recorded"
+        )
+        held = set(record["nodes"])
+        assert len(held) == 2, record
+        first.schedext.stop(kill=True)  # while the hold stands: no handover of any kind
+        killed = time.monotonic()
+        second.schedext.wait_ready(timeout=60)
+        # Until the gang is placed the PodGroup carries the same record: the new leader
+        # adopted it (a hold it chose itself would have started anew).
+        records: list[dict[str, Any] | None] = []
+
+        def placed() -> set[str]:
+            records.append(hold_record(cluster, "pair"))
+            return gang_nodes(cluster, gang)
+
+        placed_on = eventually(placed, timeout=120, message="the gang was not placed")
+        gang_placed = time.monotonic()
+        assert placed_on == held
+        assert all(seen in (record, None) for seen in records), records
+        # No pod of the stream got a held GPU, across the failover too.
+        assert not stream.placements(killed, gang_placed, nodes=held)
+        eventually(
+            lambda: hold_record(cluster, "pair") is None,
+            message="the hold's record stayed on the PodGroup after the gang was placed",
+        )
+        stream.stop()
+    assert replica_metric(second, "schedext_gang_hold_events_total", event="started") == 1
+    assert replica_metric(second, "schedext_gang_hold_events_total", event="ended") == 1
+    messages = eventually(
+        lambda: [
+            e["message"] for e in group_events(cluster, "pair")
+            if e["reason"] == "GangHoldStarted"
+        ][1:],
+        message="no second GangHoldStarted event (the new leader's)",
+    )  # fmt: skip
+    assert len(messages) == 1
+    assert "adopted from its PodGroup" in messages[0]
     _assert_no_gpu_given_twice(cluster)
