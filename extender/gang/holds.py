@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 
+import numpy as np
+
 from extender.inventory import IdArray, Inventory
 from extender.model import FilterVerdict, PodRequest, Reason, Rejection
 
@@ -155,7 +157,10 @@ class HoldBook:
         takes = request.gpus or request.share.devices  # a share may open a whole GPU
         kept: dict[str, list[str]] = {}
         free = inventory.arrays.gpu_free
-        for node, node_id in zip(verdict.passed, ids.tolist(), strict=True):
+        # Only the held nodes among those that passed are looked at (a few, of thousands).
+        held = np.flatnonzero(np.isin(ids, inventory.ids(list(self._by_node))))
+        for position in held.tolist():
+            node, node_id = verdict.passed[position], int(ids[position])
             for hold in self._by_node.get(node, ()):
                 if request.group == hold.group or request.priority > hold.priority:
                     continue
