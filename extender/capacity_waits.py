@@ -32,6 +32,7 @@ mig       the MIG profile             a pod holding a MIG device of that profile
 quota     the namespace, or           a pod leaving the namespace (and, for ``BORROWING``,
           ``BORROWING`` for a pod     any namespace with a team quota); a team quota created,
           held back from borrowing    changed or deleted
+hold      "" (any hold)               a gang's hold ending (extender.gang.holds)
 ========  ==========================  ========================================================
 
 Bounded, so that a freeing cannot turn into a storm of API writes: each freeing nudges at

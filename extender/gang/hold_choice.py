@@ -26,7 +26,7 @@ import numpy as np
 from extender.config import PolicyConfig
 from extender.gang.capacity import Within, free_gpus
 from extender.gang.domain_fit import MAX_DOMAINS, addresses_short
-from extender.gang.packing import eligible, fits_all
+from extender.gang.packing import FitCache, eligible, fits_all
 from extender.gang.topology import domains
 from extender.inventory import BoolArray, IntArray, Inventory
 from extender.model import PodRequest
@@ -71,14 +71,15 @@ def choose_hold(
         enough.sort(key=lambda d: (-ready[d], d))
         places = [(Within(zones.ids == d, (level, d)), zones.names[d]) for d in enough]
     delta = {int(i): int(releasable[i]) for i in np.flatnonzero(releasable > 0)}
+    cache = FitCache()  # the members' node masks, once per shape
     best: tuple[tuple[int, int, str], HoldChoice] | None = None
     for within, name in places[:MAX_DOMAINS]:
         nodes = within.nodes if within is not None else alive
         if addresses_short(inventory, needed, nodes):
             continue
-        if not fits_all(inventory, members, config, free_delta=delta, within=within):
+        if not fits_all(inventory, members, config, free_delta=delta, within=within, cache=cache):
             continue
-        need = _plan(inventory, config, members, (free, potential), nodes)
+        need = _plan(inventory, config, members, (free, potential), (nodes, cache))
         if need is None:
             continue
         ids = inventory.ids(list(need))
@@ -101,15 +102,16 @@ def _plan(
     config: PolicyConfig,
     members: Sequence[PodRequest],
     free_and_potential: tuple[IntArray, IntArray],
-    nodes: BoolArray,
+    nodes_and_cache: tuple[BoolArray, FitCache],
 ) -> dict[str, int] | None:
     """Each member onto a node (the largest first): where it waits for the fewest GPUs, then
     fits tightest. None when the greedy finds no node for one."""
     free_left, room_left = (a.copy() for a in free_and_potential)
+    nodes, cache = nodes_and_cache
     need: dict[int, int] = {}
     for request in sorted(members, key=lambda r: -r.gpus):
         usable = np.flatnonzero(
-            eligible(inventory, request, config) & nodes & (room_left >= request.gpus)
+            eligible(inventory, request, config, cache) & nodes & (room_left >= request.gpus)
         )
         if not len(usable):
             return None

@@ -28,6 +28,8 @@ from extender.model import HoldingKind, PodRequest
 __all__ = ["HoldKeeper", "HoldTimes"]
 
 _NONE = PodGroupSpec(namespace="", name="", min_member=1)
+# A gang that got no hold is looked at again after this many seconds.
+RETRY_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,9 @@ class HoldKeeper:
     waiting_since: dict[str, float] = field(default_factory=dict)
     why_not: dict[str, str] = field(default_factory=dict)
     _last: float | None = None
+    # Per gang that got no hold: when to look again (a choice reads every pod's holding:
+    # not every second for a gang that cannot have one).
+    _retry_at: dict[str, float] = field(default_factory=dict)
     # The records on PodGroups of holds that ended, until the PodGroup no longer carries them
     # (the shell removes them): not adopted again meanwhile.
     _ended: dict[str, str] = field(default_factory=dict)
@@ -61,6 +66,18 @@ class HoldKeeper:
             self.book.account(self.inventory, max(0.0, now - self._last))
         self._last = now
         specs = {spec.key: spec for spec in self.gangs.book.specs()}
+        self._adopt_and_end(specs, now)
+        releasable: dict[int, IntArray] = {}  # by the gang's priority, read once per review
+        for spec in specs.values():
+            if not self._waits(spec):
+                self._forget(spec.key)
+                continue
+            since = self.waiting_since.setdefault(spec.key, now)
+            due = self.times.after_s > 0 and now - since >= self.times.after_s
+            if due and self.book.get(spec.key) is None and now >= self._retry_at.get(spec.key, now):
+                self._start(spec, now, since, admitted, releasable)
+
+    def _adopt_and_end(self, specs: dict[str, PodGroupSpec], now: float) -> None:
         for spec in specs.values():
             if (
                 spec.hold
@@ -75,41 +92,47 @@ class HoldKeeper:
         for hold in self.book.holds():
             self._keep_or_end(hold, specs.get(hold.group), now)
         for group in [g for g in self.waiting_since if g not in specs]:
-            del self.waiting_since[group]
-            self.why_not.pop(group, None)
-        if self.times.after_s <= 0:
+            self._forget(group)
+
+    def _forget(self, group: str) -> None:
+        self.waiting_since.pop(group, None)
+        self.why_not.pop(group, None)
+        self._retry_at.pop(group, None)
+
+    def _start(
+        self,
+        spec: PodGroupSpec,
+        now: float,
+        since: float,
+        admitted: Callable[[PodRequest], bool],
+        releasable: dict[int, IntArray],
+    ) -> None:
+        """A hold for the gang, if it does not fit now, its quota lets it in, and one place
+        would hold it (why not is kept, and looked at again in :data:`RETRY_S`)."""
+        needed = self.gangs.unplaced(spec)
+        if self.gangs.fits_now(spec) or not admitted(needed[0]):
             return
-        releasable: dict[int, IntArray] = {}  # by the gang's priority
-        for spec in specs.values():
-            if not self._waits(spec):
-                self.waiting_since.pop(spec.key, None)
-                self.why_not.pop(spec.key, None)
-                continue
-            since = self.waiting_since.setdefault(spec.key, now)
-            if self.book.get(spec.key) is not None or now - since < self.times.after_s:
-                continue
-            needed = self.gangs.unplaced(spec)
-            if self.gangs.fits_now(spec) or not admitted(needed[0]):
-                continue
-            priority = min(r.priority for r in needed)
-            if priority not in releasable:
-                releasable[priority] = _releasable(self.inventory, priority)
-            level = self.gangs.topology(spec).required
-            choice = choose_hold(
-                self.inventory, self.config, needed=needed, level=level,
-                releasable=releasable[priority],
-            )  # fmt: skip
-            if not choice.need:
-                self.why_not[spec.key] = f"no hold: {choice.why_not}"
-                continue
-            self.why_not.pop(spec.key, None)
-            hold = Hold(
-                group=spec.key, priority=priority, need=tuple(sorted(choice.need.items())),
-                started=now, expires=now + self.times.max_s, waiting_since=since,
-                level=level if choice.domain else "", domain=choice.domain,
-            )  # fmt: skip
-            waited = f"it has waited {now - since:.0f}s for {sum(r.gpus for r in needed)} GPUs"
-            self.book.start(hold, uid=spec.uid, reason=waited)
+        priority = min(r.priority for r in needed)
+        if priority not in releasable:
+            releasable[priority] = _releasable(self.inventory, priority)
+        level = self.gangs.topology(spec).required
+        choice = choose_hold(
+            self.inventory, self.config, needed=needed, level=level,
+            releasable=releasable[priority],
+        )  # fmt: skip
+        if not choice.need:
+            self.why_not[spec.key] = f"no hold: {choice.why_not}"
+            self._retry_at[spec.key] = now + RETRY_S
+            return
+        self.why_not.pop(spec.key, None)
+        self._retry_at.pop(spec.key, None)
+        hold = Hold(
+            group=spec.key, priority=priority, need=tuple(sorted(choice.need.items())),
+            started=now, expires=now + self.times.max_s, waiting_since=since,
+            level=level if choice.domain else "", domain=choice.domain,
+        )  # fmt: skip
+        waited = f"it has waited {now - since:.0f}s for {sum(r.gpus for r in needed)} GPUs"
+        self.book.start(hold, uid=spec.uid, reason=waited)
 
     def waited(self, group: str, now: float) -> float:
         """How long ``group`` waited until it completed at ``now`` (0 when no review saw it

@@ -30,7 +30,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from extender.inventory import IdArray, Inventory
+import numpy as np
+
+from extender.inventory import BoolArray, IdArray, Inventory
 from extender.model import FilterVerdict, PodRequest, Reason, Rejection
 
 __all__ = ["Hold", "HoldBook", "HoldEvent", "HoldEventKind", "hold_record", "read_hold_record"]
@@ -89,6 +91,8 @@ class HoldBook:
         self.idle_gpu_s: dict[str, float] = {}  # per gang: free GPUs kept, times seconds
         self.idle_now = 0  # free GPUs kept for holds at the last review
         self.idle_total = 0.0  # GPU-seconds kept idle by every hold so far
+        self._changes = 0  # holds started or ended: the held-node mask is rebuilt
+        self._mask: tuple[tuple[int, int], BoolArray] | None = None
 
     def __len__(self) -> int:
         return len(self._holds)
@@ -116,6 +120,7 @@ class HoldBook:
         for node, _ in hold.need:
             self._by_node.setdefault(node, []).append(hold)
         self.idle_gpu_s.setdefault(hold.group, 0.0)
+        self._changes += 1
         self._events.append(HoldEvent(HoldEventKind.STARTED, hold, reason, uid))
 
     def end(self, group: str, kind: HoldEventKind, reason: str, *, uid: str = "") -> None:
@@ -129,6 +134,7 @@ class HoldBook:
             else:
                 self._by_node.pop(node, None)
         self.idle_gpu_s.pop(group, None)
+        self._changes += 1
         self._events.append(HoldEvent(kind, hold, reason, uid))
 
     def account(self, inventory: Inventory, seconds: float) -> int:
@@ -154,19 +160,21 @@ class HoldBook:
             return verdict, ids
         takes = request.gpus or request.share.devices  # a share may open a whole GPU
         kept: dict[str, list[str]] = {}
+        gone: list[int] = []  # positions in ``verdict.passed``
         free = inventory.arrays.gpu_free
-        for node, node_id in zip(verdict.passed, ids.tolist(), strict=True):
+        # Only the held nodes among those that passed are looked at (a few, of thousands).
+        for position in np.flatnonzero(self._held_mask(inventory)[ids]).tolist():
+            node, node_id = verdict.passed[position], int(ids[position])
             for hold in self._by_node.get(node, ()):
                 if request.group == hold.group or request.priority > hold.priority:
                     continue
                 need = dict(hold.need)[node]
                 if int(free[node_id]) - takes < need:
                     kept.setdefault(hold.group, []).append(node)
+                    gone.append(position)
                     break
         if not kept:
             return verdict, ids
-        gone = {node for nodes in kept.values() for node in nodes}
-        flags = [node not in gone for node in verdict.passed]
         rejections = tuple(
             Rejection(
                 f"schedext: this node's free GPUs are held for gang {group}, which has waited "
@@ -177,8 +185,21 @@ class HoldBook:
             )
             for group, nodes in sorted(kept.items())
         )
-        passed = [node for node, keep in zip(verdict.passed, flags, strict=True) if keep]
-        return FilterVerdict(passed, (*verdict.rejections, *rejections)), ids[flags]
+        passed = list(verdict.passed)
+        for position in reversed(gone):
+            del passed[position]
+        return FilterVerdict(passed, (*verdict.rejections, *rejections)), np.delete(ids, gone)
+
+    def _held_mask(self, inventory: Inventory) -> BoolArray:
+        """Per node slot, whether a hold names the node; kept until the holds or the
+        inventory's layout change."""
+        key = (inventory.layout, self._changes)
+        if self._mask is None or self._mask[0] != key:
+            mask = np.zeros(len(inventory.arrays.alive), dtype=np.bool_)
+            mask[inventory.ids(list(self._by_node))] = True
+            mask[0] = False  # names the inventory does not hold
+            self._mask = (key, mask)
+        return self._mask[1]
 
     def refuses(self, inventory: Inventory, request: PodRequest, node: str) -> Hold | None:
         """The hold that keeps ``request`` off ``node`` (bind's re-check), if any."""

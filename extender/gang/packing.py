@@ -258,11 +258,12 @@ def _eligible(
 
 
 def eligible(
-    inventory: Inventory, request: PodRequest, config: PolicyConfig
+    inventory: Inventory, request: PodRequest, config: PolicyConfig, cache: FitCache
 ) -> npt.NDArray[np.bool_]:
     """Per node id, whether ``request`` could use the node if it had the GPUs free (a
-    starving gang's hold, extender.gang.hold_choice)."""
-    return _eligible(inventory, request, config, None)
+    starving gang's hold, extender.gang.hold_choice); kept in ``cache`` per pod shape."""
+    cache.sync(inventory, config)
+    return _eligible(inventory, request, config, cache)
 
 
 class _OutOfBudgetError(Exception):

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from extender import names
-from extender.gang.hold_keeper import HoldTimes
+from extender.gang.hold_keeper import RETRY_S, HoldTimes
 from extender.gang.holds import HoldEventKind, hold_record, read_hold_record
 from extender.model import Reason
 from extender.scheduler import Scheduler
@@ -293,3 +293,26 @@ def test_idle_gpu_seconds_are_the_free_gpus_kept() -> None:
     scheduler.review_holds(T0 + 71)
     assert scheduler.hold_idle() == 8
     assert scheduler.hold_idle("default/g") == pytest.approx(80)
+
+
+def test_a_gang_that_cannot_have_a_hold_is_looked_at_again_later() -> None:
+    # 3 x 8 cannot fit even if the small pods finished (n3's pod outranks it): no hold, and
+    # the choice (a pass over every pod's holding) is not made again for RETRY_S.
+    scheduler = scheduler_of([*BUSY, *gang(3, 8)])
+    waited(scheduler, 61)
+    assert "no hold" in scheduler.gang_hold("default/g")[1]
+    vip = next(o for o in BUSY if name_of(o) == "vip")
+    scheduler.delete_pod(uid_of(vip))  # now it would fit once the small pods finish
+    assert scheduler.review_holds(T0 + 62) == []
+    (started,) = scheduler.review_holds(T0 + 61 + RETRY_S)
+    assert started.kind is HoldEventKind.STARTED
+
+
+def test_a_hold_ends_when_the_gang_loses_a_member() -> None:
+    objs = [*BUSY, *gang(2, 8)]
+    scheduler = scheduler_of(objs)
+    waited(scheduler, 61)
+    scheduler.delete_pod(uid_of(objs[-1]))
+    (ended,) = scheduler.review_holds(T0 + 62)
+    assert ended.kind is HoldEventKind.ENDED
+    assert "fewer than minMember (2) pods" in ended.reason
