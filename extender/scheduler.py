@@ -240,6 +240,11 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         the deadline by the core's clock."""
         self._gangs.time_out(group)
 
+    def take_over_holds(self, wall_now: float) -> None:
+        """This replica answers the verbs from now on: the holds the PodGroups record stand
+        at once (extender.gang.hold_keeper, ``take_over``)."""
+        self._holds.take_over(wall_now)
+
     def review_holds(self, wall_now: float) -> list[HoldEvent]:
         """Start, keep and end the gangs' holds (extender.gang.hold_keeper) at ``wall_now``
         (Unix seconds: holds outlive the process); the holds started and ended, for the shell

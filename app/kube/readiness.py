@@ -20,6 +20,7 @@ class Readiness:
     sync_reason: str = "inventory not synced"
     leading: bool = True  # stays True without leader election
     leader: str = ""
+    terms: int = 0  # how many times it became ready (synced and leading)
 
     @property
     def ready(self) -> bool:
@@ -41,10 +42,18 @@ class Readiness:
         }
 
     def set_ready(self) -> None:
+        was = self.ready
         self.synced, self.sync_reason = True, ""
+        self._began(was)
 
     def set_not_ready(self, reason: str) -> None:
         self.synced, self.sync_reason = False, reason
 
     def set_leading(self, leading: bool, leader: str) -> None:
+        was = self.ready
         self.leading, self.leader = leading, leader
+        self._began(was)
+
+    def _began(self, was: bool) -> None:
+        if self.ready and not was:
+            self.terms += 1

@@ -46,6 +46,8 @@ class Service:
     _requeue_at: float | None = field(default=None, init=False, repr=False)
     # Called after each review of the gangs' holds (the writer of their PodGroup records).
     on_holds_reviewed: list[Callable[[], None]] = field(default_factory=list)
+    # The term of readiness whose holds were taken over (see holds_current).
+    _holds_term: int = field(default=0, init=False, repr=False)
 
     def holds_reviewed(self) -> None:
         for call in self.on_holds_reviewed:
@@ -112,6 +114,16 @@ class Service:
     def require_ready(self) -> None:
         if not self.readiness.ready:
             raise NotReadyError(self.readiness.reason)
+        if self._holds_term != self.readiness.terms:
+            self.holds_current()
+
+    def holds_current(self) -> None:
+        """Once per term of readiness (synced and leading anew), before its first verb or its
+        first review of the holds, whichever comes first: the holds the PodGroups record
+        stand from then on (Scheduler.take_over_holds)."""
+        if self._holds_term != self.readiness.terms:
+            self._holds_term = self.readiness.terms
+            self.scheduler.take_over_holds(time.time())
 
     async def read_body(self, scope: Scope, receive: Receive) -> bytes:
         """The request body, refused when over the size limit or too slow to arrive.

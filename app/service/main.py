@@ -245,6 +245,7 @@ async def _expire_reservations(service: Service) -> None:
         mixed.check(scheduler.dra_owners())
         topologies.check(scheduler.gang_topology_problems())
         if service.readiness.ready:  # synced and leading: the holds are this replica's to keep
+            service.holds_current()
             holds.review(scheduler)
             service.holds_reviewed()
 

@@ -134,6 +134,18 @@ class HoldKeeper:
         waited = f"it has waited {now - since:.0f}s for {sum(r.gpus for r in needed)} GPUs"
         self.book.start(hold, uid=spec.uid, reason=waited)
 
+    def take_over(self, now: float) -> None:
+        """This replica answers the verbs from now on (it was elected, or it has just synced):
+        the holds of an earlier term are forgotten and those the PodGroups record adopted at
+        once, so that filter keeps pods off them from its first answer, not from the first
+        review (up to a second later: small pods took the held GPUs meanwhile). Their STARTED
+        events wait for that review."""
+        self.book.clear()
+        self._last = None  # the idle GPUs are counted from the first review on
+        for spec in self.gangs.book.specs():
+            if spec.hold and self._ended.get(spec.key) != spec.hold:
+                self._adopt(spec, now)
+
     def waited(self, group: str, now: float) -> float:
         """How long ``group`` waited until it completed at ``now`` (0 when no review saw it
         wait: it was placed within a second); it waits no more."""

@@ -137,6 +137,14 @@ class HoldBook:
         self._changes += 1
         self._events.append(HoldEvent(kind, hold, reason, uid))
 
+    def clear(self) -> None:
+        """Forget every hold, with no event (a replica that answers anew: it adopts the
+        records instead, :meth:`~extender.gang.hold_keeper.HoldKeeper.take_over`)."""
+        self._holds.clear()
+        self._by_node.clear()
+        self.idle_gpu_s.clear()
+        self._changes += 1
+
     def account(self, inventory: Inventory, seconds: float) -> int:
         """Count the free GPUs each hold keeps idle now, over the ``seconds`` since the last
         review: the hold's cost. Returns how many are kept now."""

@@ -7,7 +7,7 @@ its maximum age, and a new leader adopts it from the PodGroup's record."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -316,3 +316,38 @@ def test_a_hold_ends_when_the_gang_loses_a_member() -> None:
     (ended,) = scheduler.review_holds(T0 + 62)
     assert ended.kind is HoldEventKind.ENDED
     assert "fewer than minMember (2) pods" in ended.reason
+
+
+def test_a_replica_that_takes_over_keeps_the_recorded_hold_before_its_first_review() -> None:
+    # The shell takes over when the replica becomes ready (elected, or synced), before its
+    # first verb: filter must not wait for the first review (up to a second) to honour the
+    # hold, or the small pods waiting in kube-scheduler take the GPUs that freed for the gang.
+    first = scheduler_of([*BUSY, *gang(2, 8)])
+    (started,) = waited(first, 61)
+    group, *members = gang(2, 8, **{names.GANG_HOLD: hold_record(started.hold)})
+    second = scheduler_of([*BUSY, group, *members])
+    second.take_over_holds(T0 + 70)
+    newcomer = make_pod("new", gpus=1)
+    assert second.filter(newcomer, ["n1", "n2"]).passed == []
+    (adopted,) = second.review_holds(T0 + 71)  # its event, at the review
+    assert adopted.reason == "adopted from its PodGroup"
+    assert adopted.hold == started.hold
+    assert second.review_holds(T0 + 72) == []
+
+
+def test_a_replica_that_leads_again_forgets_the_holds_of_its_earlier_term() -> None:
+    # It held n1 and n2, then lost the lease; the next leader let that hold expire and chose
+    # n2 and n3 (the record says so). Leading again, it keeps the record's hold, not its own.
+    scheduler = scheduler_of([*BUSY, *gang(2, 8)])
+    (started,) = waited(scheduler, 61)
+    now = T0 + 61 + 700
+    theirs = replace(started.hold, need=(("n2", 8), ("n3", 8)), started=now - 10)
+    annotations = {names.GANG_HOLD: hold_record(theirs)}
+    scheduler.upsert_pod_group(make_pod_group("g", min_member=2, annotations=annotations))
+    scheduler.take_over_holds(now)
+    assert scheduler.gang_holds() == [theirs]
+    assert scheduler.filter(make_pod("new", gpus=1), ["n1", "n2", "n3"]).passed == ["n1"]
+    # With no record (that hold ended meanwhile), it keeps none.
+    scheduler.upsert_pod_group(make_pod_group("g", min_member=2))
+    scheduler.take_over_holds(now + 1)
+    assert scheduler.gang_holds() == []
