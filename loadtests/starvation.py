@@ -12,8 +12,9 @@ each on a fresh schedext and kube-scheduler and in a namespace of its own, the o
 alternating rep by rep. For each it prints: the time from the gang's arrival to all its
 members bound, or "not within" the window; when its hold started; the GPU-seconds the hold
 kept idle (``schedext_gang_hold_idle_gpu_seconds_total``); and the small pods placed from
-the arrival until the gang was placed (or the window ended), in all and per second, beside
-their rate in the warm-up. Bounded: each variant stops at its window.
+the arrival until the gang was placed (or the window ended), in all and per second, the rate
+from the hold's start until then ("per s held": on the nodes it leaves them), and their rate
+in the warm-up (every node theirs). Bounded: each variant stops at its window.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ class Outcome:
     small_meanwhile: int
     meanwhile_s: float
     small_rate_before: float
+    small_held: int = 0  # placed from the hold's start until the gang was placed
+    held_for_s: float = 0.0
+
+    @property
+    def held_rate(self) -> float | None:
+        return self.small_held / self.held_for_s if self.held_for_s else None
 
     @property
     def small_rate(self) -> float:
@@ -135,12 +142,17 @@ def _run(
             time.sleep(0.2)
         end = arrived + (placed_s if placed_s is not None else args.window)
         meanwhile = len(stream.placements(arrived, end))
+        held_from = arrived + held_s if held_s is not None else end
+        during_hold = len(stream.placements(held_from, end))
         if after:  # the hold's last review: it ends, and its cost stops growing
             _until(lambda: schedext.scrape().total("schedext_gang_holds") == 0, 30, "hold stays")
         idle = schedext.scrape().total("schedext_gang_hold_idle_gpu_seconds_total")
         stream.stop()
     _clear(cp, namespace)
-    return Outcome(name, rep + 1, placed_s, held_s, idle, meanwhile, end - arrived, before)
+    return Outcome(
+        name, rep + 1, placed_s, held_s, idle, meanwhile, end - arrived, before,
+        small_held=during_hold, held_for_s=end - held_from,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -211,16 +223,19 @@ def _until(predicate: Callable[[], object], timeout: float, message: str) -> Non
 
 HEADER = (
     f"{'variant':<18} {'rep':>3}  {'gang placed after':<20} {'hold after':>10} "
-    f"{'idle GPU-s':>10} {'small pods meanwhile':>21} {'per s':>6} {'per s before':>13}"
+    f"{'idle GPU-s':>10} {'small pods meanwhile':>21} {'per s':>6} {'per s held':>10} "
+    f"{'per s before':>13}"
 )
 
 
 def _row(o: Outcome, window: float) -> str:
     placed = f"{o.placed_s:.1f} s" if o.placed_s is not None else f"not within {window:g} s"
     held = f"{o.held_s:.1f} s" if o.held_s is not None else "-"
+    held_rate = f"{o.held_rate:.2f}" if o.held_rate is not None else "-"
     return (
         f"{o.variant:<18} {o.rep:>3}  {placed:<20} {held:>10} {o.idle_gpu_s:>10.1f} "
-        f"{o.small_meanwhile:>21} {o.small_rate:>6.2f} {o.small_rate_before:>13.2f}"
+        f"{o.small_meanwhile:>21} {o.small_rate:>6.2f} {held_rate:>10} "
+        f"{o.small_rate_before:>13.2f}"
     )
 
 
