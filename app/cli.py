@@ -194,6 +194,7 @@ def _run(settings: Settings) -> int:
     import uvicorn  # noqa: PLC0415 (keep `schedext --help` fast)
 
     from app.service.main import create_app, live_cluster_configured  # noqa: PLC0415
+    from app.service.stopping import StoppingServer  # noqa: PLC0415
     from app.service.verb_protocol import protocol_for  # noqa: PLC0415
 
     try:
@@ -215,7 +216,7 @@ def _run(settings: Settings) -> int:
             "inventory": service.description,
         },
     )
-    server = uvicorn.Server(
+    server = StoppingServer(
         uvicorn.Config(
             app,
             host=settings.server.host,
@@ -232,7 +233,8 @@ def _run(settings: Settings) -> int:
             proxy_headers=False,
             # HTTPS, and with a client CA, mTLS: see ServerSettings.
             **settings.server.uvicorn_tls(),
-        )
+        ),
+        service,
     )
     listeners = _plain_listeners(settings, service)
     if not listeners:

@@ -30,7 +30,7 @@ from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
 from extender.explain import explain_pod
 from extender.fields import JSONObject
-from extender.gang import OPEN, GangCoordinator, GangGate
+from extender.gang import OPEN, GangCoordinator, GangEventKind, GangGate
 from extender.gang.hold_keeper import HoldKeeper, HoldTimes
 from extender.gang.holds import HoldEvent, HoldEventKind
 from extender.intake import Books, Intake
@@ -239,6 +239,13 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         calls this when a waiting bind's own timer fires, even if ``now`` has not yet reached
         the deadline by the core's clock."""
         self._gangs.time_out(group)
+
+    def end_gang_waits(self, reason: str) -> None:
+        """End every group's wait at the bind barrier (schedext is stopping): their
+        reservations go and their waiting binds fail with ``reason``, so that kube-scheduler
+        retries them where they can complete (the next leader)."""
+        for group in self._gangs.book.waiting_groups():
+            self._gangs.release(group, GangEventKind.RELEASED, reason)
 
     def review_holds(self, wall_now: float) -> list[HoldEvent]:
         """Start, keep and end the gangs' holds (extender.gang.hold_keeper) at ``wall_now``

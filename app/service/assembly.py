@@ -47,6 +47,20 @@ class Service:
     # Called after each review of the gangs' holds (the writer of their PodGroup records).
     on_holds_reviewed: list[Callable[[], None]] = field(default_factory=list)
 
+    def begin_stop(self) -> None:
+        """A stop began (SIGTERM): answer no new verb, and end every gang's wait at the bind
+        barrier now, its reservations released and its binds failed with a reason that says
+        so, rather than keep the lease while they wait out their timeout (up to
+        gang.max_wait_s): kube-scheduler retries them on the next leader. Binds past the
+        barrier finish (within bind.api_deadline_s) before the lease is released."""
+        if self.readiness.stopping:
+            return
+        self.readiness.set_stopping()
+        waiting = self.scheduler.waiting_groups()
+        reason = "schedext: this replica is stopping; the group's wait ended, to be retried"
+        self.core(lambda scheduler: scheduler.end_gang_waits(reason))
+        log.info("stopping", extra={"gang_waits_ended": waiting})
+
     def holds_reviewed(self) -> None:
         for call in self.on_holds_reviewed:
             call()

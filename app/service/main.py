@@ -7,7 +7,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -221,17 +221,26 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 async def _expire_reservations(service: Service) -> None:
-    """Give back GPUs of binds that never completed (the bind call died mid-way), end the
-    waits of gangs past their timeout (their waiting binds also notice on their own), stop
-    trusting stale live-use samples, and report node annotations that could not be read, and
-    what DRA's claims ledger could not read or count (every ten seconds)."""
+    """Run :func:`chores` every second or so, and DRA's problem check beside them."""
     period = min(1.0, service.settings.bind.reservation_ttl_s / 2)
+    expire = chores(service)
+    dra_problems = DraProblemReporter(service.events, service.metrics.dra_problems)
+    while True:
+        await asyncio.sleep(period)
+        service.core(expire)
+        dra_problems.check(service.scheduler, service.readiness, service.clock())
 
+
+def chores(service: Service) -> Callable[[Scheduler], None]:
+    """The periodic chores: give back GPUs of binds that never completed (the bind call died
+    mid-way), end the waits of gangs past their timeout (their waiting binds also notice on
+    their own), stop trusting stale live-use samples; and on the leader only (Warning events
+    come from one replica), report node annotations that could not be read, mixed GPU
+    owners and ignored gang topology, and keep the gangs' holds."""
     problems = NodeProblemReporter(service.events)
     mixed = MixedNodeReporter(service.events, fence=service.settings.dra.fence)
     topologies = GangTopologyReporter(service.events)
     holds = HoldReporter(service.events, service.metrics.holds)
-    dra_problems = DraProblemReporter(service.events, service.metrics.dra_problems)
 
     def expire(scheduler: Scheduler) -> None:
         # Logged inside the call, so that these lines come before the gang effects' own.
@@ -241,17 +250,15 @@ async def _expire_reservations(service: Service) -> None:
                 extra={"pod": holding.key, "node": holding.node, "gpus": holding.gpu_ids},
             )
         scheduler.age_live_use(time.time())
+        if not service.readiness.ready:
+            return  # a standby (or before sync): the leader alone tells, and keeps the holds
         problems.check(scheduler.inventory.problems)
         mixed.check(scheduler.dra_owners())
         topologies.check(scheduler.gang_topology_problems())
-        if service.readiness.ready:  # synced and leading: the holds are this replica's to keep
-            holds.review(scheduler)
-            service.holds_reviewed()
+        holds.review(scheduler)
+        service.holds_reviewed()
 
-    while True:
-        await asyncio.sleep(period)
-        service.core(expire)
-        dra_problems.check(service.scheduler, service.readiness, service.clock())
+    return expire
 
 
 async def _bad_request(_request: Request, error: Exception) -> Response:
