@@ -202,20 +202,6 @@ def test_every_metric_an_alert_or_panel_reads_is_exported(
     assert not unknown, f"not exported by schedext or its agent: {sorted(unknown)} in {expression}"
 
 
-def test_the_dashboard_has_unique_ids_and_no_panel_overlaps_another() -> None:
-    found = dashboard()["panels"]
-    ids = [p["id"] for p in found]
-    assert len(ids) == len(set(ids)), "panel ids repeat"
-    cells: dict[tuple[int, int], str] = {}
-    for panel in found:
-        box = panel["gridPos"]
-        assert box["x"] + box["w"] <= 24, panel["title"]
-        for x in range(box["x"], box["x"] + box["w"]):
-            for y in range(box["y"], box["y"] + box["h"]):
-                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"
-                cells[(x, y)] = panel["title"]
-
-
 def test_the_gang_holds_row_reads_what_the_service_exports(exported: set[str]) -> None:
     """Holds standing, free GPUs idle under them, their events and the gangs' wait: the
     panels below the row, each reading one of them, all in the service's registry."""
