@@ -79,7 +79,8 @@ def test_inventory_shows_each_gangs_hold_or_null(serve: Serve) -> None:
         "waitingSince": "2025-12-31T23:50:00Z",
     }
     assert 0 < hold["leftSeconds"] <= 570
-    assert isinstance(hold["idleGpuSeconds"], float) and hold["idleGpuSeconds"] >= 0
+    assert isinstance(hold["idleGpuSeconds"], float)
+    assert hold["idleGpuSeconds"] >= 0
     assert gangs["default/g"]["holdWhyNot"] == ""
     assert (gangs["default/done"]["hold"], gangs["default/done"]["holdWhyNot"]) == (None, "")
 
@@ -97,7 +98,8 @@ def test_explain_tells_a_member_where_its_group_is_held_and_an_outsider_it_is_ke
         f"holding 16 GPUs on {RACK} a for the group since 2026-01-01T00:00:00Z, "
         f"until {stamp(expires)}"
     )
-    assert outsider["groupHold"] is None and placed["groupHold"] is None
+    assert outsider["groupHold"] is None
+    assert placed["groupHold"] is None
     assert outsider["fits"] == ["b1"]
     for node in outsider["nodes"][:2]:
         assert node["node"] in ("a1", "a2")
@@ -107,7 +109,8 @@ def test_explain_tells_a_member_where_its_group_is_held_and_an_outsider_it_is_ke
         )
         assert node["resolvable"] is False
     text = tables.explanation_text(member).splitlines()
-    assert text[2].startswith("group: ") and text[3] == member["groupHold"]
+    assert text[2].startswith("group: ")
+    assert text[3] == member["groupHold"]
 
 
 def test_the_gangs_table_has_the_hold_and_the_metrics_count_it(serve: Serve) -> None:

@@ -65,4 +65,3 @@ def test_a_pod_outside_the_gang_is_told_on_each_held_node_that_it_is_kept_off() 
         assert not nodes[name].resolvable  # preempting does not lift a hold
     assert explained(scheduler, "new").group_hold == ""  # in no gang
     assert all(n.fits for n in explained(scheduler, "vip2").nodes)  # of higher priority
-
