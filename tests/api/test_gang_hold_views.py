@@ -5,13 +5,14 @@ tells a member where its group's GPUs are held and an outsider that it is kept o
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from typing import Any
 
 import pytest
 
-from app.plugin import tables
+from app.plugin import command, tables
 from extender import names
 from testbed.builders import gang_pod, make_node, make_pod, make_pod_group
 from testbed.waiting import wait_for
@@ -115,6 +116,12 @@ def test_explain_tells_a_member_where_its_group_is_held_and_an_outsider_it_is_ke
 
 def test_the_gangs_table_has_the_hold_and_the_metrics_count_it(serve: Serve) -> None:
     server, gangs = held(serve, time.time() + 570)
+    with server.client() as client:
+        answer = client.get("/inventory").json()
+    args = argparse.Namespace(command="gangs", output="json", namespace="default")
+    passed = json.loads(command._render(args, answer))["gangs"]  # -o json: as /inventory has them
+    assert passed == answer["gangs"]
+    assert passed[1]["hold"]["gpus"] == 16
     lines = tables.gangs_table(sorted(gangs.values(), key=lambda g: g["group"])).splitlines()
     start = lines[0].index("HOLD")
     assert [line[start:].split("   ")[0] for line in lines[1:]] == ["-", "16 on rack a, 9m left"]
