@@ -266,7 +266,7 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
             gangs=self._gangs, judge=lambda r, names, gate: self._judge(r, names, gate)[0],
             quota=self._quota_hold,
             score=lambda r, names: self._score(r, self._inventory.ids(names)),
-            dra=self,
+            dra=self, hold=self.gang_hold,
         )  # fmt: skip
 
     # -------------------------------------------------------------- internals

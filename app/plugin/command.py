@@ -119,9 +119,11 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "gangs",
         parents=[common],
-        help="pod groups: members placed of minMember, waiting, timed out",
+        help="pod groups: members placed of minMember, waiting, held GPUs, timed out",
         description="Per PodGroup: its phase, members placed of minMember, those waiting at "
-        "the bind barrier, and how its last wait ended when it did not complete.",
+        "the bind barrier, the GPUs held for it when it waited too long for room (HOLD: how "
+        "many, where, for how long still), and how its last wait ended when it did not "
+        "complete.",
     )
     commands.add_parser(
         "quotas",

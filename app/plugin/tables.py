@@ -74,6 +74,8 @@ def explanation_text(answer: JSON) -> str:
             f"group: {group['phase']}, {group['scheduled']} bound + {group['waiting']} waiting "
             f"of {group['members']} members"
         )
+    if answer.get("groupHold"):  # its group's hold, or why it has none
+        lines.append(answer["groupHold"])
     if answer["groupReason"]:
         lines.append(f"held back: {answer['groupReason']}")
     quota = answer.get("quota")
@@ -259,10 +261,37 @@ def _failure(gang: JSON) -> str:
     return f"{outcome}: {failure['reason']}"
 
 
+def _hold(gang: JSON) -> str:
+    """The GPUs held for the gang (docs/gangs.md), where and for how long still:
+    ``16 on rack a, 4m left``; ``8 on n1, n2, 40s left``."""
+    hold = gang.get("hold")
+    if not hold:
+        return NONE
+    if hold.get("domain"):
+        # A level is a label key: its last part names it (topology.kubernetes.io/rack: rack).
+        where = f"{hold['level'].rsplit('/', 1)[-1]} {hold['domain']}"
+    else:
+        nodes = sorted(hold.get("nodes") or {})
+        where = ", ".join(nodes[:2]) + (f" +{len(nodes) - 2}" if len(nodes) > 2 else "")
+    return f"{hold['gpus']} on {where}, {_duration(hold.get('leftSeconds') or 0)} left"
+
+
+def _duration(seconds: float) -> str:
+    """``45s``, ``4m``, ``1h5m``: whole units, rounded down."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m"
+    hours, minutes = divmod(whole // 60, 60)
+    return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+
+
 def gangs_table(gangs: Sequence[JSON]) -> str:
     """Per PodGroup: its phase, members placed (bound, or reserved at the bind barrier) of
     minMember, the members that exist, those waiting at the barrier and for how long still,
-    and how its last wait ended when it did not complete."""
+    the GPUs held for it if it waited too long for room (HOLD), and how its last wait ended
+    when it did not complete."""
     if not gangs:
         return "no gangs"
     rows = []
@@ -279,11 +308,12 @@ def gangs_table(gangs: Sequence[JSON]) -> str:
                 gang["scheduled"],
                 gang["waiting"],
                 NONE if left is None else f"{left:g}s",
+                _hold(gang),
                 _failure(gang),
             )
         )
     headers = ("NAMESPACE", "GROUP", "PHASE", "PLACED/MIN", "MEMBERS", "BOUND", "WAITING",
-               "WAIT LEFT", "LAST FAILURE")  # fmt: skip
+               "WAIT LEFT", "HOLD", "LAST FAILURE")  # fmt: skip
     return table(headers, rows)
 
 

@@ -41,6 +41,8 @@ def answer(service: Service, namespace: str, name: str) -> tuple[int, dict[str, 
         "request": dict(explanation.request),
         "group": dataclasses.asdict(explanation.group) if explanation.group else None,
         "groupReason": explanation.group_reason or None,
+        # A gang member's: the GPUs held for its group, in words, or why it has none.
+        "groupHold": explanation.group_hold or None,
         # The team quota that holds the pod back (the nodes still say where it would go).
         "quota": _quota(explanation.quota),
         "fits": [n.node for n in explanation.nodes if n.fits],

@@ -459,6 +459,34 @@
     );
   }
 
+  // The GPUs held for a gang that waited too long for room (docs/gangs.md): how many, where
+  // (the topology domain, or the nodes) and until when; the title says since when it waits.
+  // No hold: a dash, titled with why not when schedext knows.
+  function holdCell(gang) {
+    const hold = gang.hold;
+    if (!hold) {
+      return el("td", { class: "gang-hold empty", "data-held": "false", title: gang.holdWhyNot || null, text: "\u2014" });
+    }
+    const nodes = Object.keys(hold.nodes).sort();
+    const where = hold.domain
+      ? `${hold.level} ${hold.domain}`
+      : nodes.slice(0, 4).join(", ") + (nodes.length > 4 ? ` and ${nodes.length - 4} more` : "");
+    return el(
+      "td",
+      {
+        class: "gang-hold",
+        "data-held": "true",
+        "data-gpus": hold.gpus,
+        "data-expires": hold.expires,
+        title: `waiting since ${hold.waitingSince}; held since ${hold.started}; ${Math.round(hold.idleGpuSeconds)} GPU-seconds idle so far`,
+      },
+      el("span", { class: "hold-gpus", text: `${hold.gpus} GPUs` }),
+      " on ",
+      el("span", { class: "hold-where", text: where }),
+      el("span", { class: "hold-until", text: `until ${hold.expires}` }),
+    );
+  }
+
   function gangRow(gang) {
     // Placed members are bound ones plus those holding a reservation at the bind barrier.
     const placed = gang.scheduled + gang.waiting;
@@ -485,6 +513,7 @@
       el("td", { class: "gang-scheduled num", text: gang.scheduled }),
       el("td", { class: "gang-running num", text: gang.running }),
       el("td", { class: "gang-waiting num", text: gang.waiting }),
+      holdCell(gang),
     );
   }
 
