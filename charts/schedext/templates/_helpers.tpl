@@ -19,9 +19,20 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
+{{/*
+The labels a selector matches (Deployments, the DaemonSet, Services, PodDisruptionBudgets,
+anti-affinity, PodMonitors): the component's name and the release, so that nothing selects
+the pods of another release or of a plain-manifests install. A Deployment's selector cannot
+change in place: docs/deploy.md, "Upgrades", says what an upgrade from chart 0.1.0 needs.
+*/}}
+{{- define "schedext.selectorLabels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end }}
+
 {{/* Pod template labels: the selector's, and the user's. */}}
 {{- define "schedext.podLabels" -}}
-app.kubernetes.io/name: {{ .name }}
+{{ include "schedext.selectorLabels" . }}
 app.kubernetes.io/part-of: schedext
 {{- with .extra }}
 {{ toYaml . }}
