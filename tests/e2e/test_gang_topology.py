@@ -139,20 +139,21 @@ def test_a_gang_no_rack_can_hold_stays_pending_with_the_level_named_and_nothing_
 
 
 def test_a_required_clique_puts_the_whole_gang_in_one_nvlink_domain(cluster: Cluster) -> None:
-    # One rack, three cliques: nvl-1 (c1, c2: 8 + 8) holds 2 x 8; nvl-2 (d1: 8, d2: 4) does
-    # not, though c1 and d1 together would.
+    # One rack, two cliques: nvl-1 (c1, c2: 16 + 16) holds 2 x 8; nvl-2 (d1: 8, d2: 4) does
+    # not. d1 is the tightest fit for a member: bin packing alone would put the first there
+    # and the second in nvl-1, across the two cliques.
     nodes(
         cluster,
         {
-            "c1": (8, {CLIQUE: "nvl-1", RACK: "a"}),
-            "c2": (8, {CLIQUE: "nvl-1", RACK: "a"}),
+            "c1": (16, {CLIQUE: "nvl-1", RACK: "a"}),
+            "c2": (16, {CLIQUE: "nvl-1", RACK: "a"}),
             "d1": (8, {CLIQUE: "nvl-2", RACK: "a"}),
             "d2": (4, {CLIQUE: "nvl-2", RACK: "a"}),
         },
     )
     names = gang(cluster, "nvl", 2, 8, **{REQUIRED: CLIQUE})
     placed = bound(cluster, names)
-    assert sorted(placed.values()) == ["c1", "c2"], placed
+    assert set(placed.values()) <= {"c1", "c2"}, placed
 
 
 def test_a_preferred_rack_falls_back_across_racks_and_uses_as_few_as_it_can(
