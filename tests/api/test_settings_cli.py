@@ -197,6 +197,11 @@ def test_serve_never_logs_the_path_of_a_private_key_or_credentials(tmp_path: Pat
     (logged,) = (json.loads(x) for x in result.stderr.splitlines() if x.startswith("{"))
     assert logged["non_default"] == {"kubeconfig": "<redacted>"}
     assert str(tmp_path) not in json.dumps(logged)
+    # And the malformed kubeconfig itself is one line naming its line.
+    assert result.stderr.splitlines()[-1] == (
+        f"schedext: cannot read the kubeconfig {tmp_path}/kubeconfig line 3: not valid YAML "
+        "(while parsing a flow node: expected the node content, but found '<stream end>')"
+    )
 
 
 # --- help -----------------------------------------------------------------------------------
