@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
+from app.agent.settings import load_agent_settings
+from app.stdio.settings_sources import SettingsError
 from testbed.kubeapply import SYSTEM_NAMESPACE
 from testbed.pki import CertAuthority
 from tests.e2e.rendering import CHART, ROOT, helm_template, run_tool
@@ -114,6 +116,30 @@ REFUSED: dict[str, tuple[str, dict[str, Any], list[dict[str, str]], str]] = {
         "schedext.env: SCHEDEXT_POLCY__GPU_SCORING names no setting of schedext",
     ),
 }
+
+
+def test_the_agent_variables_helm_renders_are_those_the_agent_reads() -> None:
+    """The agent refuses a SCHEDEXT_AGENT_* variable that names no setting; so does the chart,
+    and it lets the agent's own through."""
+    good = [{"name": "SCHEDEXT_AGENT_SHARE_SLOTS", "value": "16"}]
+    rendered = helm_template(
+        "--set", "agent.enabled=true", "--set-json", f"agent.env={json.dumps(good)}"
+    )
+    (daemonset,) = (o for o in rendered if o["kind"] == "DaemonSet")
+    env = container_of(daemonset["spec"]["template"]["spec"], "agent")["env"]
+    named = {
+        e["name"]: e["value"] for e in env if "value" in e and e["name"].startswith("SCHEDEXT_")
+    }
+    assert load_agent_settings({"node_name": "n1"}, named).share_slots == 16
+    bad = [{"name": "SCHEDEXT_AGENT_SHARE_SLOT", "value": "16"}]
+    with pytest.raises(SettingsError, match="did you mean SCHEDEXT_AGENT_SHARE_SLOTS"):
+        load_agent_settings({"node_name": "n1"}, {**named, "SCHEDEXT_AGENT_SHARE_SLOT": "16"})
+    helm = run_tool(
+        "helm", "template", "schedext", str(CHART), "--namespace", SYSTEM_NAMESPACE,
+        "--set", "agent.enabled=true", "--set-json", f"agent.env={json.dumps(bad)}",
+    )  # fmt: skip
+    assert helm.returncode != 0
+    assert "agent.env: SCHEDEXT_AGENT_SHARE_SLOT names no setting of schedext agent" in helm.stderr
 
 
 @pytest.fixture(scope="module")

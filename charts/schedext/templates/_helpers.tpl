@@ -306,4 +306,9 @@ chart's: it sets them from mode, metrics.port and views.port, as flags.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- range .Values.agent.env }}
+{{- if and (hasPrefix "SCHEDEXT_AGENT_" (.name | upper)) (not (has (.name | upper) $rules.agentVariables)) }}
+{{- fail (printf "agent.env: %s names no setting of schedext agent (docs/configuration.md lists the variables it reads)" .name) }}
+{{- end }}
+{{- end }}
 {{- end }}
