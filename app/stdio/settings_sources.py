@@ -345,11 +345,17 @@ def describe(
 
 def _rule_line(model: type[BaseModel], loc: Path_, message: str, layers: Layers) -> str:
     """A rule a validator checks: the keys its message names, each with value and origin."""
-    leaves = [".".join(p) for p in _leaf_paths(model, ())]
-    named = sorted(
-        {k for k in leaves if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w])", message)},
-        key=message.index,
-    )
+    # The keys it names in full (bind.api_deadline_s), or by their name within the group
+    # whose rule it is (gpu_resource, in a rule of policy's).
+    named_as: dict[str, str] = {}
+    for path in _leaf_paths(model, ()):
+        for said in (".".join(path), ".".join(path[len(loc) :]) if path[: len(loc)] == loc else ""):
+            if said and said not in named_as.values():
+                found = re.search(rf"(?<![\w.]){re.escape(said)}(?![\w])", message)
+                if found is not None:
+                    named_as[".".join(path)] = said
+                    break
+    named = sorted(named_as, key=lambda key: message.index(named_as[key]))
     if not named:
         return f"{'.'.join(loc) or 'settings'}: {message}"
     said = "; ".join(

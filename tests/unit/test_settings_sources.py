@@ -130,6 +130,13 @@ def test_a_scorer_name_no_scorer_has_names_the_weights_and_their_source() -> Non
     assert said.endswith('(policy.weights = {"nvlink": 2} from SCHEDEXT_POLICY__WEIGHTS)')
 
 
+def test_a_rule_of_the_core_names_its_key_in_full_with_its_source() -> None:
+    assert problems(environ={"SCHEDEXT_POLICY__GPU_RESOURCE": "gpu"}) == [
+        "policy.gpu_resource: gpu_resource must be an extended resource name such as "
+        "nvidia.com/gpu (policy.gpu_resource = gpu from SCHEDEXT_POLICY__GPU_RESOURCE)"
+    ]
+
+
 # --- the environment ------------------------------------------------------------------------
 
 
