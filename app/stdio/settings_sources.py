@@ -59,6 +59,7 @@ OTHER_VARIABLES: dict[str, str] = {
     "SCHEDEXT_K8S_BIN": "tests: the prebuilt control-plane binaries (docs/development.md)",
     "SCHEDEXT_TOOLS_BIN": "tests: the prebuilt helm and kustomize (docs/development.md)",
     "SCHEDEXT_CACHE_DIR": "tests: where those binaries are built and cached",
+    "SCHEDEXT_E2E_KEEP_WORKDIR": "tests: keep the control plane's work directory",
     "SCHEDEXT_GOEXTENDER_BIN": "benchmarks: the Go extender the throughput floor compares with",
     "SCHEDEXT_SOAK_SEED": "tests: the seed of the soak test",
     "SCHEDEXT_GPU_REPORT": "tests: where the GPU tier writes what NVML read",
