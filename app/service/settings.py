@@ -562,6 +562,13 @@ class DraSettings(_Group):
     def config(self) -> DraConfig:
         return DraConfig(gpu_drivers=tuple(self.gpu_drivers), fence=self.fence)
 
+    @model_validator(mode="after")
+    def _dra_is_valid(self) -> DraSettings:
+        """Build the core's config now: what it refuses is a settings error at start, and
+        `schedext config --check` says so too."""
+        self.config()
+        return self
+
 
 class PreemptionSettings(_Group):
     """preempt: gang victims, and filter's wait for approved victims to go."""

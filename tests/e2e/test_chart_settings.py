@@ -51,6 +51,13 @@ ACCEPTED: dict[str, tuple[str, ...]] = {
         "--set-json",
         'schedext.config={"leader": {"lease_duration_s": 30, "renew_deadline_s": 10}}',
     ),
+    "resources-and-levels": (
+        "--set-json",
+        'schedext.config={"policy": {"gpu_resource": "example.com/gpu", "shares": '
+        '{"cores_resource": "", "memory_resource": "example.com/gpu-memory"}, '
+        '"topology_levels": ["example.com/rack", "topology.kubernetes.io/zone"]}, '
+        '"dra": {"gpu_drivers": ["gpu.example.com"]}}',
+    ),
     "settings-in-env": (
         "--set-json",
         'schedext.env=[{"name": "SCHEDEXT_LOG_LEVEL", "value": "debug"}, '
@@ -108,6 +115,30 @@ REFUSED: dict[str, tuple[str, dict[str, Any], list[dict[str, str]], str]] = {
         {"policy": {"weights": {"nvlink": 2}}},
         [],
         "invalid propertyName 'nvlink'",
+    ),
+    "a GPU resource that is no extended resource name": (
+        "sidecar",
+        {"policy": {"gpu_resource": "gpu"}},
+        [],
+        "at '/schedext/config/policy/gpu_resource'",
+    ),
+    "a share resource that is no extended resource name": (
+        "sidecar",
+        {"policy": {"shares": {"cores_resource": "cores"}}},
+        [],
+        "at '/schedext/config/policy/shares/cores_resource'",
+    ),
+    "a topology level twice": (
+        "sidecar",
+        {"policy": {"topology_levels": ["rack", "rack"]}},
+        [],
+        "at '/schedext/config/policy/topology_levels'",
+    ),
+    "a blank DRA driver": (
+        "sidecar",
+        {"dra": {"gpu_drivers": [" "]}},
+        [],
+        "at '/schedext/config/dra/gpu_drivers/0'",
     ),
     "a variable that names no setting": (
         "sidecar",
@@ -237,5 +268,5 @@ def test_settings_schedext_refuses_are_refused_by_helm_in_its_words(
     )  # fmt: skip
     assert helm.returncode != 0, f"helm renders settings schedext refuses: {refused.stderr}"
     assert message in helm.stderr, helm.stderr
-    if not message.startswith(("schedext.", "invalid propertyName")):
+    if not message.startswith(("schedext.", "invalid propertyName", "at '")):
         assert message in refused.stderr, refused.stderr

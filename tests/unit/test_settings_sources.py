@@ -137,6 +137,13 @@ def test_a_rule_of_the_core_names_its_key_in_full_with_its_source() -> None:
     ]
 
 
+def test_what_the_core_refuses_of_dra_is_a_settings_error_not_a_failure_at_start() -> None:
+    assert problems(environ={"SCHEDEXT_DRA__GPU_DRIVERS": '[" "]'}) == [
+        "dra.gpu_drivers: dra.gpu_drivers must name at least one driver, none empty "
+        '(dra.gpu_drivers = [" "] from SCHEDEXT_DRA__GPU_DRIVERS)'
+    ]
+
+
 # --- the environment ------------------------------------------------------------------------
 
 
