@@ -53,7 +53,8 @@ ACCEPTED: dict[str, tuple[str, ...]] = {
     ),
     "resources-and-levels": (
         "--set-json",
-        'schedext.config={"policy": {"gpu_resource": "example.com/gpu", "shares": '
+        'schedext.config={"policy": {"gpu_resource": "example.com/gpu", '
+        '"cpu_intensive_min_cpu": "1500m", "shares": '
         '{"cores_resource": "", "memory_resource": "example.com/gpu-memory"}, '
         '"topology_levels": ["example.com/rack", "topology.kubernetes.io/zone"]}, '
         '"dra": {"gpu_drivers": ["gpu.example.com"]}}',
@@ -127,6 +128,18 @@ REFUSED: dict[str, tuple[str, dict[str, Any], list[dict[str, str]], str]] = {
         {"policy": {"shares": {"cores_resource": "cores"}}},
         [],
         "at '/schedext/config/policy/shares/cores_resource'",
+    ),
+    "a CPU quantity that is none": (
+        "sidecar",
+        {"policy": {"cpu_intensive_min_cpu": "two cores"}},
+        [],
+        "at '/schedext/config/policy/cpu_intensive_min_cpu'",
+    ),
+    "a negative CPU quantity": (
+        "sidecar",
+        {"policy": {"cpu_intensive_min_cpu": "-2"}},
+        [],
+        "at '/schedext/config/policy/cpu_intensive_min_cpu'",
     ),
     "a topology level twice": (
         "sidecar",
