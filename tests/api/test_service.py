@@ -207,9 +207,12 @@ def test_settings_come_from_file_then_environment_then_flags(
     ("overrides", "message"),
     [
         ({"policy": {"cpu_intensive_min_cpu": "lots"}}, "not a CPU quantity"),
-        ({"policy": {"allocation_weight": -1}}, "greater than or equal to 0"),
-        ({"server": {"max_body_bytes": 10}}, "greater than or equal to 1024"),
-        ({"server": {"no_such_setting": 1}}, "Extra inputs are not permitted"),
+        (
+            {"policy": {"allocation_weight": -1}},
+            r"^policy.allocation_weight: must be at least 0 \(got -1, from a command-line flag\)$",
+        ),
+        ({"server": {"max_body_bytes": 10}}, "server.max_body_bytes: must be at least 1024"),
+        ({"server": {"no_such_setting": 1}}, "server.no_such_setting: is not a setting"),
     ],
 )
 def test_invalid_settings_are_refused_with_a_reason(
