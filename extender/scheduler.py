@@ -142,7 +142,10 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         except PodRequestError as error:
             self._pending.refuse(fields.text(fields.obj(pod, "metadata"), "uid"), error.reason)
             return policy.reject_all(node_names, error.reason, Reason.INVALID_POD)
-        self._pending.remember(request)
+        if self._inventory.holding(request.uid) is None:
+            # A pod that holds its place (bound, or being bound) is not pending: a filter of
+            # it (by hand, or a retry racing its bind) must not list it as waiting again.
+            self._pending.remember(request)
         gate = self._gangs.filter(request, node_names) if request.group is not None else OPEN
         if gate.verdict is not None:
             return gate.verdict

@@ -278,3 +278,18 @@ def test_explain_names_the_quota_that_holds_a_pod_back_and_metrics_show_each_quo
     assert "held back by quota team-a/team-a (max): over by 1 nvidia.com/gpu" in explain_cli(
         server, "team-a/big"
     )
+
+
+def test_a_bound_pod_filtered_again_is_bound_in_every_view(demo: RunningServer) -> None:
+    """filter, bind, filter again: /inventory and explain agree that the pod is bound."""
+    filter_body = orjson.dumps(fixture("filter_request_nodecache_true.json"))
+    with demo.client() as client:
+        client.post("/filter", content=filter_body)
+        bound = client.post("/bind", content=orjson.dumps(fixture("bind_request.json"))).json()
+        assert bound == {"Error": ""}
+        client.post("/filter", content=filter_body)
+        inventory = client.get("/inventory").json()
+        answer = client.get("/explain/ml/trainer-0").json()
+    assert (answer["state"], answer["node"]) == ("bound", "gpu-node-a")
+    assert "ml/trainer-0" not in [p["pod"] for p in inventory["pending"]]
+    assert inventory["pendingPods"] == len(inventory["pending"])

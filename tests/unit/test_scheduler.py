@@ -251,3 +251,17 @@ def test_a_pod_that_finishes_gives_its_gpus_back() -> None:
         make_pod("job", uid="job", gpus=1, node="g", gpu_ids=[0], phase="Succeeded")
     )
     assert filtered(scheduler, make_pod("next", gpus=1), ["g"]).passed == ["g"]
+
+
+def test_a_bound_pod_filtered_again_is_not_pending_again() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=4)])
+    pod = make_pod("p", namespace="default", gpus=1)
+    filtered(scheduler, pod, ["g"])
+    assert [r.key for r in scheduler.pending_pods(10)] == ["default/p"]
+    scheduler.confirm_bind(plan(scheduler, pod, "g"))
+    assert scheduler.pending_pods(10) == ()
+    filtered(scheduler, pod, ["g"])
+    assert (scheduler.pending_pods(10), scheduler.pending_count) == ((), 0)
+    explanation = scheduler.explain("default", "p")
+    assert explanation is not None
+    assert (explanation.state, explanation.node) == ("bound", "g")
