@@ -208,14 +208,6 @@ def _run(settings: Settings) -> int:
             "no cluster configured: serving the embedded demo inventory "
             "(pass --snapshot FILE or --kubeconfig PATH for real data)"
         )
-    log.info(
-        "listening",
-        extra={
-            "url": f"{'https' if settings.server.tls_cert_file else 'http'}://"
-            f"{settings.server.host}:{settings.server.port}",
-            "inventory": service.description,
-        },
-    )
     server = StoppingServer(
         uvicorn.Config(
             app,

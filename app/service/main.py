@@ -209,7 +209,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if service.readiness.synced:
         service.settle()
     expiry = asyncio.create_task(_expire_reservations(service), name="reservation-expiry")
-    log.info("schedext ready to serve", extra={"inventory": service.description})
+    # No "ready" line here: the port is not bound yet (app.service.stopping says "listening"
+    # once it is), and a cluster may not be listed yet (its source says "inventory synced").
     try:
         yield
     finally:

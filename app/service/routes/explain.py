@@ -28,7 +28,10 @@ async def explain(request: Request, namespace: str, name: str) -> Response:
 
 def answer(service: Service, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
     """The status and body of ``GET /explain/{namespace}/{name}``: 404 for a pod schedext
-    does not know."""
+    does not know, 503 before the inventory is synced (every pod would be unknown then)."""
+    unsynced = service.not_synced()
+    if unsynced:
+        return 503, {"Error": f"{unsynced}: cannot explain pod {namespace}/{name} yet"}
     explanation = service.scheduler.explain(namespace, name)
     if explanation is None:
         error = f"pod {namespace}/{name} is unknown to schedext: not pending here, not bound"

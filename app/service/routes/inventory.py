@@ -75,6 +75,10 @@ DRA_LISTED = 64
 @router.get("/inventory")
 async def inventory(request: Request) -> Response:
     service: Service = request.app.state.service
+    unsynced = service.not_synced()
+    if unsynced:  # an empty inventory would look like a cluster with no GPUs
+        body = {"Error": f"{unsynced}: no inventory to show yet"}
+        return Response(orjson.dumps(body), status_code=503, media_type="application/json")
     return Response(orjson.dumps(document(service)), media_type="application/json")
 
 
