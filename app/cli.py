@@ -122,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
         "explain",
         help="why a pod fits, or does not fit, each node (asks a running schedext)",
     )
-    explain.add_argument("pod", help="NAMESPACE/NAME")
+    explain.add_argument("pod", help="NAMESPACE/NAME, or NAME with -n")
+    explain.add_argument("-n", "--namespace", help="the pod's namespace (with a NAME alone)")
     explain.add_argument(
         "--url",
         default="http://127.0.0.1:8888",
@@ -272,11 +273,13 @@ def _plain_listeners(settings: Settings, service: Service) -> list[tuple[str, Pl
 def _explain(args: argparse.Namespace) -> int:
     import httpx  # noqa: PLC0415
 
+    from app.plugin.pod_arg import pod_of  # noqa: PLC0415
     from app.plugin.tables import explanation_text  # noqa: PLC0415
 
-    namespace, _, name = args.pod.partition("/")
-    if not namespace or not name:
-        print("schedext explain: give the pod as NAMESPACE/NAME", file=sys.stderr)
+    try:
+        namespace, name = pod_of(args.pod, args.namespace)
+    except ValueError as error:
+        print(f"schedext explain: {error}", file=sys.stderr)
         return 2
     try:
         verify = _explain_tls(args)
