@@ -107,7 +107,8 @@ def _parser() -> argparse.ArgumentParser:
         "explain",
         help="why a pod fits, or does not fit, each node (asks a running schedext)",
     )
-    explain.add_argument("pod", help="NAMESPACE/NAME")
+    explain.add_argument("pod", help="NAMESPACE/NAME, or NAME with -n")
+    explain.add_argument("-n", "--namespace", help="the pod's namespace (with a NAME alone)")
     explain.add_argument(
         "--url",
         default="http://127.0.0.1:8888",
@@ -302,14 +303,6 @@ def _run(settings: Settings) -> int:
             "no cluster configured: serving the embedded demo inventory "
             "(pass --snapshot FILE or --kubeconfig PATH for real data)"
         )
-    log.info(
-        "listening",
-        extra={
-            "url": f"{'https' if settings.server.tls_cert_file else 'http'}://"
-            f"{settings.server.host}:{settings.server.port}",
-            "inventory": service.description,
-        },
-    )
     server = StoppingServer(
         uvicorn.Config(
             app,
@@ -374,11 +367,13 @@ def _plain_listeners(settings: Settings, service: Service) -> list[tuple[str, Pl
 def _explain(args: argparse.Namespace) -> int:
     import httpx  # noqa: PLC0415
 
+    from app.plugin.pod_arg import pod_of  # noqa: PLC0415
     from app.plugin.tables import explanation_text  # noqa: PLC0415
 
-    namespace, _, name = args.pod.partition("/")
-    if not namespace or not name:
-        print("schedext explain: give the pod as NAMESPACE/NAME", file=sys.stderr)
+    try:
+        namespace, name = pod_of(args.pod, args.namespace)
+    except ValueError as error:
+        print(f"schedext explain: {error}", file=sys.stderr)
         return 2
     try:
         verify = _explain_tls(args)

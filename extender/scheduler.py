@@ -142,7 +142,16 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         except PodRequestError as error:
             self._pending.refuse(fields.text(fields.obj(pod, "metadata"), "uid"), error.reason)
             return policy.reject_all(node_names, error.reason, Reason.INVALID_POD)
-        self._pending.remember(request)
+        if self._inventory.holding(request.uid) is None:
+            # A pod that holds its place (bound, or being bound) is not pending: a filter of
+            # it (by hand, or a retry racing its bind) must not list it as waiting again.
+            self._pending.remember(request)
+        verdict = self._filter(request, node_names)
+        self._pending.judged(request.uid, verdict.why)  # why it waits, for the views
+        return verdict
+
+    def _filter(self, request: PodRequest, node_names: Sequence[str]) -> FilterVerdict:
+        """Filter's verdict on a readable request: its gang, its team quota, the nodes."""
         gate = self._gangs.filter(request, node_names) if request.group is not None else OPEN
         if gate.verdict is not None:
             return gate.verdict

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from app.plugin.asks import asks_text
+
 __all__ = [
     "DEVICE_LEGEND",
     "device_map",
@@ -39,8 +41,6 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 # --------------------------------------------------------------------------- explain
 
-_SHARE_KEYS = frozenset({"shares", "shareMemoryMiB", "shareCores"})
-
 
 def _share_line(request: JSON) -> str:
     """The share a pod asks for: ``share: 20000 MiB and 30% of the cores on each of 2 GPUs``
@@ -63,9 +63,7 @@ def explanation_text(answer: JSON) -> str:
         + (f" on {answer['node']})" if answer["node"] else ")")
     ]
     request = answer["request"]
-    lines.append(
-        "needs " + ", ".join(f"{k}={v}" for k, v in request.items() if k not in _SHARE_KEYS)
-    )
+    lines.append(asks_text(request))  # in words: what it asks, and nothing it does not
     if request.get("shares"):
         lines.append(_share_line(request))
     if answer["group"]:

@@ -123,6 +123,14 @@ class Service:
         gc.collect()
         gc.freeze()
 
+    def not_synced(self) -> str:
+        """Why the views (/inventory, explain, /ui) cannot answer yet: "" once the inventory
+        is synced. A standby's inventory is synced: it answers them, not the verbs."""
+        if self.readiness.synced:
+            return ""
+        reason = self.readiness.sync_reason or "inventory not synced"
+        return reason if "not synced" in reason else f"inventory not synced: {reason}"
+
     def require_ready(self) -> None:
         if not self.readiness.ready:
             raise NotReadyError(self.readiness.reason)

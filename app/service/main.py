@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from app import __version__
@@ -159,6 +160,7 @@ def create_app(
     app.include_router(ui.router)
     app.include_router(explain.router)
     app.add_exception_handler(RequestValidationError, _bad_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     return app
 
@@ -209,7 +211,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if service.readiness.synced:
         service.settle()
     expiry = asyncio.create_task(_expire_reservations(service), name="reservation-expiry")
-    log.info("schedext ready to serve", extra={"inventory": service.description})
+    # No "ready" line here: the port is not bound yet (app.service.stopping says "listening"
+    # once it is), and a cluster may not be listed yet (its source says "inventory synced").
     try:
         yield
     finally:
@@ -265,6 +268,19 @@ async def _bad_request(_request: Request, error: Exception) -> Response:
     return Response(
         orjson.dumps({"Error": f"bad request: {error}"}),
         status_code=400,
+        media_type="application/json",
+    )
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    """A path no route serves, a method it does not take: ``{"Error": ...}`` as every other
+    answer says what went wrong, never the framework's ``{"detail": "Not Found"}``."""
+    assert isinstance(error, StarletteHTTPException)
+    what = "no such path" if error.status_code == 404 else str(error.detail).lower()
+    return Response(
+        orjson.dumps({"Error": f"{what}: {request.method} {request.url.path}"}),
+        status_code=error.status_code,
+        headers=error.headers,
         media_type="application/json",
     )
 

@@ -272,3 +272,41 @@ def test_an_explanation_says_under_the_group_whether_it_has_a_hold(group_hold: s
     assert lines[2].startswith("group: Pending")
     assert lines[3] == group_hold
     assert "hold" not in tables.explanation_text({**answer, "groupHold": None})
+
+
+def explained(request: dict[str, Any], state: str = "pending") -> list[str]:
+    answer = {
+        "pod": "ml/p", "state": state, "node": "g" if state == "bound" else None,
+        "request": request, "group": None, "groupReason": None, "fits": [], "nodes": [],
+    }  # fmt: skip
+    return tables.explanation_text(answer).splitlines()
+
+
+@pytest.mark.parametrize(
+    ("request_", "state", "needs"),
+    [
+        pytest.param({"gpus": 0, "shares": 1, "shareMemoryMiB": 16384, "shareCores": 0,
+                      "gpuIds": [0], "ip": None}, "bound", "needs a share of one GPU",
+                     id="a bound share pod: no gpus=0, no ip=None"),
+        pytest.param({"gpus": 4, "gpuIds": [0, 1, 2, 3], "ip": "10.20.2.4"}, "bound",
+                     "needs 4 GPUs (GPUs 0, 1, 2, 3), address 10.20.2.4", id="bound whole GPUs"),
+        pytest.param({"gpus": 2, "cpuMilli": 2000, "memoryBytes": 8 << 30, "priority": 100000,
+                      "gpuModel": "A100"}, "pending",
+                     "needs 2 A100 GPUs, 2 CPUs, 8 GiB of memory, priority 100000",
+                     id="pending whole GPUs"),
+        pytest.param({"gpus": 0, "mig": {"1g.10gb": 2}, "cpuMilli": 500, "memoryBytes": 0,
+                      "priority": 0}, "pending", "needs 2 MIG 1g.10gb devices, 500m CPU",
+                     id="MIG devices, nothing else that is 0"),
+        pytest.param({"gpus": 0, "cpuMilli": 0, "memoryBytes": 0, "priority": 0,
+                      "ip": {"address": None, "pools": ["p"], "policy": "sticky",
+                             "identity": "sts/ml/web/0"}}, "pending",
+                     "needs an address from pool p (policy sticky, identity sts/ml/web/0)",
+                     id="an address only"),
+        pytest.param({"gpus": 0, "cpuMilli": 0}, "pending", "needs nothing schedext counts",
+                     id="nothing"),
+    ],
+)  # fmt: skip
+def test_an_explanation_says_what_the_pod_asks_in_words(
+    request_: dict[str, Any], state: str, needs: str
+) -> None:
+    assert explained(request_, state)[1] == needs

@@ -251,3 +251,37 @@ def test_a_pod_that_finishes_gives_its_gpus_back() -> None:
         make_pod("job", uid="job", gpus=1, node="g", gpu_ids=[0], phase="Succeeded")
     )
     assert filtered(scheduler, make_pod("next", gpus=1), ["g"]).passed == ["g"]
+
+
+def test_a_bound_pod_filtered_again_is_not_pending_again() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=4)])
+    pod = make_pod("p", namespace="default", gpus=1)
+    filtered(scheduler, pod, ["g"])
+    assert [r.key for r in scheduler.pending_pods(10)] == ["default/p"]
+    scheduler.confirm_bind(plan(scheduler, pod, "g"))
+    assert scheduler.pending_pods(10) == ()
+    filtered(scheduler, pod, ["g"])
+    assert (scheduler.pending_pods(10), scheduler.pending_count) == ((), 0)
+    explanation = scheduler.explain("default", "p")
+    assert explanation is not None
+    assert (explanation.state, explanation.node) == ("bound", "g")
+
+
+def test_a_pending_pod_keeps_why_the_last_filter_turned_it_away() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2), make_node("cpu")])
+    first, pod, big = make_pod("first", gpus=1), make_pod("p", gpus=2), make_pod("q", gpus=3)
+    filtered(scheduler, first, ["g"])
+    scheduler.confirm_bind(plan(scheduler, first, "g"))
+    assert not filtered(scheduler, pod, ["g", "cpu"]).passed
+    why = scheduler.pending_why(uid_of(pod))
+    assert why == ("schedext: fewer than 2 free GPUs (1 node); schedext: node has no GPUs (1 node)")
+    scheduler.upsert_pod(pod)  # the watch sees it again, still pending: the reason stays
+    assert scheduler.pending_why(uid_of(pod)) == why
+    scheduler.delete_pod(uid_of(first))
+    assert filtered(scheduler, pod, ["g", "cpu"]).passed == ["g"]
+    assert scheduler.pending_why(uid_of(pod)) == ""  # it fits now
+    filtered(scheduler, big, ["g"])
+    assert scheduler.pending_why(uid_of(big)) == "schedext: node has fewer than 3 GPUs (1 node)"
+    scheduler.confirm_bind(plan(scheduler, pod, "g"))
+    scheduler.delete_pod(uid_of(big))
+    assert (scheduler.pending_why(uid_of(pod)), scheduler.pending_why(uid_of(big))) == ("", "")

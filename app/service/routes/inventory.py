@@ -26,7 +26,8 @@ is by the agent's UUIDs, or ``unmapped`` and why; the claims, the pods as "names
 has readably (``unknownDevices``, with the reason); each list the first :data:`DRA_LISTED`,
 and ``advertised``, ``held`` and ``unknown`` count them all. ``pending`` lists the pending
 pods schedext knows (the first :data:`PENDING_LISTED` by namespace and name; ``pendingPods``
-counts them all), each with what it asks for.
+counts them all), each with what it asks for, and ``why``: why the last filter turned it away
+(each reason and how many nodes it turned away; null when no filter did).
 
 Per gang, beside the PodGroup status fields: the seconds its members still wait at the bind
 barrier (``waitLeftSeconds``, null when none waits), and how its last wait ended without the
@@ -75,6 +76,10 @@ DRA_LISTED = 64
 @router.get("/inventory")
 async def inventory(request: Request) -> Response:
     service: Service = request.app.state.service
+    unsynced = service.not_synced()
+    if unsynced:  # an empty inventory would look like a cluster with no GPUs
+        body = {"Error": f"{unsynced}: no inventory to show yet"}
+        return Response(orjson.dumps(body), status_code=503, media_type="application/json")
     return Response(orjson.dumps(document(service)), media_type="application/json")
 
 
@@ -189,7 +194,10 @@ def document(service: Service) -> dict[str, Any]:
             for entry in service.scheduler.shadowed_quotas()
         ],
         "pendingPods": service.scheduler.pending_count,
-        "pending": [_pending(r) for r in service.scheduler.pending_pods(PENDING_LISTED)],
+        "pending": [
+            {**_pending(r), "why": service.scheduler.pending_why(r.uid) or None}
+            for r in service.scheduler.pending_pods(PENDING_LISTED)
+        ],
         "reservations": service.scheduler.reservation_count,
     }
 
