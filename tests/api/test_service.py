@@ -175,9 +175,10 @@ def test_metrics_count_latency_decisions_and_inventory(demo: RunningServer) -> N
     assert 'schedext_filter_nodes_total{outcome="unresolvable"} 1.0' in text
     assert 'schedext_filter_rejections_total{reason="gpu_model"} 1.0' in text
     assert 'schedext_filter_rejections_total{reason="gpu_free"} 1.0' in text
-    assert 'schedext_inventory_gpus{model="NVIDIA-H100-80GB-HBM3"} 32.0' in text
-    # 32 H100s: 14 held whole, and GPU 0 of h100-node-3 shared by two pods.
-    assert 'schedext_inventory_gpus_free{model="NVIDIA-H100-80GB-HBM3"} 17.0' in text
+    assert 'schedext_inventory_gpus{model="NVIDIA-H100-80GB-HBM3"} 36.0' in text
+    # 32 H100s of the four h100 nodes (14 held whole, and GPU 0 of h100-node-3 shared by two
+    # pods) and h100-mig-1's 4 whole ones (its other 4 are in MIG mode: MIG devices instead).
+    assert 'schedext_inventory_gpus_free{model="NVIDIA-H100-80GB-HBM3"} 21.0' in text
     assert 'schedext_gpu_shared_devices{model="NVIDIA-H100-80GB-HBM3"} 1.0' in text
     assert (
         'schedext_gpu_share_memory_mib{model="NVIDIA-H100-80GB-HBM3",state="held"} 40960.0' in text
