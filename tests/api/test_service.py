@@ -183,7 +183,7 @@ def test_metrics_count_latency_decisions_and_inventory(demo: RunningServer) -> N
     assert (
         'schedext_gpu_share_memory_mib{model="NVIDIA-H100-80GB-HBM3",state="held"} 40960.0' in text
     )
-    assert "schedext_inventory_nodes 10.0" in text
+    assert "schedext_inventory_nodes 11.0" in text
 
 
 def test_bench_endpoint_is_off_unless_asked_for(serve: Serve) -> None:
