@@ -48,9 +48,19 @@ def pod_request(
     gpu_resource: str = names.GPU_RESOURCE,
     shares: ShareResources = _DEFAULT_SHARES,
 ) -> PodRequest:
-    """Decode the scheduling needs of ``pod``; raise :class:`PodRequestError` with a reason."""
-    meta = fields.obj(pod, "metadata")
-    spec = fields.obj(pod, "spec")
+    """Decode the scheduling needs of ``pod``; raise :class:`PodRequestError` with a reason,
+    also for a field schedext reads that is of the wrong JSON type (``metadata.annotations``
+    a list, ``spec`` a string: :func:`extender.fields.strict_obj`): never read as absent,
+    which would drop the rule it states."""
+    try:
+        return _pod_request(pod, gpu_resource, shares)
+    except fields.ShapeError as error:
+        raise PodRequestError(str(error)) from None
+
+
+def _pod_request(pod: JSONObject, gpu_resource: str, shares: ShareResources) -> PodRequest:
+    meta = fields.strict_obj(pod, "metadata", "")
+    spec = fields.strict_obj(pod, "spec", "")
     mig_names = mig.resource_names(spec)
     totals = effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
     gpus, share = _gpus_or_share(totals, gpu_resource, shares)
@@ -59,14 +69,14 @@ def pod_request(
         asked = mig.demand(totals, mig_names, beside=beside)
     except mig.MigRequestError as error:
         raise PodRequestError(str(error)) from None
-    labels = fields.string_map(meta, "labels")
-    annotations = fields.string_map(meta, "annotations")
+    labels = fields.strict_string_map(meta, "labels", "metadata")
+    annotations = fields.strict_string_map(meta, "annotations", "metadata")
     return PodRequest(
         **_demand(meta, spec, totals, gpus=gpus, share=share, migs=asked, strict=True),
         workload=_workload(labels, annotations),
         gpu_model=_hint(annotations, labels, names.GPU_MODEL),
         gpu_memory_mib=_gpu_memory(annotations, labels),
-        preempt_never=fields.text(spec, "preemptionPolicy") == "Never",
+        preempt_never=fields.strict_text(spec, "preemptionPolicy", "spec") == "Never",
         ip=_ip_request(meta, annotations),
         soft_preferences=_states_preferences(spec),
         claims=_claims(pod, spec),
@@ -239,10 +249,11 @@ def _demand(
     a bound one (``gpus``: the caller's reading of the GPU total, which differs). ``strict``
     (a pending pod): a field that is not what Kubernetes says it is raises
     :class:`PodRequestError`; a bound pod is a fact, and counted as well as it can be."""
+    text = _strict_text if strict else _text
     return {
-        "uid": fields.text(meta, "uid"),
-        "namespace": fields.text(meta, "namespace") or "default",
-        "name": fields.text(meta, "name"),
+        "uid": text(meta, "uid"),
+        "namespace": text(meta, "namespace") or "default",
+        "name": text(meta, "name"),
         "gpus": gpus,
         "share": share,
         "mig": migs,
@@ -251,6 +262,14 @@ def _demand(
         "priority": _priority(spec, strict=strict),
         "group": group_key(meta),
     }
+
+
+def _strict_text(meta: JSONObject, name: str) -> str:
+    return fields.strict_text(meta, name, "metadata")
+
+
+def _text(meta: JSONObject, name: str) -> str:
+    return fields.text(meta, name)
 
 
 _INT32 = range(-(2**31), 2**31)

@@ -3,7 +3,7 @@
     Exception
      +-- RequestRejectedError       a request we refuse to answer as asked; has an HTTP status
      |    +-- WireError             body is not the protocol's shape (400)     [app.service.wire]
-     |    +-- InvalidPodError       the pod's request cannot be read (400): prioritize
+     |    +-- InvalidPodError       the pod's request cannot be read (400): prioritize, preempt
      |    +-- BodyTooLargeError     body over server.max_body_bytes (413)
      |    +-- BodyTimeoutError      body not received within server.body_timeout_s (408)
      |    +-- ClientGoneError       client disconnected before its whole body (400)

@@ -232,18 +232,7 @@ def binding_args(body: bytes) -> BindingArgs:
     )
 
 
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-        return "a negative number"
-    return {
-        dict: "an object",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        float: "a floating-point number",
-    }.get(type(value), "a number")
+_kind = fields.kind
 
 
 # ------------------------------------------------------------------------------ encoding

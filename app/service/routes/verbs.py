@@ -315,11 +315,14 @@ def _scores(service: Service, body: bytes) -> tuple[wire.ExtenderArgs, ScoreArra
 
 async def _preempt(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.preemption_args(body)
-    chosen = service.scheduler.preempt(
-        args.pod,
-        {node: entry.victims for node, entry in args.candidates.items()},
-        now=service.clock(),
-    )
+    try:
+        chosen = service.scheduler.preempt(
+            args.pod,
+            {node: entry.victims for node, entry in args.candidates.items()},
+            now=service.clock(),
+        )
+    except PodRequestError as error:
+        raise InvalidPodError(error.reason) from None
     for node, victims in chosen.items():
         if victims.frees:  # GPUs DRA's claims (or containers) of the victims hold: say which
             log.info(
