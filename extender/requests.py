@@ -63,7 +63,7 @@ def _pod_request(pod: JSONObject, gpu_resource: str, shares: ShareResources) -> 
     spec = fields.strict_obj(pod, "spec", "")
     mig_names = mig.resource_names(spec)
     totals = effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
-    gpus, share = _gpus_or_share(totals, gpu_resource, shares)
+    gpus, share = _gpus_or_share(totals, gpu_resource, shares, spec=spec)
     beside = f"whole GPUs ({gpu_resource})" if gpus else "GPU shares" if share else None
     try:
         asked = mig.demand(totals, mig_names, beside=beside)
@@ -128,10 +128,15 @@ def _whole(totals: Mapping[str, int], resource: str, unit: str) -> int:
 
 
 def _gpus_or_share(
-    totals: Mapping[str, int], gpu_resource: str, shares: ShareResources
+    totals: Mapping[str, int],
+    gpu_resource: str,
+    shares: ShareResources,
+    *,
+    spec: JSONObject | None = None,
 ) -> tuple[int, GpuShare]:
     """Whole GPUs, or a share of some GPUs: never both in one pod (a container that needs a
-    whole device and one that needs a slice are two pods' worth of placement)."""
+    whole device and one that needs a slice are two pods' worth of placement). ``spec``: a
+    pending pod's, to tell a count of 0 from none (a bound pod's is read leniently)."""
     unit = " of GiB" if shares.memory_unit_mib == 1024 else " of MiB"
     memory = _whole(totals, shares.memory, unit) * shares.memory_unit_mib
     cores = _whole(totals, shares.cores, " percent") if shares.cores else 0
@@ -155,8 +160,15 @@ def _gpus_or_share(
             f"(for 10 GiB of {shares.memory}, write {10240 // shares.memory_unit_mib}, not 10Gi)"
         )
     if cores and not 1 <= cores <= 100:
-        raise PodRequestError(f"{shares.cores} must be 1 to 100 (percent of a GPU), got {cores}")
+        raise PodRequestError(
+            f"{shares.cores} must be 1 to 100 (percent of a GPU's SMs; 0, as left out, sets no "
+            f"limit), got {cores}"
+        )
     if shares.count is not None and not count:
+        if spec is not None and _names(spec, shares.count):
+            raise PodRequestError(
+                f"{shares.count} must be at least 1 (on how many GPUs the share is), got 0"
+            )
         if shares.count_required:
             raise PodRequestError(
                 f"a GPU share must name {shares.count} in its limits (1 for a share of one "
@@ -168,6 +180,16 @@ def _gpus_or_share(
     if count > _MAX_SHARES:
         raise PodRequestError(f"{shares.count} must be at most {_MAX_SHARES}, got {count}")
     return 0, GpuShare(count, memory, cores)
+
+
+def _names(spec: JSONObject, resource: str) -> bool:
+    """Whether a container of ``spec`` names ``resource`` in its requests or limits."""
+    for kind in ("containers", "initContainers"):
+        for container in fields.objects(spec, kind):
+            block = fields.obj(container, "resources")
+            if resource in fields.obj(block, "requests") or resource in fields.obj(block, "limits"):
+                return True
+    return False
 
 
 def holding_from_pod(

@@ -287,6 +287,8 @@ class VerbProtocol(HttpToolsProtocol):
         for name, value in self.headers:
             if name == b"content-length" and (not value.isdigit() or int(value) > served.limit):
                 return None  # refused from its header there, before any of it is read
+            if name == b"content-encoding" and value.lower() != b"identity":
+                return None  # refused from its header there (415)
         return verb
 
     def _respond(self, verb: Verb, status: int, payload: bytes, *, handling: float) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import socket
 import time
 
@@ -49,7 +50,17 @@ BAD_BODIES = [
         b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}',
         "needs metadata.name",
     ),
-    ("not utf-8", b'{"Pod": "\xff\xfe"}', "not valid JSON"),
+    # once "str is not valid UTF-8: surrogates not allowed"
+    (
+        "not utf-8",
+        b'{"Pod": "\xff\xfe"}',
+        "request body is not valid UTF-8 JSON (byte 9 is not UTF-8): send JSON encoded in UTF-8",
+    ),
+    (
+        "gzip-compressed, without saying so",
+        gzip.compress(b'{"Pod": {}, "NodeNames": ["a"]}'),
+        "request body is gzip-compressed: Content-Encoding is not supported",
+    ),
 ]
 
 
@@ -389,3 +400,22 @@ def test_preempt_of_an_unreadable_pod_answers_why(
     with demo.client() as client:
         response = client.post("/preempt", content=body)
     assert (response.status_code, response.json()) == (400, {"Error": reason})
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "preempt", "bind"])
+@pytest.mark.parametrize("path", ["in place", "asgi"])
+def test_a_compressed_body_is_refused_for_its_content_encoding(
+    demo: RunningServer, verb: str, path: str
+) -> None:
+    # once "surrogates not allowed": filter and bind in the Error field, the others 415
+    body = gzip.compress(orjson.dumps(fixture("filter_request_nodecache_true.json")))
+    query = "?via=asgi" if path == "asgi" else ""
+    with demo.client() as client:
+        response = client.post(
+            f"/{verb}{query}", content=body, headers={"Content-Encoding": "gzip"}
+        )
+        assert client.get("/healthz").status_code == 200
+    error = "Content-Encoding gzip is not supported: send the body as plain JSON"
+    in_body = verb in ("filter", "bind")
+    assert response.status_code == (200 if in_body else 415)
+    assert response.json()["Error"] == error
