@@ -357,7 +357,11 @@ def _plain_listeners(settings: Settings, service: Service) -> list[tuple[str, Pl
     server = settings.server
     listeners: list[tuple[str, PlainListener]] = []
     if server.metrics_port is not None:
-        listener = MetricsListener(service.metrics.render, port=server.metrics_port)
+        listener = MetricsListener(
+            service.metrics.render,
+            port=server.metrics_port,
+            max_header_bytes=server.max_header_bytes,
+        )
         listeners.append(("--metrics-port", listener))
     if server.views_port is not None:
         listeners.append(("--views-port", ViewsListener(service, port=server.views_port)))

@@ -168,6 +168,8 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
                 verdict, passed_ids, scores, size, ties=ties
             )
             self._choices.offer(request.uid, passed_ids, scores, self._inventory.layout)
+        else:  # full mode, or none passed: prioritize rates what passed, if anything did
+            self._choices.passed(request.uid, passed_ids, self._inventory.layout)
         self._last_passed = (verdict.passed, passed_ids, self._inventory.layout)
         if not verdict.passed:
             self._wakeups.turned_away(self._inventory, request, verdict)
@@ -186,9 +188,11 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         """Re-check the pod against the current inventory, choose its GPUs and reserve them.
         The caller performs the bind, then calls :meth:`confirm_bind` or :meth:`abort_bind`."""
         self._inventory.expire(now)
+        node_id = int(self._inventory.ids([node])[0]) or None
+        offered = self._choices.offered(uid, node_id, self._inventory.layout)
         request = binding.bindable(
             self._inventory, self._pending, self.config,
-            uid=uid, namespace=namespace, name=name, node=node, dra=self._dra,
+            uid=uid, namespace=namespace, name=name, node=node, dra=self._dra, offered=offered,
         )  # fmt: skip
         hold = self._quota_hold(request)  # what filter admitted may have been taken since
         if hold is not None:
@@ -213,7 +217,6 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         if request.group is not None:
             self._gangs.admit(request, holding, now)
         plan = binding.plan(self._inventory, request, holding)
-        node_id = int(self._inventory.ids([node])[0]) or None
         # dra.fence: the DeviceTaintRules the shell publishes before the Binding.
         fence = self.pod_fence(uid, node) if self.config.dra.fence else ()
         choice = self._choices.take(uid, node_id, self._inventory.layout)

@@ -180,7 +180,7 @@ class _SchedextApp(FastAPI):
             # that kube-scheduler's kept-alive ones move to the ready replica.
             self._front = health.CloseWhenNotReady(
                 VerbEndpoints(
-                    super().__call__,
+                    health.HeadAsGet(super().__call__),
                     service,
                     prefix=server.path_prefix,
                     bench=server.bench_endpoints,

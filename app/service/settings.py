@@ -102,6 +102,13 @@ class ServerSettings(_Group):
         "(counted from its first byte, or for a new connection from its opening) gets a 408, "
         "and the connection is closed.",
     )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="The largest request line and headers accepted, on every listener (the "
+        "verbs', `metrics_port`, `views_port`): a larger head gets a 431, and the connection is "
+        "closed.",
+    )
     access_log: bool = Field(default=False, description="Log one line per HTTP request.")
     prioritize_full: bool = Field(
         default=False,

@@ -50,7 +50,9 @@ class ViewsListener(PlainListener):
         host: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(port=port, host=host)
+        super().__init__(
+            port=port, host=host, max_header_bytes=service.settings.server.max_header_bytes
+        )
         self._service = service
         self._clock = clock
         self._inventory: tuple[float, bytes] | None = None  # (built at, body)
