@@ -1,7 +1,8 @@
 """``schedext`` command line, the front door of ``app``'s buildings: ``serve`` (the extender,
-:mod:`app.service`), ``explain`` (asks a running one why a pod fits each node, printed as the
-kubectl plugin prints it, :mod:`app.plugin.tables`), ``agent`` (the node agent,
-:mod:`app.agent.command`). A command imports its building when it runs, so that neither
+:mod:`app.service`), ``config`` (the settings ``serve`` would run with, each with its
+source, or a check of a settings file), ``explain`` (asks a running one why a pod fits each
+node, printed as the kubectl plugin prints it, :mod:`app.plugin.tables`), ``agent`` (the node
+agent, :mod:`app.agent.command`). A command imports its building when it runs, so that neither
 ``--help`` nor the agent loads the service. The benchmarks are not commands of the package,
 which does not ship them: they run from a source tree (``python -m loadtests.bench``)."""
 
@@ -17,8 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from app import __version__
 from app.agent.command import add_command as add_agent_command
 from app.stdio import logs
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from app.service.assembly import Service
     from app.service.plain_listener import PlainListener
     from app.service.settings import Settings
+    from app.stdio.settings_sources import Layers
 
 __all__ = ["main"]
 
@@ -72,57 +72,43 @@ def _parser() -> argparse.ArgumentParser:
         help="run the extender",
         description=(
             "Serve the extender verbs. With no --snapshot, no --kubeconfig and no in-cluster "
-            "environment, it serves an embedded demo inventory on 127.0.0.1:8888."
+            "environment, it serves an embedded demo inventory on 127.0.0.1:8888. The flags "
+            "below are a few of the settings: most live in the YAML file of --config, or in "
+            "environment variables SCHEDEXT_<GROUP>__<KEY> (SCHEDEXT_POLICY__GPU_SCORING=spread); "
+            "every setting, its default and its variable are in docs/configuration.md, and "
+            "`schedext config` prints what they add up to."
         ),
     )
-    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to listen on (default 8888)")
-    serve.add_argument("--snapshot", type=Path, help="nodes and pods from a kubectl JSON/YAML dump")
-    serve.add_argument("--kubeconfig", type=Path, help="watch the cluster of this kubeconfig")
-    serve.add_argument("--config", type=Path, help="YAML settings file (see docs/configuration.md)")
-    serve.add_argument("--path-prefix", help="also serve the verbs under this prefix")
-    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    serve.add_argument(
-        "--leader-elect",
-        action="store_true",
-        help="with several replicas: only the holder of the Lease answers the verbs",
-    )
-    serve.add_argument(
-        "--bench-endpoints", action="store_true", help="add the constant-answer benchmark endpoint"
-    )
-    serve.add_argument("--tls-cert-file", type=Path, help="serve HTTPS with this certificate (PEM)")
-    serve.add_argument("--tls-key-file", type=Path, help="the private key of --tls-cert-file")
-    serve.add_argument(
-        "--tls-client-ca-file",
-        type=Path,
-        help="require client certificates signed by this CA (mTLS); the handshake fails otherwise",
-    )
-    serve.add_argument(
-        "--metrics-port",
-        type=int,
-        help="also serve /metrics and /healthz (nothing else) over plain HTTP on every address, "
-        "on this port, for Prometheus (off by default)",
-    )
-    serve.add_argument(
-        "--views-port",
-        type=int,
-        help="also serve the read-only views /inventory, /explain/NAMESPACE/NAME and /healthz "
-        "(nothing else) over plain HTTP on every address, on this port, for `kubectl schedext` "
-        "through the API server's service proxy (off by default)",
-    )
-    serve.add_argument(
-        "--insecure-allow-remote",
-        action="store_true",
-        help="allow a non-loopback --host without client certificates (anyone who can reach "
-        "the port can bind pods)",
-    )
+    _settings_arguments(serve)
     serve.set_defaults(handler=_serve)
+
+    config = commands.add_parser(
+        "config",
+        help="print the merged settings, each with its source; or check a settings file",
+        description=(
+            "Print the settings `schedext serve` would run with, given the same --config, "
+            "flags and SCHEDEXT_* environment, as a YAML file: each key with where it came "
+            "from (default, file, env or flag) as a trailing comment. With --check FILE, only "
+            "check FILE and the environment: exit 0 when schedext would start with them, 2 "
+            "with what is wrong otherwise. See docs/configuration.md."
+        ),
+    )
+    config.add_argument(
+        "--check",
+        type=Path,
+        metavar="FILE",
+        help="check this settings file (and the environment, and the flags given) without "
+        "printing or starting anything",
+    )
+    _settings_arguments(config)
+    config.set_defaults(handler=_config)
 
     explain = commands.add_parser(
         "explain",
         help="why a pod fits, or does not fit, each node (asks a running schedext)",
     )
-    explain.add_argument("pod", help="NAMESPACE/NAME")
+    explain.add_argument("pod", help="NAMESPACE/NAME, or NAME with -n")
+    explain.add_argument("-n", "--namespace", help="the pod's namespace (with a NAME alone)")
     explain.add_argument(
         "--url",
         default="http://127.0.0.1:8888",
@@ -149,40 +135,125 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from app.service.settings import load_settings  # noqa: PLC0415
-    from app.service.snapshot import SnapshotError  # noqa: PLC0415
+# The flags of the settings `serve` takes on its command line: (dotted setting, flag).
+_SETTING_FLAGS = (
+    ("server.host", "--host"),
+    ("server.port", "--port"),
+    ("snapshot", "--snapshot"),
+    ("kubeconfig", "--kubeconfig"),
+    ("server.path_prefix", "--path-prefix"),
+    ("log_level", "--log-level"),
+    ("leader.enabled", "--leader-elect"),
+    ("server.bench_endpoints", "--bench-endpoints"),
+    ("server.tls_cert_file", "--tls-cert-file"),
+    ("server.tls_key_file", "--tls-key-file"),
+    ("server.tls_client_ca_file", "--tls-client-ca-file"),
+    ("server.metrics_port", "--metrics-port"),
+    ("server.views_port", "--views-port"),
+    ("server.insecure_allow_remote", "--insecure-allow-remote"),
+)
 
+
+def _settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """The settings file and the settings that have a flag (serve, config)."""
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (default 8888)")
+    parser.add_argument(
+        "--snapshot", type=Path, help="nodes and pods from a kubectl JSON/YAML dump"
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="watch the cluster of this kubeconfig")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="YAML settings file (every key: docs/configuration.md; `schedext config` prints "
+        "the merged settings)",
+    )
+    parser.add_argument("--path-prefix", help="also serve the verbs under this prefix")
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="the least severe log lines written, as JSON on stderr (default info)",
+    )
+    parser.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="with several replicas: only the holder of the Lease answers the verbs",
+    )
+    parser.add_argument(
+        "--bench-endpoints", action="store_true", help="add the constant-answer benchmark endpoint"
+    )
+    parser.add_argument(
+        "--tls-cert-file", type=Path, help="serve HTTPS with this certificate (PEM)"
+    )
+    parser.add_argument("--tls-key-file", type=Path, help="the private key of --tls-cert-file")
+    parser.add_argument(
+        "--tls-client-ca-file",
+        type=Path,
+        help="require client certificates signed by this CA (mTLS); the handshake fails otherwise",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="also serve /metrics and /healthz (nothing else) over plain HTTP on every address, "
+        "on this port, for Prometheus (off by default)",
+    )
+    parser.add_argument(
+        "--views-port",
+        type=int,
+        help="also serve the read-only views /inventory, /explain/NAMESPACE/NAME and /healthz "
+        "(nothing else) over plain HTTP on every address, on this port, for `kubectl schedext` "
+        "through the API server's service proxy (off by default)",
+    )
+    parser.add_argument(
+        "--insecure-allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host without client certificates (anyone who can reach "
+        "the port can bind pods)",
+    )
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as flags, nested as the file nests them."""
     overrides: dict[str, Any] = {}
-    server = {
-        key: value
-        for key, value in (
-            ("host", args.host),
-            ("port", args.port),
-            ("path_prefix", args.path_prefix),
-            ("bench_endpoints", args.bench_endpoints or None),
-            ("tls_cert_file", args.tls_cert_file),
-            ("tls_key_file", args.tls_key_file),
-            ("tls_client_ca_file", args.tls_client_ca_file),
-            ("insecure_allow_remote", args.insecure_allow_remote or None),
-            ("metrics_port", args.metrics_port),
-            ("views_port", args.views_port),
-        )
-        if value is not None
-    }
-    if server:
-        overrides["server"] = server
-    for key in ("snapshot", "kubeconfig", "log_level"):
-        if getattr(args, key) is not None:
-            overrides[key] = getattr(args, key)
-    if args.leader_elect:
-        overrides["leader"] = {"enabled": True}
+    for key, flag in _SETTING_FLAGS:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is None or value is False:  # a switch not given leaves the setting alone
+            continue
+        *groups, name = key.split(".")
+        into = overrides
+        for group in groups:
+            into = into.setdefault(group, {})
+        into[name] = value
+    return overrides
+
+
+def _settings(
+    args: argparse.Namespace, config_file: Path | None, prog: str
+) -> tuple[Settings, Layers] | None:
+    """The settings of ``args``, or None once what is wrong with them is printed."""
+    from app.service.settings import SettingsError, read_settings  # noqa: PLC0415
+
     try:
-        settings = load_settings(args.config, **overrides)
-    except (ValidationError, FileNotFoundError) as error:
-        print(f"schedext: invalid settings: {error}", file=sys.stderr)
+        return read_settings(config_file, _overrides(args), flags=dict(_SETTING_FLAGS))
+    except SettingsError as problem:
+        for line in problem.lines:
+            print(f"{prog}: invalid settings: {line}", file=sys.stderr)
+        return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from app.service.settings import REDACTED  # noqa: PLC0415
+    from app.service.snapshot import SnapshotError  # noqa: PLC0415
+    from app.stdio.settings_sources import fingerprint  # noqa: PLC0415
+
+    loaded = _settings(args, args.config, "schedext")
+    if loaded is None:
         return 2
+    settings, layers = loaded
     logs.configure(settings.log_level)
+    defaults, _ = _defaults()
+    # What this replica runs with: compare the hash across replicas, and read the keys.
+    log.info("settings", extra=fingerprint(settings, defaults, layers, redacted=REDACTED))
     try:
         return _run(settings)
     except SnapshotError as error:
@@ -190,10 +261,35 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def _defaults() -> tuple[Settings, Layers]:
+    from app.service.settings import read_settings  # noqa: PLC0415
+
+    return read_settings(environ={})
+
+
+def _config(args: argparse.Namespace) -> int:
+    from app.stdio.settings_sources import effective_yaml  # noqa: PLC0415
+
+    if args.check is not None and args.config is not None:
+        print("schedext config: give the file either to --check or to --config", file=sys.stderr)
+        return 2
+    checking = args.check is not None
+    loaded = _settings(args, args.check if checking else args.config, "schedext config")
+    if loaded is None:
+        return 2
+    settings, layers = loaded
+    if checking:
+        print(f"{args.check}: valid (with the environment and flags given)")
+        return 0
+    print(effective_yaml(settings, layers), end="")
+    return 0
+
+
 def _run(settings: Settings) -> int:
     import uvicorn  # noqa: PLC0415 (keep `schedext --help` fast)
 
     from app.service.main import create_app, live_cluster_configured  # noqa: PLC0415
+    from app.service.stopping import StoppingServer  # noqa: PLC0415
     from app.service.verb_protocol import protocol_for  # noqa: PLC0415
 
     try:
@@ -207,15 +303,7 @@ def _run(settings: Settings) -> int:
             "no cluster configured: serving the embedded demo inventory "
             "(pass --snapshot FILE or --kubeconfig PATH for real data)"
         )
-    log.info(
-        "listening",
-        extra={
-            "url": f"{'https' if settings.server.tls_cert_file else 'http'}://"
-            f"{settings.server.host}:{settings.server.port}",
-            "inventory": service.description,
-        },
-    )
-    server = uvicorn.Server(
+    server = StoppingServer(
         uvicorn.Config(
             app,
             host=settings.server.host,
@@ -232,7 +320,8 @@ def _run(settings: Settings) -> int:
             proxy_headers=False,
             # HTTPS, and with a client CA, mTLS: see ServerSettings.
             **settings.server.uvicorn_tls(),
-        )
+        ),
+        service,
     )
     listeners = _plain_listeners(settings, service)
     if not listeners:
@@ -268,7 +357,11 @@ def _plain_listeners(settings: Settings, service: Service) -> list[tuple[str, Pl
     server = settings.server
     listeners: list[tuple[str, PlainListener]] = []
     if server.metrics_port is not None:
-        listener = MetricsListener(service.metrics.render, port=server.metrics_port)
+        listener = MetricsListener(
+            service.metrics.render,
+            port=server.metrics_port,
+            max_header_bytes=server.max_header_bytes,
+        )
         listeners.append(("--metrics-port", listener))
     if server.views_port is not None:
         listeners.append(("--views-port", ViewsListener(service, port=server.views_port)))
@@ -278,11 +371,13 @@ def _plain_listeners(settings: Settings, service: Service) -> list[tuple[str, Pl
 def _explain(args: argparse.Namespace) -> int:
     import httpx  # noqa: PLC0415
 
+    from app.plugin.pod_arg import pod_of  # noqa: PLC0415
     from app.plugin.tables import explanation_text  # noqa: PLC0415
 
-    namespace, _, name = args.pod.partition("/")
-    if not namespace or not name:
-        print("schedext explain: give the pod as NAMESPACE/NAME", file=sys.stderr)
+    try:
+        namespace, name = pod_of(args.pod, args.namespace)
+    except ValueError as error:
+        print(f"schedext explain: {error}", file=sys.stderr)
         return 2
     try:
         verify = _explain_tls(args)

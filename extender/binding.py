@@ -38,10 +38,13 @@ def bindable(
     name: str,
     node: str,
     dra: ClaimsLedger,
+    offered: bool | None = None,
 ) -> PodRequest:
     """The request of the pod to bind, with what it asks of DRA as ``dra`` says now, when it
     may be bound to ``node`` now; else raises :class:`BindRefusedError` saying why (the
-    message kube-scheduler shows)."""
+    message kube-scheduler shows). ``offered``: whether schedext's last answer for the pod
+    offered ``node`` (None: unknown), for the words of a refusal: a node it was offered "no
+    longer fits" it, one it never was "does not fit" it."""
     pod = f"{namespace}/{name}"
     held = inventory.holding(uid)
     if held is not None:
@@ -65,6 +68,10 @@ def bindable(
     rank = int(policy.node_reasons(inventory, request, inventory.ids([node]), config)[0])
     if rank:  # any rank but FITS's
         message = policy.reason_messages(request, config, inventory)[rank]
+        if offered is False:
+            raise BindRefusedError(
+                f"pod {pod} does not fit node {node} (filter did not offer it): {message}"
+            )
         raise BindRefusedError(f"pod {pod} no longer fits node {node}: {message}")
     return request
 

@@ -12,6 +12,10 @@ overrules schedext's.
 
 One small bounded book: an offer outlives neither the pod's bind nor ``capacity`` newer
 offers (pods rated but never bound, e.g. unschedulable ones, age out).
+
+It also keeps which nodes the last offer held (when there were at most ``_KEPT`` of them:
+shortlists are), so that a bind refused on a node can say whether the pod no longer fits it
+or never did (:meth:`ChoiceBook.offered`).
 """
 
 from __future__ import annotations
@@ -31,10 +35,15 @@ class Choice(StrEnum):
     UNSCORED = "unscored"
 
 
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_KEPT = 256  # the most offered node ids kept per pod (1,024 pods of 5,000 ids: 40 MB)
+
+
 @dataclass(frozen=True, slots=True)
 class _Offer:
     best: npt.NDArray[np.integer]  # node ids at the best score (an array: cheap to keep)
     layout: int  # the inventory layout the ids belong to
+    offered: npt.NDArray[np.integer] | None  # every node id offered; None: too many to keep
 
 
 class ChoiceBook:
@@ -61,7 +70,19 @@ class ChoiceBook:
         self._offers.pop(uid, None)
         if not len(ids):
             return
-        self._offers[uid] = _Offer(ids[scores == scores.max()], layout)
+        self._offers[uid] = _Offer(
+            ids[scores == scores.max()], layout, ids if len(ids) <= _KEPT else None
+        )
+        while len(self._offers) > self._capacity:
+            del self._offers[next(iter(self._offers))]  # the oldest offer
+
+    def passed(self, uid: str, ids: npt.NDArray[np.integer], layout: int) -> None:
+        """Filter passed nodes ``ids`` for pod ``uid`` without rating them (full mode, where
+        prioritize rates them; or none passed): an offer of no best node."""
+        if not uid:
+            return
+        self._offers.pop(uid, None)
+        self._offers[uid] = _Offer(_NO_IDS, layout, ids if len(ids) <= _KEPT else None)
         while len(self._offers) > self._capacity:
             del self._offers[next(iter(self._offers))]  # the oldest offer
 
@@ -69,6 +90,14 @@ class ChoiceBook:
         """How the node kube-scheduler chose for ``uid`` compares with schedext's last offer;
         the offer is then forgotten."""
         offer = self._offers.pop(uid, None)
-        if offer is None or node_id is None or offer.layout != layout:
+        if offer is None or node_id is None or offer.layout != layout or not len(offer.best):
             return Choice.UNSCORED
         return Choice.BEST if bool(np.any(offer.best == node_id)) else Choice.LOWER
+
+    def offered(self, uid: str, node_id: int | None, layout: int) -> bool | None:
+        """Whether schedext's last offer for ``uid`` held the node ``node_id``; None when
+        unknown (no offer that still applies, or one of too many nodes to keep)."""
+        offer = self._offers.get(uid)
+        if offer is None or offer.offered is None or offer.layout != layout:
+            return None
+        return node_id is not None and bool(np.any(offer.offered == node_id))

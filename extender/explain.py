@@ -10,7 +10,11 @@ has one (:meth:`extender.kinds.Kind.detail`; a share's room: the largest free me
 which GPU). Each node also says where its kubelet disagrees
 with schedext's placements (its agent's drift), whether or not the pod fits, and what DRA says
 of it (:func:`dra_lines`): who hands out its GPUs when the device plugin does not alone, and
-which claims hold which of its devices."""
+which claims hold which of its devices.
+
+A gang member's explanation also says whether its group has a hold (GPUs kept for it while
+it waits, extender.gang.holds) and where, or why it has none; a pod that a hold keeps off a
+node gets filter's reason for it there, as any other."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Final, Protocol
 from extender.devices.drift import describe
 from extender.dra import HeldDevice, NodeDra, Ownership, held_gpus
 from extender.gang import OPEN, GangCoordinator, GangGate
+from extender.gang.holds import Hold, hold_text
 from extender.inventory import Inventory
 from extender.kinds import KINDS, asked
 from extender.model import (
@@ -43,6 +48,8 @@ Judge = Callable[[PodRequest, Sequence[str], GangGate], FilterVerdict]
 QuotaCheck = Callable[[PodRequest], QuotaHold | None]
 # Prioritize's scores of a request over named nodes, aligned with them.
 Score = Callable[[PodRequest, Sequence[str]], ScoreArray]
+# A group's hold, or why it has none ("" when that is not known).
+HoldOf = Callable[[str], tuple[Hold | None, str]]
 
 # Per node, the held DRA devices explain lists; the rest are counted.
 DRA_LINES: Final = 16
@@ -73,6 +80,7 @@ def explain_pod(
     quota: QuotaCheck | None = None,
     score: Score | None = None,
     dra: DraReads | None = None,
+    hold: HoldOf | None = None,
 ) -> Explanation | None:
     """Per node, whether the pod fits and why not, and the team quota that holds it back;
     None for a pod schedext does not know. The nodes are judged even when a quota holds the
@@ -84,6 +92,7 @@ def explain_pod(
         return None
     group = request.group if request else held.group if held else None
     status = gangs.status(group) if group else None
+    group_hold = _hold(hold, group) if hold is not None and group else ""
     # The state is the holding's kind, as /inventory counts it ("reserved": a reservation,
     # one of its ``reservations``). A bound pod filtered again (by hand: kube-scheduler never
     # does) is still bound, not reserved.
@@ -102,6 +111,7 @@ def explain_pod(
             group=status,
             group_reason="",
             nodes=(),
+            group_hold=group_hold,
         )
     assert request is not None
     names = sorted(inventory.node_names())
@@ -133,7 +143,14 @@ def explain_pod(
         group_reason=verdict.rejections[0].message if gate.verdict is not None else "",
         nodes=nodes,
         quota=quota(request) if quota is not None and held is None else None,
+        group_hold=group_hold,
     )
+
+
+def _hold(hold: HoldOf, group: str) -> str:
+    """The group's hold in words, or why it has none."""
+    standing, why_not = hold(group)
+    return hold_text(standing) if standing is not None else why_not
 
 
 def _drift(inventory: Inventory, node: str) -> tuple[str, ...]:

@@ -363,6 +363,9 @@ class Explanation:
     group_reason: str  # why the whole group holds the pod back, if it does
     nodes: tuple[NodeExplanation, ...]
     quota: QuotaHold | None = None  # the team quota that holds the pod back, if one does
+    # The GPUs held for the pod's gang, in words, or why it has none ("" when neither is
+    # known: no gang, or it has not waited long enough).
+    group_hold: str = ""
 
 
 @dataclass(frozen=True, slots=True)

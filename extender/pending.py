@@ -1,7 +1,9 @@
 """What filter saw of each pending pod, so that bind (which gets only name, namespace, UID
 and node) knows what the pod needs, and what waits per namespace (team quotas: who wants to
 borrow). Also the pods filter refused as invalid, with why, so that a bind of one says so
-rather than that the pod never went through filter. Bounded: the oldest entries go first."""
+rather than that the pod never went through filter; and why the last filter turned each pending
+pod away, if it did (what /inventory and the occupancy page show). Bounded: the oldest entries
+go first."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class PendingPods:
         self._pods: OrderedDict[str, PodRequest] = OrderedDict()
         self._wanted = NamespaceTally()
         self._refused: OrderedDict[str, str] = OrderedDict()  # uid -> filter's reason
+        self._why: dict[str, str] = {}  # uid -> why the last filter turned a pending pod away
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -37,7 +40,9 @@ class PendingPods:
         self._wanted.add(request)
         self._pods.move_to_end(request.uid)
         while len(self._pods) > self._capacity:
-            self._wanted.remove(self._pods.popitem(last=False)[1])
+            uid, oldest = self._pods.popitem(last=False)
+            self._wanted.remove(oldest)
+            self._why.pop(uid, None)
 
     def get(self, uid: str) -> PodRequest | None:
         return self._pods.get(uid)
@@ -62,8 +67,24 @@ class PendingPods:
         """What the namespace's pending pods ask for together."""
         return self._wanted.of(namespace)
 
+    def judged(self, uid: str, why: str) -> None:
+        """Filter's last verdict on pending pod ``uid``: why it turned the pod away on every
+        node ("": some node passed it). Kept while the pod is pending, whatever the watch
+        says of it meanwhile."""
+        if uid not in self._pods:
+            return
+        if why:
+            self._why[uid] = why
+        else:
+            self._why.pop(uid, None)
+
+    def why(self, uid: str) -> str:
+        """Why the last filter turned the pending pod away; "" when none did."""
+        return self._why.get(uid, "")
+
     def forget(self, uid: str) -> None:
         self._refused.pop(uid, None)
+        self._why.pop(uid, None)
         request = self._pods.pop(uid, None)
         if request is not None:
             self._wanted.remove(request)

@@ -29,7 +29,7 @@ from extender.pending import PendingPods
 from extender.policy import PolicyConfig
 from extender.preemption import GangVictims, NodeVictims, select_victims
 from extender.quotas import Departures, QuotaBook, victim_rule
-from extender.requests import PodRequestError, pod_request
+from extender.requests import pod_request
 from extender.tally import Amounts, amounts
 
 __all__ = ["PreemptVerb"]
@@ -59,7 +59,8 @@ class PreemptVerb:
     ) -> dict[str, NodeVictims]:
         """Victims per candidate node worth preempting on (see :mod:`extender.preemption`).
         With ``now`` the answer is remembered for :meth:`awaited_victims` (an empty answer
-        replaces an earlier one)."""
+        replaces an earlier one). Raises :class:`~extender.errors.PodRequestError` for a
+        pod whose request cannot be read."""
         chosen = self._victims(pod, candidates, now)
         if now is not None and (uid := fields.text(fields.obj(pod, "metadata"), "uid")):
             approved = {n: v.uids for n, v in chosen.items()}
@@ -106,12 +107,9 @@ class PreemptVerb:
     def _victims(
         self, pod: JSONObject, candidates: Mapping[str, Sequence[Victim]], now: float | None
     ) -> dict[str, NodeVictims]:
-        try:
-            request = pod_request(
-                pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares
-            )
-        except PodRequestError:
-            return {}
+        # An unreadable pod raises PodRequestError: filter refused it on every node, and the
+        # answer says why (prioritize's words), not an empty list that hides it.
+        request = pod_request(pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares)
         group_can_fit = None
         if request.group is not None:
             group_can_fit = self._gangs.eviction_check(request)

@@ -48,25 +48,35 @@ def pod_request(
     gpu_resource: str = names.GPU_RESOURCE,
     shares: ShareResources = _DEFAULT_SHARES,
 ) -> PodRequest:
-    """Decode the scheduling needs of ``pod``; raise :class:`PodRequestError` with a reason."""
-    meta = fields.obj(pod, "metadata")
-    spec = fields.obj(pod, "spec")
+    """Decode the scheduling needs of ``pod``; raise :class:`PodRequestError` with a reason,
+    also for a field schedext reads that is of the wrong JSON type (``metadata.annotations``
+    a list, ``spec`` a string: :func:`extender.fields.strict_obj`): never read as absent,
+    which would drop the rule it states."""
+    try:
+        return _pod_request(pod, gpu_resource, shares)
+    except fields.ShapeError as error:
+        raise PodRequestError(str(error)) from None
+
+
+def _pod_request(pod: JSONObject, gpu_resource: str, shares: ShareResources) -> PodRequest:
+    meta = fields.strict_obj(pod, "metadata", "")
+    spec = fields.strict_obj(pod, "spec", "")
     mig_names = mig.resource_names(spec)
     totals = effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
-    gpus, share = _gpus_or_share(totals, gpu_resource, shares)
+    gpus, share = _gpus_or_share(totals, gpu_resource, shares, spec=spec)
     beside = f"whole GPUs ({gpu_resource})" if gpus else "GPU shares" if share else None
     try:
         asked = mig.demand(totals, mig_names, beside=beside)
     except mig.MigRequestError as error:
         raise PodRequestError(str(error)) from None
-    labels = fields.string_map(meta, "labels")
-    annotations = fields.string_map(meta, "annotations")
+    labels = fields.strict_string_map(meta, "labels", "metadata")
+    annotations = fields.strict_string_map(meta, "annotations", "metadata")
     return PodRequest(
         **_demand(meta, spec, totals, gpus=gpus, share=share, migs=asked, strict=True),
         workload=_workload(labels, annotations),
         gpu_model=_hint(annotations, labels, names.GPU_MODEL),
         gpu_memory_mib=_gpu_memory(annotations, labels),
-        preempt_never=fields.text(spec, "preemptionPolicy") == "Never",
+        preempt_never=fields.strict_text(spec, "preemptionPolicy", "spec") == "Never",
         ip=_ip_request(meta, annotations),
         soft_preferences=_states_preferences(spec),
         claims=_claims(pod, spec),
@@ -118,10 +128,15 @@ def _whole(totals: Mapping[str, int], resource: str, unit: str) -> int:
 
 
 def _gpus_or_share(
-    totals: Mapping[str, int], gpu_resource: str, shares: ShareResources
+    totals: Mapping[str, int],
+    gpu_resource: str,
+    shares: ShareResources,
+    *,
+    spec: JSONObject | None = None,
 ) -> tuple[int, GpuShare]:
     """Whole GPUs, or a share of some GPUs: never both in one pod (a container that needs a
-    whole device and one that needs a slice are two pods' worth of placement)."""
+    whole device and one that needs a slice are two pods' worth of placement). ``spec``: a
+    pending pod's, to tell a count of 0 from none (a bound pod's is read leniently)."""
     unit = " of GiB" if shares.memory_unit_mib == 1024 else " of MiB"
     memory = _whole(totals, shares.memory, unit) * shares.memory_unit_mib
     cores = _whole(totals, shares.cores, " percent") if shares.cores else 0
@@ -145,8 +160,15 @@ def _gpus_or_share(
             f"(for 10 GiB of {shares.memory}, write {10240 // shares.memory_unit_mib}, not 10Gi)"
         )
     if cores and not 1 <= cores <= 100:
-        raise PodRequestError(f"{shares.cores} must be 1 to 100 (percent of a GPU), got {cores}")
+        raise PodRequestError(
+            f"{shares.cores} must be 1 to 100 (percent of a GPU's SMs; 0, as left out, sets no "
+            f"limit), got {cores}"
+        )
     if shares.count is not None and not count:
+        if spec is not None and _names(spec, shares.count):
+            raise PodRequestError(
+                f"{shares.count} must be at least 1 (on how many GPUs the share is), got 0"
+            )
         if shares.count_required:
             raise PodRequestError(
                 f"a GPU share must name {shares.count} in its limits (1 for a share of one "
@@ -158,6 +180,16 @@ def _gpus_or_share(
     if count > _MAX_SHARES:
         raise PodRequestError(f"{shares.count} must be at most {_MAX_SHARES}, got {count}")
     return 0, GpuShare(count, memory, cores)
+
+
+def _names(spec: JSONObject, resource: str) -> bool:
+    """Whether a container of ``spec`` names ``resource`` in its requests or limits."""
+    for kind in ("containers", "initContainers"):
+        for container in fields.objects(spec, kind):
+            block = fields.obj(container, "resources")
+            if resource in fields.obj(block, "requests") or resource in fields.obj(block, "limits"):
+                return True
+    return False
 
 
 def holding_from_pod(
@@ -239,10 +271,11 @@ def _demand(
     a bound one (``gpus``: the caller's reading of the GPU total, which differs). ``strict``
     (a pending pod): a field that is not what Kubernetes says it is raises
     :class:`PodRequestError`; a bound pod is a fact, and counted as well as it can be."""
+    text = _strict_text if strict else _text
     return {
-        "uid": fields.text(meta, "uid"),
-        "namespace": fields.text(meta, "namespace") or "default",
-        "name": fields.text(meta, "name"),
+        "uid": text(meta, "uid"),
+        "namespace": text(meta, "namespace") or "default",
+        "name": text(meta, "name"),
         "gpus": gpus,
         "share": share,
         "mig": migs,
@@ -251,6 +284,14 @@ def _demand(
         "priority": _priority(spec, strict=strict),
         "group": group_key(meta),
     }
+
+
+def _strict_text(meta: JSONObject, name: str) -> str:
+    return fields.strict_text(meta, name, "metadata")
+
+
+def _text(meta: JSONObject, name: str) -> str:
+    return fields.text(meta, name)
 
 
 _INT32 = range(-(2**31), 2**31)

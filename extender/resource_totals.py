@@ -27,27 +27,38 @@ _MAX_MILLI_NANO = MAX_MAGNITUDE * (NANO // 1000)  # the most CPU, 2^63-1 milli-u
 
 
 def effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
-    """Per resource, the pod's effective request in nano-units (see :func:`to_nano`)."""
-    containers = fields.objects(spec, "containers")
-    init_containers = fields.objects(spec, "initContainers")
+    """Per resource, the pod's effective request in nano-units (see :func:`to_nano`). A
+    field of the wrong JSON type (``containers`` not a list of objects, ``limits`` a string)
+    raises :class:`PodRequestError` naming it, as a quantity that is not one does."""
+    try:
+        return _effective_requests(spec, resources)
+    except fields.ShapeError as error:
+        raise PodRequestError(str(error)) from None
+
+
+def _effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
+    containers = fields.strict_objects(spec, "containers", "spec")
+    init_containers = fields.strict_objects(spec, "initContainers", "spec")
     total = dict.fromkeys(resources, 0)
     for container in containers:
         _add(total, _container_requests(container, resources))
     sidecars_so_far = dict.fromkeys(resources, 0)
     for container in init_containers:
         requests = _container_requests(container, resources)
-        if fields.text(container, "restartPolicy") == "Always":
+        if _restart_policy(container) == "Always":
             # A sidecar runs beside the main containers for the pod's whole life.
             _add(total, requests)
             _add(sidecars_so_far, requests)
             continue
         for resource in resources:
             total[resource] = max(total[resource], requests[resource] + sidecars_so_far[resource])
-    pod_level = fields.obj(fields.obj(spec, "resources"), "requests")
+    pod_level = fields.strict_obj(
+        fields.strict_obj(spec, "resources", "spec"), "requests", "spec.resources"
+    )
     for resource in (CPU, MEMORY):
         if resource in resources and resource in pod_level:
             total[resource] = _quantity(pod_level[resource], resource, "spec.resources")
-    overhead = fields.obj(spec, "overhead")
+    overhead = fields.strict_obj(spec, "overhead", "spec")
     for resource in resources:
         if resource in overhead:
             total[resource] += _quantity(overhead[resource], resource, "spec.overhead")
@@ -60,14 +71,29 @@ def effective_requests(spec: JSONObject, resources: tuple[str, ...]) -> dict[str
 
 
 def _container_requests(container: JSONObject, resources: tuple[str, ...]) -> dict[str, int]:
-    block = fields.obj(container, "resources")
-    requests = fields.obj(block, "requests")
-    limits = fields.obj(block, "limits")
+    try:
+        block = fields.strict_obj(container, "resources", "")
+        requests = fields.strict_obj(block, "requests", "resources")
+        limits = fields.strict_obj(block, "limits", "resources")
+    except fields.ShapeError as error:
+        raise fields.ShapeError(f"{_container(container)}: {error}") from None
     out: dict[str, int] = {}
     for resource in resources:
         raw = requests.get(resource, limits.get(resource))
         out[resource] = 0 if raw is None else _quantity(raw, resource, container)
     return out
+
+
+def _restart_policy(container: JSONObject) -> str:
+    try:
+        return fields.strict_text(container, "restartPolicy", "")
+    except fields.ShapeError as error:
+        raise fields.ShapeError(f"{_container(container)}: {error}") from None
+
+
+def _container(container: JSONObject) -> str:
+    """The container, for a message."""
+    return f"container {fields.text(container, 'name') or '?'!r}"
 
 
 def _quantity(raw: object, resource: str, where: str | JSONObject) -> int:
@@ -84,7 +110,7 @@ def _quantity(raw: object, resource: str, where: str | JSONObject) -> int:
             pass
     if value is None or value < 0:
         if not isinstance(where, str):
-            where = f"container {fields.text(where, 'name') or '?'!r}"
+            where = _container(where)
         problem = problem if value is None else "must not be negative"
         raise PodRequestError(f"{where}: {resource} {problem}: {fields.quoted(raw)}")
     return value

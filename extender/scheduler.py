@@ -30,7 +30,7 @@ from extender.errors import BindRefusedError
 from extender.evictions import EvictionBook
 from extender.explain import explain_pod
 from extender.fields import JSONObject
-from extender.gang import OPEN, GangCoordinator, GangGate
+from extender.gang import OPEN, GangCoordinator, GangEventKind, GangGate
 from extender.gang.hold_keeper import HoldKeeper, HoldTimes
 from extender.gang.holds import HoldEvent, HoldEventKind
 from extender.intake import Books, Intake
@@ -142,7 +142,16 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         except PodRequestError as error:
             self._pending.refuse(fields.text(fields.obj(pod, "metadata"), "uid"), error.reason)
             return policy.reject_all(node_names, error.reason, Reason.INVALID_POD)
-        self._pending.remember(request)
+        if self._inventory.holding(request.uid) is None:
+            # A pod that holds its place (bound, or being bound) is not pending: a filter of
+            # it (by hand, or a retry racing its bind) must not list it as waiting again.
+            self._pending.remember(request)
+        verdict = self._filter(request, node_names)
+        self._pending.judged(request.uid, verdict.why)  # why it waits, for the views
+        return verdict
+
+    def _filter(self, request: PodRequest, node_names: Sequence[str]) -> FilterVerdict:
+        """Filter's verdict on a readable request: its gang, its team quota, the nodes."""
         gate = self._gangs.filter(request, node_names) if request.group is not None else OPEN
         if gate.verdict is not None:
             return gate.verdict
@@ -159,6 +168,8 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
                 verdict, passed_ids, scores, size, ties=ties
             )
             self._choices.offer(request.uid, passed_ids, scores, self._inventory.layout)
+        else:  # full mode, or none passed: prioritize rates what passed, if anything did
+            self._choices.passed(request.uid, passed_ids, self._inventory.layout)
         self._last_passed = (verdict.passed, passed_ids, self._inventory.layout)
         if not verdict.passed:
             self._wakeups.turned_away(self._inventory, request, verdict)
@@ -177,9 +188,11 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         """Re-check the pod against the current inventory, choose its GPUs and reserve them.
         The caller performs the bind, then calls :meth:`confirm_bind` or :meth:`abort_bind`."""
         self._inventory.expire(now)
+        node_id = int(self._inventory.ids([node])[0]) or None
+        offered = self._choices.offered(uid, node_id, self._inventory.layout)
         request = binding.bindable(
             self._inventory, self._pending, self.config,
-            uid=uid, namespace=namespace, name=name, node=node, dra=self._dra,
+            uid=uid, namespace=namespace, name=name, node=node, dra=self._dra, offered=offered,
         )  # fmt: skip
         hold = self._quota_hold(request)  # what filter admitted may have been taken since
         if hold is not None:
@@ -204,7 +217,6 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         if request.group is not None:
             self._gangs.admit(request, holding, now)
         plan = binding.plan(self._inventory, request, holding)
-        node_id = int(self._inventory.ids([node])[0]) or None
         # dra.fence: the DeviceTaintRules the shell publishes before the Binding.
         fence = self.pod_fence(uid, node) if self.config.dra.fence else ()
         choice = self._choices.take(uid, node_id, self._inventory.layout)
@@ -245,6 +257,13 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         at once (extender.gang.hold_keeper, ``take_over``)."""
         self._holds.take_over(wall_now)
 
+    def end_gang_waits(self, reason: str) -> None:
+        """End every group's wait at the bind barrier (schedext is stopping): their
+        reservations go and their waiting binds fail with ``reason``, so that kube-scheduler
+        retries them where they can complete (the next leader)."""
+        for group in self._gangs.book.waiting_groups():
+            self._gangs.release(group, GangEventKind.RELEASED, reason)
+
     def review_holds(self, wall_now: float) -> list[HoldEvent]:
         """Start, keep and end the gangs' holds (extender.gang.hold_keeper) at ``wall_now``
         (Unix seconds: holds outlive the process); the holds started and ended, for the shell
@@ -264,7 +283,7 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
             gangs=self._gangs, judge=lambda r, names, gate: self._judge(r, names, gate)[0],
             quota=self._quota_hold,
             score=lambda r, names: self._score(r, self._inventory.ids(names)),
-            dra=self,
+            dra=self, hold=self.gang_hold,
         )  # fmt: skip
 
     # -------------------------------------------------------------- internals

@@ -84,6 +84,10 @@ class ShellReads:
         """The first ``limit`` pending pods, by namespace and name."""
         return self._pending.listing(limit)
 
+    def pending_why(self, uid: str) -> str:
+        """Why the last filter turned pending pod ``uid`` away ("" when none did)."""
+        return self._pending.why(uid)
+
     @property
     def reservation_count(self) -> int:
         return self._inventory.reservation_count

@@ -174,3 +174,21 @@ class FilterVerdict:
     def unresolvable(self) -> dict[str, str]:
         """Rejected nodes that preemption cannot help (``FailedAndUnresolvableNodes``)."""
         return {node: r.message for r in self.rejections if not r.resolvable for node in r.nodes}
+
+    @property
+    def why(self) -> str:
+        """Why no node passed, in a line: each reason and how many nodes it turned away, the
+        most first, then those preemption could help (three at most); "" when some node
+        passed."""
+        if self.passed:
+            return ""
+        if not self.rejections:
+            return "no node was offered"
+        ranked = sorted(self.rejections, key=lambda r: (-len(r.nodes), not r.resolvable))
+        shown = [
+            f"{r.message} ({len(r.nodes)} node{'s' if len(r.nodes) != 1 else ''})"
+            for r in ranked[:3]
+        ]
+        if len(ranked) > 3:
+            shown.append(f"{len(ranked) - 3} more reasons")
+        return "; ".join(shown)

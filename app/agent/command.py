@@ -10,11 +10,10 @@ import signal
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from app.agent.nvml import Nvml, NvmlError
-from app.agent.settings import AgentSettings
+from app.agent.settings import AgentSettings, load_agent_settings
 from app.stdio import logs
+from app.stdio.settings_sources import SettingsError
 
 __all__ = ["add_command"]
 
@@ -28,13 +27,15 @@ def add_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
         description=(
             "Run on each GPU node (a DaemonSet): read the GPUs through NVML, publish their "
             "topology, health and use on the Node, and serve the kubelet device plugins that "
-            "give each container exactly the GPUs, or the GPU shares, schedext chose. Settings "
-            "also come from SCHEDEXT_AGENT_* environment variables."
+            "give each container exactly the GPUs, or the GPU shares, schedext chose. Every "
+            "setting also comes from an environment variable SCHEDEXT_AGENT_<KEY> "
+            "(SCHEDEXT_AGENT_NODE_NAME), and some from the flags below, which win; "
+            "docs/configuration.md lists them all."
         ),
     )
     agent.add_argument("--node-name", help="this node's name (default: $SCHEDEXT_AGENT_NODE_NAME)")
     agent.add_argument("--kubeconfig", type=Path, help="credentials (default: in-cluster)")
-    agent.add_argument("--resource-name", help="the resource to register (nvidia.com/gpu)")
+    agent.add_argument("--resource-name", help="the resource to register")
     agent.add_argument("--device-plugin-dir", type=Path, help="the kubelet's plugin directory")
     agent.add_argument("--socket-name", help="this plugin's socket file name")
     agent.add_argument(
@@ -59,7 +60,7 @@ def add_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
     agent.add_argument(
         "--share-preset", choices=["schedext", "gpushare", "hami"], help="share resource names"
     )
-    agent.add_argument("--share-slots", type=int, help="share handle devices per GPU (32)")
+    agent.add_argument("--share-slots", type=int, help="share handle devices per GPU")
     agent.add_argument("--share-socket-name", help="the share plugin's socket file name")
     agent.add_argument(
         "--mps",
@@ -86,8 +87,35 @@ def add_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
     agent.add_argument(
         "--stale-grace-s", type=float, help="seconds before a stale record is released"
     )
-    agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    agent.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="the least severe log lines written, as JSON on stderr",
+    )
+    _state_defaults(agent)
     agent.set_defaults(handler=run)
+
+
+def _state_defaults(parser: argparse.ArgumentParser) -> None:
+    """End the help of each flag that sets a setting with the setting's default, where the
+    help does not say it already."""
+    fields = AgentSettings.model_fields
+    for action in parser._actions:  # argparse has no public list of them
+        info = fields.get(action.dest)
+        if info is None or info.is_required() or action.help is None or "default" in action.help:
+            continue
+        value = info.get_default(call_default_factory=True)
+        if value is None:
+            shown = "none"
+        elif isinstance(value, bool):
+            shown = "on" if value else "off"
+        elif isinstance(value, float):
+            shown = f"{value:g}"
+        elif isinstance(value, list):
+            shown = ", ".join(str(v) for v in value)
+        else:
+            shown = str(value)
+        action.help = f"{action.help} (default {shown})".replace("%", "%%")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,9 +131,10 @@ def run(args: argparse.Namespace) -> int:
         if (value := getattr(args, key)) is not None
     }  # fmt: skip
     try:
-        settings = AgentSettings(**flags)
-    except ValidationError as error:
-        print(f"schedext agent: invalid settings:\n{error}", file=sys.stderr)  # noqa: T201
+        settings = load_agent_settings(flags)
+    except SettingsError as problem:
+        for line in problem.lines:
+            print(f"schedext agent: invalid settings: {line}", file=sys.stderr)  # noqa: T201
         return 2
     logs.configure(settings.log_level)
     try:

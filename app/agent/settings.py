@@ -6,25 +6,30 @@ GPU resource name and the share resources, which each takes from its own configu
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.stdio import settings_sources as sources
 from extender import names
 from extender.config import SHARE_PRESETS, ShareResources
 from extender.devices.drift import SETTLE_S, DriftResources
 from extender.devices.share_handle import ShareHandle, ShareHandleError, share_handle
 from extender.dra import DEFAULT_GPU_DRIVER
 
-__all__ = ["AgentSettings"]
+__all__ = ["AgentSettings", "load_agent_settings"]
+
+PREFIX = "SCHEDEXT_AGENT_"
 
 _UNITS = {"MiB": 1, "GiB": 1024}
 
 
 class AgentSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SCHEDEXT_AGENT_", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="forbid", frozen=True)
 
     node_name: str = Field(
         min_length=1,
@@ -259,3 +264,32 @@ class AgentSettings(BaseSettings):
         """The resources whose devices the agent reconciles: those it serves."""
         share = self.share_handle().resource if self.shares else None
         return DriftResources(gpu=self.resource_name, share=share)
+
+
+def load_agent_settings(
+    flags: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> AgentSettings:
+    """The agent's settings: defaults < ``SCHEDEXT_AGENT_*`` variables < ``flags`` (by key).
+    Raises :class:`app.stdio.settings_sources.SettingsError`: a variable that names no
+    setting, or is no JSON where a list is expected, and each invalid value with its source."""
+    layers = sources.Layers()
+    layers.add(
+        *sources.read_environment(
+            AgentSettings,
+            os.environ if environ is None else environ,
+            prefix=PREFIX,
+            delimiter=None,
+        )
+    )
+    layers.add(
+        flags,
+        {
+            (key,): sources.Origin(
+                "flag", ("--no-" if value is False else "--") + key.replace("_", "-")
+            )
+            for key, value in flags.items()
+        },
+    )
+    return sources.load(
+        AgentSettings, layers, hints={"node_name": f"--node-name or {PREFIX}NODE_NAME"}
+    )

@@ -17,10 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.stdio.yaml_files import YamlFileError, read_yaml_mapping
+
 __all__ = [
     "SERVICE_ACCOUNT_DIR",
     "TOKEN_REREAD_S",
     "ClusterConfig",
+    "KubeconfigError",
     "UserConfig",
     "in_cluster_available",
     "load_cluster_config",
@@ -31,6 +34,20 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # The kubelet rotates projected tokens well before they expire (at 80% of their lifetime,
 # an hour at least): re-reading the file once a minute always sends a valid one.
 TOKEN_REREAD_S = 60.0
+
+
+class KubeconfigError(ValueError):
+    """A kubeconfig that is no YAML mapping: the file, the line and the problem."""
+
+
+def _readable(files: str) -> None:
+    """Each kubeconfig of ``files`` (os.pathsep-joined) is a YAML mapping, else
+    KubeconfigError: the official loader would raise a parser's or a TypeError's traceback."""
+    for name in files.split(os.pathsep):
+        try:
+            read_yaml_mapping(Path(name), "kubeconfig", example="`clusters:`")
+        except YamlFileError as error:
+            raise KubeconfigError(f"cannot read the kubeconfig {error}") from None
 
 
 def in_cluster_available(service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> bool:
@@ -76,6 +93,7 @@ def load_cluster_config(
     """From ``kubeconfig`` when given, else in-cluster credentials. Raises ValueError."""
     if kubeconfig is None:
         return _in_cluster(service_account_dir)
+    _readable(str(kubeconfig))
     return _from_kubeconfig(str(kubeconfig), context=None, persist=True)
 
 
@@ -100,6 +118,7 @@ def load_user_config(
         files = [f for f in files if Path(f).is_file()]
     if files:
         joined = os.pathsep.join(files)
+        _readable(joined)
         namespace = _context_namespace(joined, context)  # first: it names a missing context
         # Never write refreshed tokens back into a person's kubeconfig.
         cluster = _from_kubeconfig(joined, context=context, persist=False)

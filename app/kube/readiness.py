@@ -21,10 +21,11 @@ class Readiness:
     leading: bool = True  # stays True without leader election
     leader: str = ""
     terms: int = 0  # how many times it became ready (synced and leading)
+    stopping: bool = False  # a stop began (SIGTERM): answer nothing new, hand over
 
     @property
     def ready(self) -> bool:
-        return self.synced and self.leading
+        return self.synced and self.leading and not self.stopping
 
     @property
     def reason(self) -> str:
@@ -39,6 +40,7 @@ class Readiness:
             "leader": ""
             if self.leading
             else f"not the leader (the leader is {self.leader or 'not elected yet'})",
+            "stopping": "this replica is stopping" if self.stopping else "",
         }
 
     def set_ready(self) -> None:
@@ -48,6 +50,9 @@ class Readiness:
 
     def set_not_ready(self, reason: str) -> None:
         self.synced, self.sync_reason = False, reason
+
+    def set_stopping(self) -> None:
+        self.stopping = True
 
     def set_leading(self, leading: bool, leader: str) -> None:
         was = self.ready

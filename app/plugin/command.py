@@ -4,8 +4,9 @@ Each subcommand reads one of schedext's read-only views through the API server
 (app.plugin.access) and prints it as a table (app.plugin.tables), or as JSON with ``-o json``.
 
 Exit codes: 0 done; 1 schedext or the API server could not answer (the message says why);
-2 a usage error; 130 interrupted; 141 stdout closed early (``| head``): quietly, as kubectl and
-other Unix tools end on SIGPIPE, so that ``set -o pipefail`` scripts see the same."""
+2 a usage error, or a kubeconfig that is no YAML mapping (the message names its line); 130
+interrupted; 141 stdout closed early (``| head``): quietly, as kubectl and other Unix tools
+end on SIGPIPE, so that ``set -o pipefail`` scripts see the same."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
+from app.kube.config import KubeconfigError
 from app.plugin import tables
 from app.plugin.access import (
     DEFAULT_NAMESPACE,
@@ -51,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         text = _run(args)
-    except _UsageError as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
+    except (_UsageError, KubeconfigError) as error:  # KubeconfigError: file, line, problem
+        print(f"{PROG if isinstance(error, _UsageError) else 'error'}: {error}", file=sys.stderr)
         return 2
     except (AccessError, ValueError) as error:  # ValueError: no usable kubeconfig
         print(f"error: {error}", file=sys.stderr)
@@ -119,9 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "gangs",
         parents=[common],
-        help="pod groups: members placed of minMember, waiting, timed out",
+        help="pod groups: members placed of minMember, waiting, held GPUs, timed out",
         description="Per PodGroup: its phase, members placed of minMember, those waiting at "
-        "the bind barrier, and how its last wait ended when it did not complete.",
+        "the bind barrier, the GPUs held for it when it waited too long for room (HOLD: how "
+        "many, where, for how long still), and how its last wait ended when it did not "
+        "complete.",
     )
     commands.add_parser(
         "quotas",

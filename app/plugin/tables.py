@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from app.plugin.asks import asks_text
+
 __all__ = [
     "DEVICE_LEGEND",
     "device_map",
@@ -39,8 +41,6 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 # --------------------------------------------------------------------------- explain
 
-_SHARE_KEYS = frozenset({"shares", "shareMemoryMiB", "shareCores"})
-
 
 def _share_line(request: JSON) -> str:
     """The share a pod asks for: ``share: 20000 MiB and 30% of the cores on each of 2 GPUs``
@@ -63,9 +63,7 @@ def explanation_text(answer: JSON) -> str:
         + (f" on {answer['node']})" if answer["node"] else ")")
     ]
     request = answer["request"]
-    lines.append(
-        "needs " + ", ".join(f"{k}={v}" for k, v in request.items() if k not in _SHARE_KEYS)
-    )
+    lines.append(asks_text(request))  # in words: what it asks, and nothing it does not
     if request.get("shares"):
         lines.append(_share_line(request))
     if answer["group"]:
@@ -74,6 +72,8 @@ def explanation_text(answer: JSON) -> str:
             f"group: {group['phase']}, {group['scheduled']} bound + {group['waiting']} waiting "
             f"of {group['members']} members"
         )
+    if answer.get("groupHold"):  # its group's hold, or why it has none
+        lines.append(answer["groupHold"])
     if answer["groupReason"]:
         lines.append(f"held back: {answer['groupReason']}")
     quota = answer.get("quota")
@@ -259,10 +259,37 @@ def _failure(gang: JSON) -> str:
     return f"{outcome}: {failure['reason']}"
 
 
+def _hold(gang: JSON) -> str:
+    """The GPUs held for the gang (docs/gangs.md), where and for how long still:
+    ``16 on rack a, 4m left``; ``8 on n1, n2, 40s left``."""
+    hold = gang.get("hold")
+    if not hold:
+        return NONE
+    if hold.get("domain"):
+        # A level is a label key: its last part names it (topology.kubernetes.io/rack: rack).
+        where = f"{hold['level'].rsplit('/', 1)[-1]} {hold['domain']}"
+    else:
+        nodes = sorted(hold.get("nodes") or {})
+        where = ", ".join(nodes[:2]) + (f" +{len(nodes) - 2}" if len(nodes) > 2 else "")
+    return f"{hold['gpus']} on {where}, {_duration(hold.get('leftSeconds') or 0)} left"
+
+
+def _duration(seconds: float) -> str:
+    """``45s``, ``4m``, ``1h5m``: whole units, rounded down."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m"
+    hours, minutes = divmod(whole // 60, 60)
+    return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+
+
 def gangs_table(gangs: Sequence[JSON]) -> str:
     """Per PodGroup: its phase, members placed (bound, or reserved at the bind barrier) of
     minMember, the members that exist, those waiting at the barrier and for how long still,
-    and how its last wait ended when it did not complete."""
+    the GPUs held for it if it waited too long for room (HOLD), and how its last wait ended
+    when it did not complete."""
     if not gangs:
         return "no gangs"
     rows = []
@@ -279,11 +306,12 @@ def gangs_table(gangs: Sequence[JSON]) -> str:
                 gang["scheduled"],
                 gang["waiting"],
                 NONE if left is None else f"{left:g}s",
+                _hold(gang),
                 _failure(gang),
             )
         )
     headers = ("NAMESPACE", "GROUP", "PHASE", "PLACED/MIN", "MEMBERS", "BOUND", "WAITING",
-               "WAIT LEFT", "LAST FAILURE")  # fmt: skip
+               "WAIT LEFT", "HOLD", "LAST FAILURE")  # fmt: skip
     return table(headers, rows)
 
 

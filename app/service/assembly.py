@@ -49,6 +49,20 @@ class Service:
     # The term of readiness whose holds were taken over (see holds_current).
     _holds_term: int = field(default=0, init=False, repr=False)
 
+    def begin_stop(self) -> None:
+        """A stop began (SIGTERM): answer no new verb, and end every gang's wait at the bind
+        barrier now, its reservations released and its binds failed with a reason that says
+        so, rather than keep the lease while they wait out their timeout (up to
+        gang.max_wait_s): kube-scheduler retries them on the next leader. Binds past the
+        barrier finish (within bind.api_deadline_s) before the lease is released."""
+        if self.readiness.stopping:
+            return
+        self.readiness.set_stopping()
+        waiting = self.scheduler.waiting_groups()
+        reason = "schedext: this replica is stopping; the group's wait ended, to be retried"
+        self.core(lambda scheduler: scheduler.end_gang_waits(reason))
+        log.info("stopping", extra={"gang_waits_ended": waiting})
+
     def holds_reviewed(self) -> None:
         for call in self.on_holds_reviewed:
             call()
@@ -110,6 +124,14 @@ class Service:
         which would stall the answers waiting behind it; after a freeze it costs nothing."""
         gc.collect()
         gc.freeze()
+
+    def not_synced(self) -> str:
+        """Why the views (/inventory, explain, /ui) cannot answer yet: "" once the inventory
+        is synced. A standby's inventory is synced: it answers them, not the verbs."""
+        if self.readiness.synced:
+            return ""
+        reason = self.readiness.sync_reason or "inventory not synced"
+        return reason if "not synced" in reason else f"inventory not synced: {reason}"
 
     def require_ready(self) -> None:
         if not self.readiness.ready:

@@ -3,8 +3,9 @@
     Exception
      +-- RequestRejectedError       a request we refuse to answer as asked; has an HTTP status
      |    +-- WireError             body is not the protocol's shape (400)     [app.service.wire]
-     |    +-- InvalidPodError       the pod's request cannot be read (400): prioritize
+     |    +-- InvalidPodError       the pod's request cannot be read (400): prioritize, preempt
      |    +-- BodyTooLargeError     body over server.max_body_bytes (413)
+     |    +-- EncodingError         a Content-Encoding other than identity (415)
      |    +-- BodyTimeoutError      body not received within server.body_timeout_s (408)
      |    +-- ClientGoneError       client disconnected before its whole body (400)
      |    +-- NotReadyError         inventory not synced / not the leader (503)
@@ -31,6 +32,12 @@ class InvalidPodError(RequestRejectedError):
 
 class BodyTooLargeError(RequestRejectedError):
     status = 413
+
+
+class EncodingError(RequestRejectedError):
+    """A body sent with a Content-Encoding (gzip...): the verbs read plain JSON only."""
+
+    status = 415
 
 
 class BodyTimeoutError(RequestRejectedError):

@@ -7,12 +7,13 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from app import __version__
@@ -159,6 +160,7 @@ def create_app(
     app.include_router(ui.router)
     app.include_router(explain.router)
     app.add_exception_handler(RequestValidationError, _bad_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     return app
 
@@ -178,7 +180,7 @@ class _SchedextApp(FastAPI):
             # that kube-scheduler's kept-alive ones move to the ready replica.
             self._front = health.CloseWhenNotReady(
                 VerbEndpoints(
-                    super().__call__,
+                    health.HeadAsGet(super().__call__),
                     service,
                     prefix=server.path_prefix,
                     bench=server.bench_endpoints,
@@ -209,7 +211,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if service.readiness.synced:
         service.settle()
     expiry = asyncio.create_task(_expire_reservations(service), name="reservation-expiry")
-    log.info("schedext ready to serve", extra={"inventory": service.description})
+    # No "ready" line here: the port is not bound yet (app.service.stopping says "listening"
+    # once it is), and a cluster may not be listed yet (its source says "inventory synced").
     try:
         yield
     finally:
@@ -221,17 +224,26 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 async def _expire_reservations(service: Service) -> None:
-    """Give back GPUs of binds that never completed (the bind call died mid-way), end the
-    waits of gangs past their timeout (their waiting binds also notice on their own), stop
-    trusting stale live-use samples, and report node annotations that could not be read, and
-    what DRA's claims ledger could not read or count (every ten seconds)."""
+    """Run :func:`chores` every second or so, and DRA's problem check beside them."""
     period = min(1.0, service.settings.bind.reservation_ttl_s / 2)
+    expire = chores(service)
+    dra_problems = DraProblemReporter(service.events, service.metrics.dra_problems)
+    while True:
+        await asyncio.sleep(period)
+        service.core(expire)
+        dra_problems.check(service.scheduler, service.readiness, service.clock())
 
+
+def chores(service: Service) -> Callable[[Scheduler], None]:
+    """The periodic chores: give back GPUs of binds that never completed (the bind call died
+    mid-way), end the waits of gangs past their timeout (their waiting binds also notice on
+    their own), stop trusting stale live-use samples; and on the leader only (Warning events
+    come from one replica), report node annotations that could not be read, mixed GPU
+    owners and ignored gang topology, and keep the gangs' holds."""
     problems = NodeProblemReporter(service.events)
     mixed = MixedNodeReporter(service.events, fence=service.settings.dra.fence)
     topologies = GangTopologyReporter(service.events)
     holds = HoldReporter(service.events, service.metrics.holds)
-    dra_problems = DraProblemReporter(service.events, service.metrics.dra_problems)
 
     def expire(scheduler: Scheduler) -> None:
         # Logged inside the call, so that these lines come before the gang effects' own.
@@ -241,24 +253,35 @@ async def _expire_reservations(service: Service) -> None:
                 extra={"pod": holding.key, "node": holding.node, "gpus": holding.gpu_ids},
             )
         scheduler.age_live_use(time.time())
+        if not service.readiness.ready:
+            return  # a standby (or before sync): the leader alone tells, and keeps the holds
         problems.check(scheduler.inventory.problems)
         mixed.check(scheduler.dra_owners())
         topologies.check(scheduler.gang_topology_problems())
-        if service.readiness.ready:  # synced and leading: the holds are this replica's to keep
-            service.holds_current()
-            holds.review(scheduler)
-            service.holds_reviewed()
+        service.holds_current()
+        holds.review(scheduler)
+        service.holds_reviewed()
 
-    while True:
-        await asyncio.sleep(period)
-        service.core(expire)
-        dra_problems.check(service.scheduler, service.readiness, service.clock())
+    return expire
 
 
 async def _bad_request(_request: Request, error: Exception) -> Response:
     return Response(
         orjson.dumps({"Error": f"bad request: {error}"}),
         status_code=400,
+        media_type="application/json",
+    )
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    """A path no route serves, a method it does not take: ``{"Error": ...}`` as every other
+    answer says what went wrong, never the framework's ``{"detail": "Not Found"}``."""
+    assert isinstance(error, StarletteHTTPException)
+    what = "no such path" if error.status_code == 404 else str(error.detail).lower()
+    return Response(
+        orjson.dumps({"Error": f"{what}: {request.method} {request.url.path}"}),
+        status_code=error.status_code,
+        headers=error.headers,
         media_type="application/json",
     )
 

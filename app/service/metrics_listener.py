@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from app.service.metrics import CONTENT_TYPE
-from app.service.plain_listener import Answer, PlainListener
+from app.service.plain_listener import HEAD_LIMIT, Answer, PlainListener
 
 __all__ = ["MetricsListener"]
 
@@ -16,8 +16,15 @@ class MetricsListener(PlainListener):
     kind = "metrics"
     paths = ("/metrics", "/healthz")
 
-    def __init__(self, render: Callable[[], bytes], *, port: int, host: str | None = None) -> None:
-        super().__init__(port=port, host=host)
+    def __init__(
+        self,
+        render: Callable[[], bytes],
+        *,
+        port: int,
+        host: str | None = None,
+        max_header_bytes: int = HEAD_LIMIT,
+    ) -> None:
+        super().__init__(port=port, host=host, max_header_bytes=max_header_bytes)
         self._render = render
 
     def route(self, path: bytes) -> Callable[[], Answer] | None:

@@ -130,7 +130,10 @@ _VERBS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
         "Candidate nodes whose victims free what the pod needs (ExtenderPreemptionResult).",
         {
             "200": {"description": "ExtenderPreemptionResult, always NodeNameToMetaVictims"},
-            "400": {"description": "a body that is not ExtenderPreemptionArgs: {Error}"},
+            "400": {
+                "description": "a body that is not ExtenderPreemptionArgs, or an invalid pod: "
+                "{Error}"
+            },
             "503": {"description": "inventory not synced or not the leader: {Error}"},
         },
     ),

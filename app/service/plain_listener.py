@@ -4,8 +4,11 @@
 The main listener stays on loopback (sidecar) or behind client certificates (mTLS), because it
 serves ``bind``. A plain listener answers ``GET`` and ``HEAD`` of the paths its subclass
 routes and nothing else, so it needs neither: no request body is read, every answer closes
-its connection, and a client that does not send its request line and headers (at most 8 KiB)
-within 5 s is cut off.
+its connection, and a client that does not send its request line and headers within 5 s is
+cut off. A head over ``server.max_header_bytes`` (64 KiB by default) is answered 431, and
+what the client sends after it is read and dropped for a moment before the connection
+closes (closing with it unread would reset the connection, and the client could lose the
+answer).
 """
 
 from __future__ import annotations
@@ -22,9 +25,16 @@ log = logging.getLogger("schedext")
 # status, body, Content-Type
 Answer = tuple[int, bytes, str]
 
-_HEAD_LIMIT = 8192
+HEAD_LIMIT = 64 * 1024  # server.max_header_bytes's default
 _HEAD_TIMEOUT_S = 5.0
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_LINGER_S = 1.0  # how long the rest of a head too large is read and dropped
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+}
 
 
 class PlainListener:
@@ -33,9 +43,12 @@ class PlainListener:
     kind = "plain"
     paths: tuple[str, ...] = ()  # what the log line and the 404 say the port serves
 
-    def __init__(self, *, port: int, host: str | None = None) -> None:
+    def __init__(
+        self, *, port: int, host: str | None = None, max_header_bytes: int = HEAD_LIMIT
+    ) -> None:
         self._host = host  # None: every address, IPv4 and IPv6
         self._port = port
+        self._head_limit = max_header_bytes
         self._server: asyncio.Server | None = None
 
     def route(self, path: bytes) -> Callable[[], Answer] | None:
@@ -50,7 +63,7 @@ class PlainListener:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._handle, host=self._host, port=self._port, limit=_HEAD_LIMIT
+            self._handle, host=self._host, port=self._port, limit=self._head_limit
         )
         addresses = [sock.getsockname()[0] for sock in self._server.sockets]
         log.info(
@@ -66,22 +79,47 @@ class PlainListener:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(_HEAD_TIMEOUT_S):
-                head = await reader.readuntil(b"\r\n\r\n")
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.LimitOverrunError:  # no end of head within the limit
+                    await self._refuse_head(reader, writer)
+                    return
             status, body, content_type = self._answer(head.split(b"\r\n", 1)[0])
-            allow = "Allow: GET, HEAD\r\n" if status == 405 else ""
-            writer.write(
-                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\n{allow}Connection: close\r\n\r\n".encode()
-            )
-            if not head.startswith(b"HEAD "):
-                writer.write(body)
+            self._write(writer, status, body, content_type, head=head.startswith(b"HEAD "))
             await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
-            pass  # a slow, oversized or vanished client: just close
+        except (TimeoutError, asyncio.IncompleteReadError, OSError):
+            pass  # a slow or vanished client: just close
         finally:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    @staticmethod
+    def _write(
+        writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str, *, head: bool
+    ) -> None:
+        allow = "Allow: GET, HEAD\r\n" if status == 405 else ""
+        writer.write(
+            f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\n{allow}Connection: close\r\n\r\n".encode()
+        )
+        if not head:
+            writer.write(body)
+
+    async def _refuse_head(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """431 for a head over the limit; then what follows is read and dropped, for at most
+        ``_LINGER_S``, until the client closes."""
+        message = f"request line and headers larger than {self._head_limit} bytes\n"
+        self._write(writer, 431, message.encode(), "text/plain", head=False)
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_LINGER_S):
+                while await reader.read(65536):
+                    pass
 
     def _answer(self, request_line: bytes) -> Answer:
         parts = request_line.split(b" ")

@@ -13,6 +13,7 @@ import os
 import socket
 import ssl
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,9 +22,16 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    YamlConfigSettingsSource,
 )
 
+from app.stdio import settings_sources as sources
+from app.stdio.settings_sources import (
+    Layers,
+    Origin,
+    SettingsError,
+    read_environment,
+    read_file,
+)
 from extender import names, scoring
 from extender.config import (
     SHARE_PRESETS,
@@ -35,7 +43,14 @@ from extender.config import (
 )
 from extender.quantity import QuantityError, to_milli
 
-__all__ = ["BIND_ANSWER_MARGIN_S", "Settings", "load_settings"]
+__all__ = [
+    "BIND_ANSWER_MARGIN_S",
+    "REDACTED",
+    "Settings",
+    "SettingsError",
+    "load_settings",
+    "read_settings",
+]
 
 # What a bind needs beyond its barrier wait and API deadline: planning, the event loop's
 # timers firing late, encoding the answer and its trip back to kube-scheduler.
@@ -86,6 +101,13 @@ class ServerSettings(_Group):
         description="A request whose line and headers are not all in within this many seconds "
         "(counted from its first byte, or for a new connection from its opening) gets a 408, "
         "and the connection is closed.",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="The largest request line and headers accepted, on every listener (the "
+        "verbs', `metrics_port`, `views_port`): a larger head gets a 431, and the connection is "
+        "closed.",
     )
     access_log: bool = Field(default=False, description="Log one line per HTTP request.")
     prioritize_full: bool = Field(
@@ -196,7 +218,7 @@ class ServerSettings(_Group):
         if self.insecure_allow_remote or self.client_auth or self._is_loopback(self.host):
             return self
         raise ValueError(
-            f"refusing to listen on {self.host or 'every address'!r} without client "
+            f"refusing to listen on {self.host or 'every address'!r} (server.host) without client "
             "certificates: bind moves pods, so it is served only on loopback (sidecar, "
             "--host 127.0.0.1) or over mTLS (--tls-cert-file, --tls-key-file and "
             "--tls-client-ca-file); --insecure-allow-remote (server.insecure_allow_remote) "
@@ -431,7 +453,11 @@ class PolicySettings(_Group):
     def _policy_is_valid(self) -> PolicySettings:
         """Build the core's config once now: what it refuses (an unknown scorer name, a
         resource name without a domain) is a settings error, reported as one at start."""
-        scoring.weights(self.config())
+        config = self.config()
+        try:
+            scoring.weights(config)
+        except ValueError as error:
+            raise ValueError(f"{error} (policy.weights)") from None
         return self
 
 
@@ -542,6 +568,13 @@ class DraSettings(_Group):
 
     def config(self) -> DraConfig:
         return DraConfig(gpu_drivers=tuple(self.gpu_drivers), fence=self.fence)
+
+    @model_validator(mode="after")
+    def _dra_is_valid(self) -> DraSettings:
+        """Build the core's config now: what it refuses is a settings error at start, and
+        `schedext config --check` says so too."""
+        self.config()
+        return self
 
 
 class PreemptionSettings(_Group):
@@ -720,26 +753,70 @@ class Settings(BaseSettings):
     @classmethod
     def settings_customise_sources(
         cls,
-        settings_cls: type[BaseSettings],
+        settings_cls: type[BaseSettings],  # noqa: ARG003 (the sources of pydantic-settings)
         init_settings: PydanticBaseSettingsSource,
         env_settings: PydanticBaseSettingsSource,
         dotenv_settings: PydanticBaseSettingsSource,  # noqa: ARG003 (no .env files)
         file_secret_settings: PydanticBaseSettingsSource,  # noqa: ARG003 (no secrets dir)
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, YamlConfigSettingsSource(settings_cls)
+        return init_settings, env_settings
+
+
+# What `serve` never logs: the paths of private keys and credentials.
+REDACTED = frozenset({"server.tls_key_file", "kubeconfig"})
+# The environment of `schedext agent`, which `serve` leaves to it.
+AGENT_PREFIX = "SCHEDEXT_AGENT_"
+
+
+def read_settings(
+    config_file: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    flags: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Settings, Layers]:
+    """Settings from the file, the environment and ``overrides`` (CLI flags, nested as dicts;
+    ``flags`` names the flag of each dotted key, for messages), and where each came from.
+    Raises :class:`SettingsError`, one line per problem, each naming its source."""
+    layers = Layers()
+    if config_file is not None:
+        layers.add(*read_file(config_file))
+    config = Settings.model_config
+    layers.add(
+        *read_environment(
+            Settings,
+            os.environ if environ is None else environ,
+            prefix=config["env_prefix"],
+            delimiter=config["env_nested_delimiter"],
+            ignore=(AGENT_PREFIX,),
+        )
+    )
+    given = dict(overrides or {})
+    named = flags or {}
+    layers.add(
+        given,
+        {
+            path: Origin(
+                "flag",
+                named.get(".".join(path), "a command-line flag"),
+                whole=not isinstance(value, Mapping),
+            )
+            for path, value in _paths(given, ())
+        },
+    )
+    return sources.load(Settings, layers), layers
+
+
+def _paths(values: Mapping[str, Any], at: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
+    found: list[tuple[tuple[str, ...], Any]] = []
+    for key, value in values.items():
+        found.append(((*at, key), value))
+        if isinstance(value, Mapping):
+            found += _paths(value, (*at, key))
+    return found
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     """Settings from the environment and an optional YAML file; ``overrides`` (CLI flags,
-    nested as dicts) win over both."""
-    if config_file is None:
-        return Settings(**overrides)
-    if not config_file.is_file():
-        raise FileNotFoundError(f"config file not found: {config_file}")
-    from_file = type(
-        "Settings",
-        (Settings,),
-        {"model_config": {**Settings.model_config, "yaml_file": str(config_file)}},
-    )
-    settings: Settings = from_file(**overrides)
-    return settings
+    nested as dicts) win over both. Raises :class:`SettingsError` (a ValueError)."""
+    return read_settings(config_file, overrides)[0]

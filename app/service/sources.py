@@ -61,6 +61,10 @@ class SnapshotSource:
             dra_relist.commit()
         scheduler.replace_pods(snapshot.pods)
         service.readiness.set_ready()
+        log.info(
+            "inventory synced",
+            extra={"inventory": self.description, "nodes": len(scheduler.inventory.node_names())},
+        )
 
     async def stop(self) -> None:
         return None

@@ -36,7 +36,10 @@ Every request's line and headers must be in within ``server.header_timeout_s`` o
 byte (a new connection's first request: of the connection's opening), else it is answered 408
 and the connection closed (:meth:`VerbProtocol._head_too_slow`): uvicorn's httptools protocol
 has no such bound, and a client sending its headers a byte at a time would hold a connection
-for ever. Headers that come in one read, as kube-scheduler sends them, arm no timer.
+for ever. Headers that come in one read, as kube-scheduler sends them, arm no timer. Nor has
+it a bound on their size: a head over ``server.max_header_bytes`` is answered 431 and the
+connection closed (:meth:`VerbProtocol._head_too_large`), counted as it arrives (the reads
+while it is incomplete) and, for a head that came whole in one large read, once it is in.
 
 This subclasses uvicorn's internals (its parser callbacks, ``cycle``, ``pipeline``, ``flow``,
 keep-alive timer): the api tier drives it over real HTTP, so an uvicorn that changes them
@@ -79,6 +82,14 @@ __all__ = ["VerbProtocol", "protocol_for"]
 _CONTENT_TYPE = b"content-type: application/json\r\ncontent-length: "
 
 
+# How long the rest of a head too large is read and dropped before its connection closes.
+_LINGER_S = 1.0
+
+
+class _HeadTooLargeError(Exception):
+    """Raised in the parser's callback to stop it: the head was refused (431)."""
+
+
 def protocol_for(service: Service) -> type[VerbProtocol]:
     """The protocol class for uvicorn's ``Config(http=...)``, answering ``service``'s verbs
     at the paths the ASGI layer serves them at."""
@@ -96,6 +107,7 @@ def protocol_for(service: Service) -> type[VerbProtocol]:
         limit=server.max_body_bytes,
         timeout_s=server.body_timeout_s,
         header_timeout_s=server.header_timeout_s,
+        head_limit=server.max_header_bytes,
         timing=server.bench_endpoints,
     )
 
@@ -138,6 +150,7 @@ class _Served:
     limit: int  # server.max_body_bytes
     timeout_s: float  # server.body_timeout_s
     header_timeout_s: float  # server.header_timeout_s
+    head_limit: int  # server.max_header_bytes
     timing: bool  # the benchmark's timing headers (see app.service.routes.verbs.timing_headers)
     binds: _BindsInFlight = field(default_factory=_BindsInFlight)
 
@@ -161,6 +174,12 @@ class VerbProtocol(HttpToolsProtocol):
     _body_timer: asyncio.TimerHandle | None = None
     _in_head = False  # a request's first bytes are in, and not yet all its headers
     _head_timer: asyncio.TimerHandle | None = None
+    # The bytes of the reads a head came in, from the one it began in (at most its size plus
+    # that read's bytes before it), and of that first read.
+    _head_bytes = 0
+    _head_first = 0
+    _read_size = 0  # bytes of the read being parsed
+    _refused = False  # a head too large was refused: what comes after it is dropped
 
     # -- asyncio.Protocol
 
@@ -173,13 +192,24 @@ class VerbProtocol(HttpToolsProtocol):
             )
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # the rest of a head too large, read until the connection closes
         self._read_at = perf_counter()
+        self._read_size = len(data)
+        if self._in_head:  # a head under way since an earlier read
+            self._head_bytes += len(data)
         super().data_received(data)
-        if self._in_head and self._head_timer is None and self._served is not None:
-            # Only headers that did not come whole in one read pay for a timer.
-            self._head_timer = self.loop.call_later(
-                self._served.header_timeout_s, self._head_too_slow
-            )
+        if self._in_head and self._served is not None:
+            # Still incomplete: over the limit counting only the reads after the first (whose
+            # bytes may be the end of the request before), it is too large already.
+            if self._head_bytes - self._head_first > self._served.head_limit:
+                self._head_too_large()
+                return
+            if self._head_timer is None:
+                # Only headers that did not come whole in one read pay for a timer.
+                self._head_timer = self.loop.call_later(
+                    self._served.header_timeout_s, self._head_too_slow
+                )
         if self._verb is not None and self._body_timer is None and self._served is not None:
             # Only a body that did not come with its head pays for a timer.
             self._body_timer = self.loop.call_later(self._served.timeout_s, self._body_too_slow)
@@ -201,12 +231,23 @@ class VerbProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
+        self._head_bytes = self._head_first = self._read_size
         cast(dict[str, Any], self.scope)[READ] = self._read_at
 
     def on_headers_complete(self) -> None:
         if self._head_timer is not None:
             self._end_head()
         self._in_head = False
+        served = self._served
+        if (
+            served is not None
+            and self._head_bytes > served.head_limit  # it may be: count it
+            and self._head_size() > served.head_limit
+        ):
+            self._head_too_large()
+            # Stops the parser: uvicorn answers its errors with a 400, which
+            # send_400_response leaves out once this one is refused.
+            raise _HeadTooLargeError
         verb = self._answerable()
         if verb is None:
             super().on_headers_complete()
@@ -287,6 +328,8 @@ class VerbProtocol(HttpToolsProtocol):
         for name, value in self.headers:
             if name == b"content-length" and (not value.isdigit() or int(value) > served.limit):
                 return None  # refused from its header there, before any of it is read
+            if name == b"content-encoding" and value.lower() != b"identity":
+                return None  # refused from its header there (415)
         return verb
 
     def _respond(self, verb: Verb, status: int, payload: bytes, *, handling: float) -> None:
@@ -362,6 +405,39 @@ class VerbProtocol(HttpToolsProtocol):
         parts += [_CONTENT_TYPE, str(len(payload)).encode(), b"\r\nconnection: close\r\n\r\n"]
         self.transport.write(b"".join([*parts, payload]))
         self.transport.close()
+
+    def _head_size(self) -> int:
+        """The request line and headers as parsed (give or take their separators)."""
+        return len(self.url) + 16 + sum(len(n) + len(v) + 4 for n, v in self.headers)
+
+    def _head_too_large(self) -> None:
+        """The head is over ``server.max_header_bytes``: answered 431 and closed (after the
+        answer being made for the request before it, if any). What the client sends after
+        is read and dropped for a moment first: closing with it unread would reset the
+        connection, and the client could lose the answer."""
+        self._end_head()
+        self._refused = True
+        served = self._served
+        assert served is not None
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.keep_alive = False  # closed once that answer is out
+            return
+        message = (
+            f"request line and headers larger than {served.head_limit} bytes "
+            "(server.max_header_bytes)"
+        )
+        payload = orjson.dumps({"Error": message})
+        parts = [STATUS_LINE[431]]
+        for name, value in self.server_state.default_headers:
+            parts += [name, b": ", value, b"\r\n"]
+        parts += [_CONTENT_TYPE, str(len(payload)).encode(), b"\r\nconnection: close\r\n\r\n"]
+        self.transport.write(b"".join([*parts, payload]))
+        self.loop.call_later(_LINGER_S, self.transport.close)
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:  # else: the parser stopped for a head too large, answered 431
+            super().send_400_response(msg)
 
     def _end_head(self) -> None:
         if self._head_timer is not None:

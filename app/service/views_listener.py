@@ -50,7 +50,9 @@ class ViewsListener(PlainListener):
         host: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(port=port, host=host)
+        super().__init__(
+            port=port, host=host, max_header_bytes=service.settings.server.max_header_bytes
+        )
         self._service = service
         self._clock = clock
         self._inventory: tuple[float, bytes] | None = None  # (built at, body)
@@ -59,7 +61,7 @@ class ViewsListener(PlainListener):
         if path == b"/healthz":
             return lambda: (200, b"ok", "text/plain")
         if path == b"/inventory":
-            return lambda: (200, self._inventory_body(), _JSON)
+            return self._inventory_answer
         if path.startswith(b"/explain/"):
             match = _EXPLAIN.fullmatch(path)
             if match is None:
@@ -68,6 +70,12 @@ class ViewsListener(PlainListener):
             namespace, name = (part.decode() for part in match.groups())
             return lambda: self._explain(namespace, name)
         return None
+
+    def _inventory_answer(self) -> Answer:
+        unsynced = self._service.not_synced()  # as the main port's /inventory says it
+        if unsynced:
+            return 503, orjson.dumps({"Error": unsynced}), _JSON
+        return 200, self._inventory_body(), _JSON
 
     def _inventory_body(self) -> bytes:
         now = self._clock()

@@ -85,10 +85,31 @@ def _document(body: bytes, what: str) -> Mapping[str, Any]:
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:
-        raise WireError(f"request body is not valid JSON ({error})") from None
+        raise WireError(_not_json(body, error)) from None
     if not isinstance(document, Mapping):
         raise WireError(f"{what} must be a JSON object, got {_kind(document)}")
     return document
+
+
+_GZIP = b"\x1f\x8b"  # the magic number every gzip stream starts with
+
+
+def _not_json(body: bytes, error: orjson.JSONDecodeError) -> str:
+    """Why ``body`` is not JSON, in words: not orjson's "surrogates not allowed" for a body
+    that is compressed or not UTF-8."""
+    if body.startswith(_GZIP):
+        return (
+            "request body is gzip-compressed: Content-Encoding is not supported, send the "
+            "body as plain JSON"
+        )
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return (
+            f"request body is not valid UTF-8 JSON (byte {bad.start} is not UTF-8): send "
+            "JSON encoded in UTF-8"
+        )
+    return f"request body is not valid JSON ({error})"
 
 
 def _pod(document: Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -232,18 +253,7 @@ def binding_args(body: bytes) -> BindingArgs:
     )
 
 
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-        return "a negative number"
-    return {
-        dict: "an object",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        float: "a floating-point number",
-    }.get(type(value), "a number")
+_kind = fields.kind
 
 
 # ------------------------------------------------------------------------------ encoding

@@ -242,7 +242,7 @@ class GangCoordinator:
             freed = self._reserved_gpus(blockers)
             if self._fits_all(self._needed(spec), free_delta=freed):
                 for blocker in blockers:
-                    self._release(
+                    self.release(
                         blocker,
                         GangEventKind.RELEASED,
                         f"schedext: group {blocker} yielded to older group {group}",
@@ -251,7 +251,7 @@ class GangCoordinator:
                 return
         self._inventory.remove_holding(holding.uid)
         reason = f"schedext: group {group} cannot complete now: too few free GPUs for its members"
-        self._release(group, GangEventKind.RELEASED, reason)
+        self.release(group, GangEventKind.RELEASED, reason)
         raise BindRefusedError(f"pod {request.key}: {reason}; its reservations were released")
 
     def time_out(self, group: str) -> None:
@@ -263,7 +263,7 @@ class GangCoordinator:
         spec = self.book.spec(group)
         timeout = self.book.timeout_for(spec) if spec else 0
         minimum = spec.min_member if spec else "?"
-        self._release(
+        self.release(
             group,
             GangEventKind.TIMED_OUT,
             f"schedext: group {group} did not reach minMember {minimum} within {timeout:g}s",
@@ -306,7 +306,8 @@ class GangCoordinator:
             self._inventory, requests, self._config, free_delta=free_delta, cache=self._fits
         )
 
-    def _release(self, group: str, kind: GangEventKind, reason: str) -> None:
+    def release(self, group: str, kind: GangEventKind, reason: str) -> None:
+        """End the group's wait: its reservations go, its waiting binds fail (``reason``)."""
         for uid in self.book.release(group, kind, reason):
             held = self._inventory.holding(uid)
             if held is not None and held.kind is HoldingKind.RESERVED:

@@ -35,7 +35,15 @@ import numpy as np
 from extender.inventory import BoolArray, IdArray, Inventory
 from extender.model import FilterVerdict, PodRequest, Reason, Rejection
 
-__all__ = ["Hold", "HoldBook", "HoldEvent", "HoldEventKind", "hold_record", "read_hold_record"]
+__all__ = [
+    "Hold",
+    "HoldBook",
+    "HoldEvent",
+    "HoldEventKind",
+    "hold_record",
+    "hold_text",
+    "read_hold_record",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +238,14 @@ def hold_record(hold: Hold) -> str:
         },
         sort_keys=True,
         separators=(",", ":"),
+    )
+
+
+def hold_text(hold: Hold) -> str:
+    """The hold in words, as explain tells it of a member's group."""
+    return (
+        f"holding {hold.gpus} GPUs on {hold.where} for the group since {_stamp(hold.started)}, "
+        f"until {_stamp(hold.expires)}"
     )
 
 

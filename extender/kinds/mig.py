@@ -107,7 +107,7 @@ class MigDevices:
         return dataclasses.replace(request, mig=tuple((p, 1) for p, _ in request.mig))
 
     def describe(self, demand: Demand) -> dict[str, object]:
-        return {}  # explain has never listed MIG devices: a change of its own, not the seam's
+        return {"mig": dict(demand.mig)} if demand.mig else {}  # profile -> devices
 
     def detail(self, view: NodeView, request: PodRequest, reason: Reason) -> str | None:
         return None

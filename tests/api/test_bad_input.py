@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import socket
 import time
 
@@ -49,7 +50,17 @@ BAD_BODIES = [
         b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}',
         "needs metadata.name",
     ),
-    ("not utf-8", b'{"Pod": "\xff\xfe"}', "not valid JSON"),
+    # once "str is not valid UTF-8: surrogates not allowed"
+    (
+        "not utf-8",
+        b'{"Pod": "\xff\xfe"}',
+        "request body is not valid UTF-8 JSON (byte 9 is not UTF-8): send JSON encoded in UTF-8",
+    ),
+    (
+        "gzip-compressed, without saying so",
+        gzip.compress(b'{"Pod": {}, "NodeNames": ["a"]}'),
+        "request body is gzip-compressed: Content-Encoding is not supported",
+    ),
 ]
 
 
@@ -337,6 +348,22 @@ BAD_PODS = [
     ("a priority in words", _pod_asking("1", priority="high"),
      "schedext: invalid pod: spec.priority must be a whole number (an int32, as the priority "
      "class sets it), got 'high'"),
+    # once read as a pod that asks for nothing: no model rule, or no GPU at all
+    ("an annotation that is a number",
+     {**_pod_asking("1"), "metadata": {"name": "asks", "namespace": "default", "uid": "uid-asks",
+                                      "annotations": {"schedext.io/gpu-model": 100}}},
+     "schedext: invalid pod: metadata.annotations['schedext.io/gpu-model'] must be a string, "
+     "got a number (100)"),
+    ("annotations that are a list",
+     {**_pod_asking("1"), "metadata": {"name": "asks", "namespace": "default", "uid": "uid-asks",
+                                      "annotations": ["schedext.io/gpu-model"]}},
+     "schedext: invalid pod: metadata.annotations must be a map of strings, got a list"),
+    ("containers that are not a list of objects",
+     {**_pod_asking("1"), "spec": {"containers": {"main": {}}}},
+     "schedext: invalid pod: spec.containers must be a list of objects, got an object"),
+    ("a spec that is not an object",
+     {**_pod_asking("1"), "spec": "gpu"},
+     "schedext: invalid pod: spec must be an object, got a string ('gpu')"),
 ]  # fmt: skip
 
 
@@ -361,3 +388,34 @@ def test_an_unreadable_pod_gets_its_reason_from_filter_prioritize_and_bind(
         "cpu-node-1": reason,
     }
     assert (prioritized.status_code, prioritized.json()) == (400, {"Error": reason})
+
+
+@pytest.mark.parametrize(("pod", "reason"), [c[1:] for c in BAD_PODS], ids=[c[0] for c in BAD_PODS])
+def test_preempt_of_an_unreadable_pod_answers_why(
+    demo: RunningServer, pod: dict[str, object], reason: str
+) -> None:
+    # not an empty answer that hides it: the same words as prioritize, as a 400
+    victims = {"gpu-node-a": {"Pods": [{"UID": "victim-1"}], "NumPDBViolations": 0}}
+    body = orjson.dumps({"Pod": pod, "NodeNameToMetaVictims": victims})
+    with demo.client() as client:
+        response = client.post("/preempt", content=body)
+    assert (response.status_code, response.json()) == (400, {"Error": reason})
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "preempt", "bind"])
+@pytest.mark.parametrize("path", ["in place", "asgi"])
+def test_a_compressed_body_is_refused_for_its_content_encoding(
+    demo: RunningServer, verb: str, path: str
+) -> None:
+    # once "surrogates not allowed": filter and bind in the Error field, the others 415
+    body = gzip.compress(orjson.dumps(fixture("filter_request_nodecache_true.json")))
+    query = "?via=asgi" if path == "asgi" else ""
+    with demo.client() as client:
+        response = client.post(
+            f"/{verb}{query}", content=body, headers={"Content-Encoding": "gzip"}
+        )
+        assert client.get("/healthz").status_code == 200
+    error = "Content-Encoding gzip is not supported: send the body as plain JSON"
+    in_body = verb in ("filter", "bind")
+    assert response.status_code == (200 if in_body else 415)
+    assert response.json()["Error"] == error

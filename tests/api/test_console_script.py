@@ -105,7 +105,8 @@ def test_a_non_loopback_host_without_client_certificates_is_refused() -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "refusing to listen on '0.0.0.0' without client certificates" in result.stderr
+    refusal = "refusing to listen on '0.0.0.0' (server.host) without client certificates"
+    assert refusal in result.stderr
     assert "Traceback" not in result.stderr
 
 

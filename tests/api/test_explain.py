@@ -32,7 +32,7 @@ def test_explain_gives_every_nodes_verdict_for_a_pending_pod(demo: RunningServer
     assert answer["request"]["gpus"] == 2
     assert answer["fits"] == ["gpu-node-a"]
     by_node = {n["node"]: n for n in answer["nodes"]}
-    assert len(by_node) == 10
+    assert len(by_node) == 11  # the demo's nodes
     assert by_node["gpu-node-b"] == {
         "node": "gpu-node-b",
         "fits": False,
@@ -278,3 +278,70 @@ def test_explain_names_the_quota_that_holds_a_pod_back_and_metrics_show_each_quo
     assert "held back by quota team-a/team-a (max): over by 1 nvidia.com/gpu" in explain_cli(
         server, "team-a/big"
     )
+
+
+def test_a_bound_pod_filtered_again_is_bound_in_every_view(demo: RunningServer) -> None:
+    """filter, bind, filter again: /inventory and explain agree that the pod is bound."""
+    filter_body = orjson.dumps(fixture("filter_request_nodecache_true.json"))
+    with demo.client() as client:
+        client.post("/filter", content=filter_body)
+        bound = client.post("/bind", content=orjson.dumps(fixture("bind_request.json"))).json()
+        assert bound == {"Error": ""}
+        client.post("/filter", content=filter_body)
+        inventory = client.get("/inventory").json()
+        answer = client.get("/explain/ml/trainer-0").json()
+    assert (answer["state"], answer["node"]) == ("bound", "gpu-node-a")
+    assert "ml/trainer-0" not in [p["pod"] for p in inventory["pending"]]
+    assert inventory["pendingPods"] == len(inventory["pending"])
+
+
+def explain_run(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "explain", *args, "--url", server.url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_the_cli_says_what_a_pod_asks_in_words_never_a_repr(serve: Serve) -> None:
+    server = serve(
+        nodes=[make_node("g", gpus=2, gpu_memory_mib=24000)],
+        pods=[
+            share_pod("resident", namespace="team", memory_mib=16000, node="g", gpu_ids=[0]),
+            make_pod("job", namespace="team", gpus=1, node="g", gpu_ids=[1]),
+            make_pod("next", namespace="team", gpus=2),
+        ],
+    )
+    share, whole, pending = (explain_cli(server, f"team/{p}") for p in ("resident", "job", "next"))
+    assert share[1:3] == ["needs a share of one GPU", "share: 16000 MiB on GPU 0"]
+    assert whole[1] == "needs 1 GPU (GPU 1)"
+    assert pending[1].startswith("needs 2 GPUs")
+    for line in (*share, *whole, *pending):
+        assert "None" not in line
+        assert "=" not in line
+    # -n NAMESPACE with a name alone asks for the same pod
+    assert explain_run(server, "job", "-n", "team").stdout.splitlines()[1] == whole[1]
+
+
+def test_a_path_or_argument_that_is_not_a_pod_gets_a_clear_error(demo: RunningServer) -> None:
+    with demo.client() as client:
+        for path in ("/explain/ml/trainer-0/x", "/explain/ml", "/explain/ML/x"):
+            response = client.get(path)
+            assert response.status_code == 400, path
+            assert response.json() == {
+                "Error": "not a pod: give /explain/NAMESPACE/NAME, Kubernetes names"
+            }
+        elsewhere = client.get("/no-such-page")
+    assert elsewhere.status_code == 404
+    assert elsewhere.json() == {"Error": "no such path: GET /no-such-page"}
+    extra = explain_run(demo, "ml/trainer-0/x")
+    assert (extra.returncode, extra.stdout) == (2, "")
+    assert extra.stderr == (
+        "schedext explain: 'ml/trainer-0' is not a namespace name (give NAMESPACE/NAME)\n"
+    )
+    bare = explain_run(demo, "trainer-0")
+    assert bare.returncode == 2
+    assert "NAME with -n NAMESPACE" in bare.stderr
+    assert "detail" not in bare.stderr + extra.stderr

@@ -43,11 +43,12 @@ def test_a_standby_is_synced_but_not_ready_to_answer_verbs(serve: Serve) -> None
         assert verbose.text.splitlines() == [
             "[+]synced ok",
             f"[-]leader failed: {NOT_LEADER}",
+            "[+]stopping ok",
             "readyz check failed",
         ]
         unknown = client.get("/readyz/etcd")
         assert unknown.status_code == 404
-        assert "/readyz/synced, /readyz/leader" in unknown.text
+        assert "/readyz/synced, /readyz/leader, /readyz/stopping" in unknown.text
 
 
 def test_a_replica_that_leads_passes_every_check(serve: Serve) -> None:
@@ -57,6 +58,7 @@ def test_a_replica_that_leads_passes_every_check(serve: Serve) -> None:
         assert client.get("/readyz?verbose").text.splitlines() == [
             "[+]synced ok",
             "[+]leader ok",
+            "[+]stopping ok",
             "readyz check passed",
         ]
 

@@ -88,7 +88,7 @@ def test_gangs_show_members_placed_of_min_and_the_quotas_each_resource(serve: Se
         ],
     )
     gangs = tables.gangs_table(tables.gangs_of(answer, None)).splitlines()
-    assert cells(gangs[1]) == ["ml", "train", "Scheduling", "1/3", "3", "1", "0", "-", "-"]
+    assert cells(gangs[1]) == ["ml", "train", "Scheduling", "1/3", "3", "1", "0", "-", "-", "-"]
     assert tables.gangs_of(answer, "team-a") == []
     quotas = tables.quotas_table(tables.quotas_of(answer, None)).splitlines()
     assert cells(quotas[1]) == ["team-a", "team-a", "nvidia.com/gpu", "2", "3", "4", "yes"]

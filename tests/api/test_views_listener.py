@@ -42,3 +42,19 @@ def test_the_inventory_is_built_again_only_once_it_is_a_second_old(demo: Running
     assert pending() == 0  # the body built a moment ago
     clock.now += INVENTORY_REUSE_S / 2
     assert pending() == 1
+
+
+def test_before_sync_the_views_port_says_not_synced_as_the_main_port(
+    demo: RunningServer,
+) -> None:
+    service = demo.app.state.service
+    views = ViewsListener(service, port=0)
+    answer = views.route(b"/inventory")
+    assert answer is not None
+    service.readiness.set_not_ready("inventory not synced: pods not listed yet")
+    try:
+        status, body, _ = answer()
+    finally:
+        service.readiness.set_ready()
+    assert status == 503
+    assert orjson.loads(body) == {"Error": "inventory not synced: pods not listed yet"}

@@ -77,17 +77,21 @@ def kustomize_build(directory: Path) -> list[dict[str, Any]]:
 
 
 def helm_template(
-    *args: str, namespace: str = SYSTEM_NAMESPACE, kube_version: str | None = None
+    *args: str,
+    namespace: str = SYSTEM_NAMESPACE,
+    kube_version: str | None = None,
+    release: str = RELEASE,
 ) -> list[dict[str, Any]]:
-    """`helm template` of the chart in ``namespace``; ``args`` are --set and friends."""
+    """`helm template` of the chart as ``release`` in ``namespace``; ``args`` are --set and
+    friends."""
     version = () if kube_version is None else ("--kube-version", kube_version)
-    return parse(_template(namespace, *version, *args))
+    return parse(_template(release, namespace, *version, *args))
 
 
 @functools.cache
-def _template(namespace: str, *args: str) -> str:
+def _template(release: str, namespace: str, *args: str) -> str:
     """The rendered text, once per arguments (parsed afresh by each caller, who may edit it)."""
-    result = run_tool("helm", "template", RELEASE, str(CHART), "--namespace", namespace, *args)
+    result = run_tool("helm", "template", release, str(CHART), "--namespace", namespace, *args)
     assert result.returncode == 0, f"helm template {' '.join(args)}: {result.stderr}"
     return result.stdout
 

@@ -2,20 +2,29 @@
 
 * `helm lint --strict` passes in every variant below;
 * in every variant (sidecar, sidecar with the node agent, mTLS with two replicas and the second
-  scheduler, mTLS with the agent and without the scheduler, mTLS with one replica, sidecar
-  with every pass-through value set, sidecar without the views, sidecar with the agent and
-  the monitoring objects), every object `helm template` renders, CRDs included, is accepted
-  by kube-apiserver: server-side apply as a dry run, strict field validation, no warning (Pod
-  Security "restricted" in schedext-system). The Prometheus Operator's objects are left out
-  of that: this API server has no monitoring.coreos.com CRDs;
-* what it renders is what manifests/ holds, but for Helm's labels and schedext's settings
-  file: the RBAC rules word for word (derived, never wider; a mode gets only the identities it
-  uses), the viewer role, the Deployments, the Services and their views port, the
+  scheduler, mTLS with the agent and without the scheduler, mTLS with one replica, mTLS with
+  three replicas spread, sidecar with every pass-through value set, sidecar without the
+  views, sidecar with the agent and the monitoring objects, or with MPS), every object
+  `helm template` renders, CRDs included, is accepted by kube-apiserver: server-side apply
+  as a dry run, strict field validation, no warning (Pod Security "restricted" in
+  schedext-system). The Prometheus Operator's objects are left out of that: this API server
+  has no monitoring.coreos.com CRDs;
+* what it renders is what manifests/ holds, but for Helm's labels (the release's in the
+  selectors too) and schedext's settings file: the RBAC rules word for word (derived, never
+  wider; a mode gets only the identities it uses), the viewer role, the Deployments, the mTLS
+  replicas' PodDisruptionBudget and anti-affinity, the Services and their views port, the
   KubeSchedulerConfigurations, the agent, and on request the PodMonitors and the
   PrometheusRule (whose alerts read only metrics schedext exports, and whose filter budget
   follows the extender's httpTimeout); turning the views, the viewer role or the monitoring
   objects on or off changes nothing else, and nor does the agent's devicePlugin but for its
   setting and, off auto, the plugin registry it no longer needs;
+* the node agent mounts the MPS host paths only with agent.mps, and is refused, with the
+  reason, below Kubernetes 1.30 (the rest of the chart runs on 1.29);
+* replicas that take over from one another (mTLS mode's schedext, the scheduler's standbys)
+  get a PodDisruptionBudget and a pod anti-affinity on the hostname, one pod neither; the
+  anti-affinity, the budget and topology spread follow their values;
+* every selector names the release: two releases in one namespace each select only their own
+  pods;
 * a typo or a wrong type in the values, schedext's settings included, fails `helm template`
   through values.schema.json, and so do the combinations the chart refuses;
 * schedext's settings reach it as a file, and the scheduler configuration follows the two it
@@ -40,6 +49,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.kube.role import LEADER, ROLE_LABEL
 from app.service.settings import load_settings
 from testbed.controlplane import ControlPlane
 from testbed.kubeapi import ApiError as HarnessApiError
@@ -53,7 +63,16 @@ from testbed.kubeapply import (
 from testbed.manifests import pod_manifest
 from testbed.processes import free_port
 from tests.e2e.conftest import GPU, Schedext
-from tests.e2e.rendering import CHART, ROOT, Key, by_key, helm_template, key, run_tool
+from tests.e2e.rendering import (
+    CHART,
+    ROOT,
+    Key,
+    by_key,
+    helm_template,
+    key,
+    parse,
+    run_tool,
+)
 from tests.e2e.test_manifests import OPERATOR_GROUPS, container_of, flags, new_lines
 from tests.e2e.test_mtls import running_cluster
 from tests.e2e.test_scheduling import H100
@@ -71,6 +90,10 @@ PROMETHEUS_RULE = MANIFESTS / "monitoring" / "prometheusrule.yaml"
 MONITORING_ON = "monitoring.podMonitors=true,monitoring.prometheusRule=true"
 VIEWS_OFF = "views.port=null,views.viewerRole=false"
 FENCE_ON = '{"dra": {"fence": true}}'
+ZONE_SPREAD = (
+    '[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", '
+    '"whenUnsatisfiable": "ScheduleAnyway"}]'
+)
 # The chart in each variant: `helm template` arguments, and the files of manifests/ it
 # renders (besides schedext's settings file); None where the values change what the files fix.
 VARIANTS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
@@ -106,6 +129,19 @@ VARIANTS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
         ("--set", "mode=mtls,schedext.replicas=1,schedext.leaderElect=false"),
         None,
     ),
+    # Three replicas of each, never two on one node, spread across zones as they allow; the
+    # PodDisruptionBudgets of both.
+    "mtls-spread": (
+        (
+            "--set", "mode=mtls,schedext.replicas=3,scheduler.replicas=2",
+            "--set", "schedext.podAntiAffinity=required,schedext.pdb.minAvailable=2",
+            "--set-json", f"schedext.topologySpreadConstraints={ZONE_SPREAD}",
+            "--set-json", f"scheduler.topologySpreadConstraints={ZONE_SPREAD}",
+        ),
+        None,
+    ),
+    # The node agent with CUDA MPS, and the host paths that go with it.
+    "sidecar-with-agent-and-mps": (("--set", "agent.enabled=true,agent.mps=true"), None),
     # Every pass-through value set, the metrics listener off.
     "sidecar-customised": (
         (
@@ -131,6 +167,7 @@ HELM_LABELS = {
     "app.kubernetes.io/version",
     "helm.sh/chart",
 }
+INSTANCE = "app.kubernetes.io/instance"  # the release, in every selector of the chart
 SETTINGS = "schedext-config"  # the ConfigMap (and its volume) of schedext's settings file
 SCHEDULER_OBJECTS = {"schedext-kube-scheduler", "schedext-kube-scheduler-config"}
 
@@ -205,13 +242,24 @@ def test_the_chart_prometheus_rule_is_a_copy_of_the_manifest() -> None:
 # --- what the chart renders is what manifests/ holds -----------------------------------------
 
 
+def without_instance(node: Any) -> Any:
+    """``node`` without the release's label anywhere: manifests/ are one install, and select
+    their pods without it (test_two_releases_* holds the chart's selectors to it)."""
+    if isinstance(node, dict):
+        return {k: without_instance(v) for k, v in node.items() if k != INSTANCE}
+    if isinstance(node, list):
+        return [without_instance(item) for item in node]
+    return node
+
+
 def comparable(obj: dict[str, Any]) -> dict[str, Any]:
-    """An object without what may differ between the chart and manifests/: Helm's labels,
-    the checksums that roll pods on a config change, schedext's settings file (--config and its
-    mount), imagePullPolicy (set by the chart, IfNotPresent either way for a tagged image),
-    the form of args (``--port 8888`` or ``--port=8888``), comments and layout of an embedded
+    """An object without what may differ between the chart and manifests/: Helm's labels (the
+    release's, app.kubernetes.io/instance, in selectors and pod labels too), the checksums that
+    roll pods on a config change, schedext's settings file (--config and its mount),
+    imagePullPolicy (set by the chart, IfNotPresent either way for a tagged image), the form
+    of args (``--port 8888`` or ``--port=8888``), comments and layout of an embedded
     KubeSchedulerConfiguration."""
-    obj = copy.deepcopy(obj)
+    obj = without_instance(obj)
     metadata = obj["metadata"]
     for label in HELM_LABELS:
         metadata.get("labels", {}).pop(label, None)
@@ -460,6 +508,324 @@ def test_one_mtls_replica_without_leader_election_is_served_without_the_leader_l
     assert ("Role", "schedext-leader-election") not in rbac_names(rendered)
 
 
+# --- the node agent: MPS host paths, and the Kubernetes version it needs -------------------
+
+MPS_VOLUMES = {"mps", "mps-shm"}
+
+
+def without_mps(objects: dict[Key, dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+    """``objects`` as agent.mps=false should render them: no MPS host path, nothing over the
+    container's /dev/shm, the runtime asked for NVML only and the agent told MPS is off."""
+    changed = copy.deepcopy(objects)
+    spec = changed[AGENT]["spec"]["template"]["spec"]
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in MPS_VOLUMES]
+    agent = container_of(spec, "agent")
+    agent["volumeMounts"] = [m for m in agent["volumeMounts"] if m["name"] not in MPS_VOLUMES]
+    off = {"NVIDIA_DRIVER_CAPABILITIES": "utility", "SCHEDEXT_AGENT_MPS": "false"}
+    for env in agent["env"]:
+        env["value"] = off.get(env["name"], env.get("value"))
+        if env["value"] is None:
+            del env["value"]
+    return changed
+
+
+def test_the_agent_mounts_the_mps_host_paths_only_with_mps() -> None:
+    """agent.mps=false (the default): no hostPath under /run/schedext/mps, and nothing over
+    the container's /dev/shm. true: both, and the runtime asked for compute. Nothing else
+    differs."""
+    off = by_key(helm_template("--set", "agent.enabled=true"))
+    on = by_key(helm_template("--set", "agent.enabled=true,agent.mps=true"))
+    for objects, mps in ((off, False), (on, True)):
+        spec = objects[AGENT]["spec"]["template"]["spec"]
+        host_paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        agent = container_of(spec, "agent")
+        mounted = {m["mountPath"] for m in agent["volumeMounts"]}
+        env = {e["name"]: e.get("value") for e in agent["env"]}
+        assert env["SCHEDEXT_AGENT_MPS"] == str(mps).lower()
+        if mps:
+            assert {"/run/schedext/mps", "/run/schedext/mps/shm"} <= host_paths
+            assert {"/run/schedext/mps", "/dev/shm"} <= mounted
+        else:
+            assert not {p for p in host_paths if p.startswith("/run/schedext")}, host_paths
+            assert not mounted & {"/run/schedext/mps", "/dev/shm"}, mounted
+    assert without_mps(on) == off != on
+
+
+@pytest.mark.parametrize(
+    ("version", "values", "refusal"),
+    [
+        ("1.29.0", "agent.enabled=true", "agent.enabled needs Kubernetes 1.30 or later"),
+        ("1.29.0", "agent.enabled=false", None),
+        ("1.29.0", "mode=mtls", None),
+        ("1.30.0", "agent.enabled=true", None),
+        ("1.28.9", "agent.enabled=false", "chart requires kubeVersion: >=1.29.0-0"),
+    ],
+)
+def test_the_agent_needs_kubernetes_1_30_and_the_rest_of_the_chart_1_29(
+    version: str, values: str, refusal: str | None
+) -> None:
+    """The agent's ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1) and the node-name
+    claim of service-account tokens it checks came in 1.30: on 1.29 the chart refuses the agent
+    and says why; without it, 1.29 (native sidecars) is enough."""
+    result = run_tool(
+        "helm", "template", "schedext", str(CHART), "--namespace", SYSTEM_NAMESPACE,
+        "--kube-version", version, "--set", values,
+    )  # fmt: skip
+    if refusal is None:
+        assert result.returncode == 0, result.stderr
+        policies = [d for d in parse(result.stdout) if d["kind"] == "ValidatingAdmissionPolicy"]
+        assert len(policies) == ("agent.enabled=true" in values)
+        return
+    assert result.returncode != 0, result.stdout
+    assert refusal in result.stderr, result.stderr
+    if "agent" in refusal:
+        assert "ValidatingAdmissionPolicy" in result.stderr
+        assert "authentication.kubernetes.io/node-name" in result.stderr
+
+
+# --- availability: disruption budgets and spreading of the replicas -----------------------
+
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def pod_spec(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = find(objects, "Deployment", name)["spec"]["template"]["spec"]
+    return spec
+
+
+def selector_of(objects: list[dict[str, Any]], name: str) -> dict[str, str]:
+    labels: dict[str, str] = find(objects, "Deployment", name)["spec"]["selector"]["matchLabels"]
+    return labels
+
+
+def budgets(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "PodDisruptionBudget"}
+
+
+def preferred(selector: dict[str, str]) -> dict[str, Any]:
+    """The default anti-affinity: rather not two of these pods on one node."""
+    term = {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": selector}}
+    return {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": term}
+    ]}  # fmt: skip
+
+
+def test_mtls_replicas_get_a_disruption_budget_and_rather_different_nodes() -> None:
+    """mTLS mode's defaults, two leader-electing replicas: the PodDisruptionBudget schedext
+    (minAvailable 1) over exactly the Deployment's pods, so a drain leaves the leader or the
+    standby, and a preferred anti-affinity on the hostname among them. The scheduler's one pod
+    gets neither; two standbys get both."""
+    rendered = helm_template("--set", "mode=mtls")
+    selector = selector_of(rendered, "schedext")
+    assert budgets(rendered) == {
+        "schedext": {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    }
+    assert pod_spec(rendered, "schedext")["affinity"] == {"podAntiAffinity": preferred(selector)}
+    assert "affinity" not in pod_spec(rendered, "schedext-kube-scheduler")
+
+    two = helm_template("--set", "mode=mtls,scheduler.replicas=2")
+    scheduler = selector_of(two, "schedext-kube-scheduler")
+    assert budgets(two)["schedext-kube-scheduler"] == {
+        "minAvailable": 1, "selector": {"matchLabels": scheduler}
+    }  # fmt: skip
+    affinity = pod_spec(two, "schedext-kube-scheduler")["affinity"]
+    assert affinity == {"podAntiAffinity": preferred(scheduler)}
+
+
+def test_one_pod_gets_no_disruption_budget_nor_anti_affinity() -> None:
+    """A PodDisruptionBudget of minAvailable 1 over one pod would keep its node from draining:
+    sidecar mode's one pod and a single mTLS replica get none, and no anti-affinity."""
+    for rendered, name in (
+        (helm_template(), "schedext-scheduler"),
+        (helm_template(*variant_args("mtls-one-replica")), "schedext"),
+    ):
+        assert budgets(rendered) == {}
+        assert "affinity" not in pod_spec(rendered, name)
+        assert "topologySpreadConstraints" not in pod_spec(rendered, name)
+
+
+NODE_AFFINITY = {
+    "requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "pool", "operator": "In", "values": ["system"]}
+        ]}]
+    }
+}  # fmt: skip
+OWN_ANTI_AFFINITY = {
+    "requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "topology.kubernetes.io/zone",
+         "labelSelector": {"matchLabels": {"team": "sched"}}}
+    ]
+}  # fmt: skip
+
+
+def expected_affinity(case: str, selector: dict[str, str]) -> dict[str, Any] | None:
+    required = [{"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": selector}}]
+    return {
+        "none": None,
+        "required": {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+        },
+        # An affinity of the user's keeps the default anti-affinity beside it ...
+        "nodeAffinity": {"nodeAffinity": NODE_AFFINITY, "podAntiAffinity": preferred(selector)},
+        # ... unless it has a podAntiAffinity of its own, which replaces it.
+        "own podAntiAffinity": {"podAntiAffinity": OWN_ANTI_AFFINITY},
+    }[case]
+
+
+AFFINITY_CASES = {
+    "none": ("--set", "schedext.podAntiAffinity=none"),
+    "required": ("--set", "schedext.podAntiAffinity=required"),
+    "nodeAffinity": (
+        "--set-json", f"schedext.affinity={json.dumps({'nodeAffinity': NODE_AFFINITY})}"
+    ),
+    "own podAntiAffinity": (
+        "--set-json", f"schedext.affinity={json.dumps({'podAntiAffinity': OWN_ANTI_AFFINITY})}"
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(AFFINITY_CASES))
+def test_the_anti_affinity_can_be_required_replaced_or_turned_off(case: str) -> None:
+    rendered = helm_template("--set", "mode=mtls", *AFFINITY_CASES[case])
+    want = expected_affinity(case, selector_of(rendered, "schedext"))
+    assert pod_spec(rendered, "schedext").get("affinity") == want
+    assert "schedext" in budgets(rendered)  # the budget is a value of its own
+
+
+def test_the_disruption_budget_can_be_turned_off_or_sized() -> None:
+    assert budgets(helm_template("--set", "mode=mtls,schedext.pdb.enabled=false")) == {}
+    three = helm_template("--set", "mode=mtls,schedext.replicas=3,schedext.pdb.minAvailable=2")
+    assert budgets(three)["schedext"]["minAvailable"] == 2
+    half = helm_template("--set", "mode=mtls,schedext.pdb.minAvailable=50%")
+    assert budgets(half)["schedext"]["minAvailable"] == "50%"
+
+
+def test_values_without_the_availability_keys_get_their_defaults() -> None:
+    """`helm upgrade --reuse-values` from chart 0.1.0 keeps that chart's values, which lack
+    pdb, podAntiAffinity and topologySpreadConstraints: the defaults apply all the same."""
+    missing = ",".join(
+        f"{group}.{value}=null"
+        for group in ("schedext", "scheduler")
+        for value in ("pdb", "podAntiAffinity", "topologySpreadConstraints")
+    )
+    rendered = helm_template("--set", f"mode=mtls,scheduler.replicas=2,{missing}")
+    assert budgets(rendered) == budgets(helm_template("--set", "mode=mtls,scheduler.replicas=2"))
+    for name in ("schedext", "schedext-kube-scheduler"):
+        affinity = pod_spec(rendered, name)["affinity"]
+        assert affinity == {"podAntiAffinity": preferred(selector_of(rendered, name))}
+
+
+def test_topology_spread_constraints_select_their_own_pods_unless_told() -> None:
+    """schedext.topologySpreadConstraints and scheduler.topologySpreadConstraints reach the pod
+    specs; an entry without a labelSelector selects the Deployment's own pods."""
+    own = {"matchLabels": {"team": "sched"}}
+    constraints = [
+        {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+         "whenUnsatisfiable": "ScheduleAnyway"},
+        {"maxSkew": 2, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": own},
+    ]  # fmt: skip
+    for mode, name, group in (
+        ("mtls", "schedext", "schedext"),
+        ("mtls", "schedext-kube-scheduler", "scheduler"),
+        ("sidecar", "schedext-scheduler", "scheduler"),
+    ):
+        rendered = helm_template(
+            "--set", f"mode={mode}",
+            "--set-json", f"{group}.topologySpreadConstraints={json.dumps(constraints)}",
+        )  # fmt: skip
+        selector = {"matchLabels": selector_of(rendered, name)}
+        assert pod_spec(rendered, name)["topologySpreadConstraints"] == [
+            {**constraints[0], "labelSelector": selector}, constraints[1]
+        ], name  # fmt: skip
+
+
+# --- two releases: each selects its own pods only ----------------------------------------
+
+
+def label_selectors(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, str]]]:
+    """Every label selector of ``obj`` that picks pods, named by where it is. Each is a plain
+    matchLabels (the chart writes no matchExpressions)."""
+    kind, name, spec = obj["kind"], obj["metadata"]["name"], obj.get("spec", {})
+    where = f"{kind} {name}"
+    if kind == "Service":
+        yield where, spec["selector"]
+    if kind in ("Deployment", "DaemonSet", "PodDisruptionBudget", "PodMonitor"):
+        assert set(spec["selector"]) == {"matchLabels"}, where
+        yield where, spec["selector"]["matchLabels"]
+    if kind in ("Deployment", "DaemonSet"):
+        pod = spec["template"]["spec"]
+        anti = pod.get("affinity", {}).get("podAntiAffinity", {})
+        terms = anti.get("requiredDuringSchedulingIgnoredDuringExecution", []) + [
+            weighted["podAffinityTerm"]
+            for weighted in anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])
+        ]
+        for term in terms:
+            assert set(term["labelSelector"]) == {"matchLabels"}, where
+            yield f"{where} anti-affinity", term["labelSelector"]["matchLabels"]
+        for constraint in pod.get("topologySpreadConstraints", []):
+            yield f"{where} spread", constraint["labelSelector"]["matchLabels"]
+
+
+def pods_of(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]]]:
+    """The namespace and labels of each pod template, with the label the leader puts on its
+    own pod at run time (any of them may lead)."""
+    return [
+        (obj["metadata"]["namespace"],
+         {**obj["spec"]["template"]["metadata"]["labels"], ROLE_LABEL: LEADER})
+        for obj in objects
+        if obj["kind"] in ("Deployment", "DaemonSet")
+    ]  # fmt: skip
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return selector.items() <= labels.items()
+
+
+@pytest.mark.parametrize(
+    ("args", "count"),
+    [
+        # The Service; the Deployments schedext (its anti-affinity and spread) and
+        # schedext-kube-scheduler (its anti-affinity); their budgets; the DaemonSet; the
+        # PodMonitors.
+        (("--set", f"mode=mtls,scheduler.replicas=2,agent.enabled=true,{MONITORING_ON}",
+          "--set-json", f"schedext.topologySpreadConstraints={ZONE_SPREAD}"), 11),
+        # The Service; the Deployment and its spread; the DaemonSet; the PodMonitors.
+        (("--set", f"agent.enabled=true,{MONITORING_ON}",
+          "--set-json", f"scheduler.topologySpreadConstraints={ZONE_SPREAD}"), 6),
+    ],
+    ids=["mtls", "sidecar"],
+)  # fmt: skip
+def test_two_releases_in_one_namespace_select_only_their_own_pods(
+    args: tuple[str, ...], count: int
+) -> None:
+    """Every selector of the chart (Services, the leader's Service with its role label,
+    Deployments, the agent's DaemonSet, PodDisruptionBudgets, PodMonitors, anti-affinity and
+    topology spread) names the release: rendered as two releases in one namespace, each
+    selects some of its own pods and none of the other's."""
+    releases = {name: helm_template(*args, release=name) for name in ("one", "two")}
+    for name, objects in releases.items():
+        (other,) = (o for n, o in releases.items() if n != name)
+        own_pods, other_pods = pods_of(objects), pods_of(other)
+        found = 0
+        for obj in objects:
+            namespace = obj["metadata"].get("namespace")
+            for where, selector in label_selectors(obj):
+                found += 1
+                assert selector.get(INSTANCE) == name, where
+                assert any(
+                    selects(selector, labels) for ns, labels in own_pods if ns == namespace
+                ), where
+                assert not any(
+                    selects(selector, labels) for ns, labels in other_pods if ns == namespace
+                ), where
+        assert found == count
+    # Still one set of names: the objects of the two releases collide but for the labels.
+    keys = [{key(o) for o in objects} for objects in releases.values()]
+    assert keys[0] == keys[1]
+
+
 # --- values: the schema, and what the chart refuses --------------------------------------
 
 
@@ -503,6 +869,17 @@ def test_one_mtls_replica_without_leader_election_is_served_without_the_leader_l
         (
             ("--set", "metrics.port=null,monitoring.podMonitors=true"),
             "monitoring.podMonitors needs metrics.port",
+        ),
+        (("--set", "schedext.podAntiAffinity=soft"), "at '/schedext/podAntiAffinity'"),
+        (("--set", "scheduler.pdb.minAvailable=half"), "at '/scheduler/pdb/minAvailable'"),
+        (("--set", "schedext.pdb.enable=true"), "additional properties 'enable' not allowed"),
+        (
+            ("--set", "mode=mtls,schedext.pdb.minAvailable=2"),
+            "pdb.minAvailable (2) must be below its replicas (2)",
+        ),
+        (
+            ("--set", "mode=mtls,scheduler.replicas=3,scheduler.pdb.minAvailable=3"),
+            "PodDisruptionBudget of schedext-kube-scheduler",
         ),
     ],
     ids=lambda value: value if isinstance(value, str) else value[1],

@@ -263,7 +263,7 @@ def test_gangs_and_quotas_show_members_placed_and_what_each_team_uses(proxied: P
     ns = populate(proxied.cluster)
     gangs = ok(proxied.run("gangs")).splitlines()
     assert gangs[0].split()[:4] == ["NAMESPACE", "GROUP", "PHASE", "PLACED/MIN"]
-    assert gangs[1].split() == [ns, "train", "Pending", "0/3", "2", "0", "0", "-", "-"]
+    assert gangs[1].split() == [ns, "train", "Pending", "0/3", "2", "0", "0", "-", "-", "-"]
     assert ok(proxied.run("gangs", "-n", "elsewhere")) == "no gangs\n"
     quotas = ok(proxied.run("quotas", "-n", ns)).splitlines()
     assert quotas[1].split() == [ns, "team", "nvidia.com/gpu", "4", "2", "6", "no"]

@@ -202,6 +202,30 @@ def test_every_metric_an_alert_or_panel_reads_is_exported(
     assert not unknown, f"not exported by schedext or its agent: {sorted(unknown)} in {expression}"
 
 
+def test_the_gang_holds_row_reads_what_the_service_exports(exported: set[str]) -> None:
+    """Holds standing, free GPUs idle under them, their events and the gangs' wait: the
+    panels below the row, each reading one of them, all in the service's registry."""
+    found = dashboard()["panels"]
+    (row,) = [i for i, p in enumerate(found) if p["type"] == "row" and p["title"] == "Gang holds"]
+    below = found[row + 1 :]
+    below = below[: next((i for i, p in enumerate(below) if p["type"] == "row"), len(below))]
+    # schedext_leader: a gauge of the leader's alone (its review keeps the holds)
+    read = [
+        set().union(*(metric_names(t["expr"]) for t in p["targets"])) - {"schedext_leader"}
+        for p in below
+    ]
+    wanted = {
+        "schedext_gang_holds",
+        "schedext_gang_hold_idle_gpus",
+        "schedext_gang_hold_events_total",
+        "schedext_gang_wait_seconds_bucket",
+    }
+    assert set().union(*read) == wanted
+    assert all(len(names) == 1 for names in read)  # one question per panel
+    assert wanted <= exported
+    assert row > max(i for i, p in enumerate(found) if p["title"] == "Team quotas")
+
+
 def test_a_metric_renamed_in_a_query_is_caught(exported: set[str]) -> None:
     """The check above cannot pass vacuously: one metric renamed in the rule file's text."""
     text = RULES.read_text().replace("schedext_ip_pool_free", "schedext_ip_pool_available")

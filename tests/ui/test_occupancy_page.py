@@ -154,7 +154,7 @@ def test_a_summary_per_gpu_model_counts_nodes_and_gpus(drawn_page: Callable[[], 
         H100: ("1", "8", "2", "0", "0"),
         T4: ("1", "4", "3", "0", "0"),
     }
-    assert rows[H100].one("model-mig").text() == "none"
+    assert rows[H100].one("model-mig").text() == "\u2013"  # no MIG: a dash, not "none"
     assert (
         page.by_id("cpu-count").text() == "CPU-only nodes: 1 (listed apart, below the GPU nodes)."
     )
@@ -341,7 +341,10 @@ def test_an_inventory_that_cannot_be_loaded_shows_an_error_banner(tmp_path: Path
         page = render(server, tmp_path)
     banner = page.by_id("error-banner")
     assert banner.get("hidden") is None
-    assert banner.text() == "Could not load /inventory: HTTP 503 Service Unavailable. No data yet."
+    # The answer's Error says why (as "inventory not synced: ..." does before sync).
+    assert banner.text() == (
+        "Could not load /inventory: HTTP 503 Service Unavailable: down. No data yet."
+    )
     assert page.all("node-card") == []
 
 

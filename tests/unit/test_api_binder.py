@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from pydantic import ValidationError
 
 from app import cli
 from app.kube.api import KubeApi
@@ -18,7 +17,7 @@ from app.kube.binder import ApiBinder
 from app.kube.binding import BindError, BindOutcomeUnknownError
 from app.kube.config import ClusterConfig
 from app.service.main import create_app
-from app.service.settings import load_settings
+from app.service.settings import SettingsError, load_settings
 from app.service.snapshot import Snapshot
 from app.service.sources import SnapshotSource
 from extender.model import BindPlan
@@ -298,7 +297,7 @@ def test_the_bind_budget_check(
     if valid:
         load_settings(**overrides)
     else:
-        with pytest.raises(ValidationError, match="to answer must not exceed"):
+        with pytest.raises(SettingsError, match="to answer must not exceed"):
             load_settings(**overrides)
 
 

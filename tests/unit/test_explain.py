@@ -9,6 +9,7 @@ import pytest
 
 from extender.scheduler import Scheduler
 from testbed.builders import make_node, make_pod, share_pod
+from tests.mig_builders import mig_node, mig_pod
 from tests.unit.helpers import scheduler_with
 
 
@@ -181,3 +182,14 @@ def test_explain_scores_each_node_the_pod_fits_as_prioritize_does_and_no_other()
                       strict=True))  # fmt: skip
     assert {n.node: n.score for n in explanation.nodes} == {**scores, "cpu": None}
     assert scores["busy"] > scores["idle"] > 0  # absolute: the lowest is not taken off
+
+
+def test_explain_names_the_mig_devices_a_pod_asks_and_no_other_kinds() -> None:
+    scheduler = scheduler_with(
+        [mig_node("m", migs={0: ["1g.10gb"] * 7})],
+        [mig_pod("mig", {"1g.10gb": 2}, namespace="ml")],
+    )
+    explanation = scheduler.explain("ml", "mig")
+    assert explanation is not None
+    assert explanation.request["mig"] == {"1g.10gb": 2}
+    assert "shares" not in explanation.request

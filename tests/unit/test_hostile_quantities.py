@@ -71,5 +71,10 @@ def test_a_hostile_quantity_is_a_reason_on_every_verb(
         scheduler.prioritize(pod, ["g", "cpu"])
         with contextlib.suppress(BindRefusedError):  # it may not fit g
             scheduler.plan_bind(uid=uid, namespace="default", name="p", node="g", now=1.0)
-    scheduler.preempt(pod, {"g": [Victim(uid="uid-victim")]}, now=1.0)
+    if invalid:  # preempt says why too, rather than choosing no victims in silence
+        with pytest.raises(PodRequestError) as refused:
+            scheduler.preempt(pod, {"g": [Victim(uid="uid-victim")]}, now=1.0)
+        assert refused.value.reason == reason
+    else:
+        scheduler.preempt(pod, {"g": [Victim(uid="uid-victim")]}, now=1.0)
     assert (scheduler.explain("default", "p") is None) is invalid  # an invalid pod is not pending

@@ -80,13 +80,47 @@ def test_a_gang_row_counts_placed_members_of_min_and_says_how_its_wait_ended() -
     )
     lines = tables.gangs_table([waiting, failed]).splitlines()
     assert lines[0].split() == ["NAMESPACE", "GROUP", "PHASE", "PLACED/MIN", "MEMBERS",
-                                "BOUND", "WAITING", "WAIT", "LEFT", "LAST", "FAILURE"]  # fmt: skip
-    assert lines[1].split() == ["ml", "train", "Scheduling", "2/3", "3", "1", "1", "12.5s", "-"]
-    assert lines[2].split()[:8] == ["ml", "sweep", "Pending", "0/3", "3", "0", "0", "-"]
+                                "BOUND", "WAITING", "WAIT", "LEFT", "HOLD", "LAST",
+                                "FAILURE"]  # fmt: skip
+    assert lines[1].split() == ["ml", "train", "Scheduling", "2/3", "3", "1", "1", "12.5s", "-",
+                                "-"]  # fmt: skip
+    assert lines[2].split()[:9] == ["ml", "sweep", "Pending", "0/3", "3", "0", "0", "-", "-"]
     assert lines[2].endswith(
         "timed out: schedext: group ml/sweep did not reach minMember 3 within 20s"
     )
     assert tables.gangs_table([]) == "no gangs"
+
+
+def hold(gpus: int, nodes: dict[str, int], left: float, **where: str) -> dict[str, Any]:
+    return {"gpus": gpus, "nodes": nodes, "level": "", "domain": "", "leftSeconds": left,
+            "started": "2026-01-01T00:00:00Z", "expires": "2026-01-01T00:15:00Z",
+            "waitingSince": "2025-12-31T23:58:00Z", "idleGpuSeconds": 0.0, **where}  # fmt: skip
+
+
+HOLD_CASES = [
+    ("none", None, "-"),
+    ("a domain of a level: the level's last part", hold(16, {"a1": 8, "a2": 8}, 272.4,
+     level="topology.kubernetes.io/rack", domain="a"), "16 on rack a, 4m left"),
+    ("nodes: the first two, the rest counted", hold(24, {"n3": 8, "n1": 8, "n2": 8}, 3900),
+     "24 on n1, n2 +1, 1h5m left"),
+    ("seconds", hold(8, {"n1": 8}, 45.9), "8 on n1, 45s left"),
+    ("whole hours", hold(8, {"n1": 8}, 7200), "8 on n1, 2h left"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("gang_hold", "shown"), [c[1:] for c in HOLD_CASES],
+                         ids=[c[0] for c in HOLD_CASES])  # fmt: skip
+def test_a_gang_row_says_how_many_gpus_are_held_for_it_where_and_how_long_still(
+    gang_hold: dict[str, Any] | None, shown: str
+) -> None:
+    failure = {"outcome": "released", "reason": "a member was deleted"}
+    header, row = tables.gangs_table(
+        [gang("ml/train", hold=gang_hold, lastFailure=failure)]
+    ).splitlines()
+    start = header.index("HOLD")
+    assert header[start:].split("   ")[0] == "HOLD"
+    assert row[start:].split("   ")[0] == shown
+    assert row.endswith("released: a member was deleted")
 
 
 def test_gangs_and_quotas_of_one_namespace_or_all() -> None:
@@ -214,3 +248,65 @@ def test_an_explanation_shows_what_dra_says_of_each_node_under_its_verdict() -> 
     }  # fmt: skip
     lines = tables.explanation_text(answer).splitlines()
     assert lines[3:5] == ["     dra owner mixed: both ...", f"     dra {held}"]
+
+
+EXPLAINED_GROUP = {"phase": "Pending", "scheduled": 0, "waiting": 0, "members": 2}
+
+
+@pytest.mark.parametrize(
+    "group_hold",
+    [
+        "holding 16 GPUs on topology.kubernetes.io/rack a for the group since "
+        "2026-01-01T00:00:00Z, until 2026-01-01T00:15:00Z",
+        "no hold: the cluster could hold it even if the pods of no higher priority outside "
+        "gangs finished",
+    ],
+)
+def test_an_explanation_says_under_the_group_whether_it_has_a_hold(group_hold: str) -> None:
+    answer = {
+        "pod": "ml/m0", "state": "pending", "node": None, "request": {"gpus": 8},
+        "group": EXPLAINED_GROUP, "groupReason": None, "groupHold": group_hold, "fits": [],
+        "nodes": [],
+    }  # fmt: skip
+    lines = tables.explanation_text(answer).splitlines()
+    assert lines[2].startswith("group: Pending")
+    assert lines[3] == group_hold
+    assert "hold" not in tables.explanation_text({**answer, "groupHold": None})
+
+
+def explained(request: dict[str, Any], state: str = "pending") -> list[str]:
+    answer = {
+        "pod": "ml/p", "state": state, "node": "g" if state == "bound" else None,
+        "request": request, "group": None, "groupReason": None, "fits": [], "nodes": [],
+    }  # fmt: skip
+    return tables.explanation_text(answer).splitlines()
+
+
+@pytest.mark.parametrize(
+    ("request_", "state", "needs"),
+    [
+        pytest.param({"gpus": 0, "shares": 1, "shareMemoryMiB": 16384, "shareCores": 0,
+                      "gpuIds": [0], "ip": None}, "bound", "needs a share of one GPU",
+                     id="a bound share pod: no gpus=0, no ip=None"),
+        pytest.param({"gpus": 4, "gpuIds": [0, 1, 2, 3], "ip": "10.20.2.4"}, "bound",
+                     "needs 4 GPUs (GPUs 0, 1, 2, 3), address 10.20.2.4", id="bound whole GPUs"),
+        pytest.param({"gpus": 2, "cpuMilli": 2000, "memoryBytes": 8 << 30, "priority": 100000,
+                      "gpuModel": "A100"}, "pending",
+                     "needs 2 A100 GPUs, 2 CPUs, 8 GiB of memory, priority 100000",
+                     id="pending whole GPUs"),
+        pytest.param({"gpus": 0, "mig": {"1g.10gb": 2}, "cpuMilli": 500, "memoryBytes": 0,
+                      "priority": 0}, "pending", "needs 2 MIG 1g.10gb devices, 500m CPU",
+                     id="MIG devices, nothing else that is 0"),
+        pytest.param({"gpus": 0, "cpuMilli": 0, "memoryBytes": 0, "priority": 0,
+                      "ip": {"address": None, "pools": ["p"], "policy": "sticky",
+                             "identity": "sts/ml/web/0"}}, "pending",
+                     "needs an address from pool p (policy sticky, identity sts/ml/web/0)",
+                     id="an address only"),
+        pytest.param({"gpus": 0, "cpuMilli": 0}, "pending", "needs nothing schedext counts",
+                     id="nothing"),
+    ],
+)  # fmt: skip
+def test_an_explanation_says_what_the_pod_asks_in_words(
+    request_: dict[str, Any], state: str, needs: str
+) -> None:
+    assert explained(request_, state)[1] == needs

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
-from app.service.settings import load_settings
+from app.service.settings import SettingsError, load_settings
 from extender.scoring import NAMES
 
 
@@ -29,7 +28,7 @@ def test_no_weights_named_means_the_scorers_defaults() -> None:
 
 
 def test_a_weight_for_a_scorer_that_does_not_exist_is_a_settings_error() -> None:
-    with pytest.raises(ValidationError) as raised:
+    with pytest.raises(SettingsError) as raised:
         load_settings(policy={"weights": {"nvlink": 3}})
     message = str(raised.value)
     assert "no scorer is named nvlink" in message
@@ -79,7 +78,7 @@ def test_share_settings_the_core_refuses_are_settings_errors(
     if message is None:
         load_settings(policy={"shares": shares})
         return
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises(SettingsError, match=message):
         load_settings(policy={"shares": shares})
 
 

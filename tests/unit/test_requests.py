@@ -389,6 +389,9 @@ SHARE_REQUESTS = [
     ("HAMi: nvidia.com/gpu alone counts whole GPUs", {GPU: "2"}, HAMI, (2, 0, 0, 0)),
     ("HAMi: schedext's own resources are not read", {MEM: "3000", COUNT: "1"}, HAMI,
      (0, 0, 0, 0)),
+    # documented (gpu-sharing.md): 0 cores is no limit, as leaving them out, as in HAMi
+    ("cores of 0 set no limit, as left out", {MEM: "3000", CORES: "0", COUNT: "1"},
+     ShareResources(), (0, 1, 3000, 0)),
 ]  # fmt: skip
 
 
@@ -416,7 +419,15 @@ SHARE_REJECTIONS = [
      f"a GPU share needs {MEM} (the memory it may use)"),
     ("a count without memory", {COUNT: "1"}, ShareResources(), f"a GPU share needs {MEM}"),
     ("cores above 100", {MEM: "1000", CORES: "101", COUNT: "1"}, ShareResources(),
-     f"{CORES} must be 1 to 100 (percent of a GPU), got 101"),
+     f"{CORES} must be 1 to 100 (percent of a GPU's SMs; 0, as left out, sets no limit), "
+     "got 101"),
+    # once "a GPU share must name schedext.io/gpu-shares": it did, as 0
+    ("a count of 0", {MEM: "1000", COUNT: "0"}, ShareResources(),
+     f"{COUNT} must be at least 1 (on how many GPUs the share is), got 0"),
+    ("a count of 0 where the count may be left out", {MEM: "1000", COUNT: "0"}, LENIENT,
+     f"{COUNT} must be at least 1 (on how many GPUs the share is), got 0"),
+    ("HAMi: nvidia.com/gpu of 0 beside memory", {"nvidia.com/gpumem": "3000", GPU: "0"}, HAMI,
+     f"{GPU} must be at least 1 (on how many GPUs the share is), got 0"),
     ("negative cores", {MEM: "1000", CORES: "-5", COUNT: "1"}, ShareResources(),
      f"{CORES} must not be negative"),
     ("half a MiB", {MEM: "0.5", COUNT: "1"}, ShareResources(),

@@ -251,3 +251,70 @@ def test_a_pod_that_finishes_gives_its_gpus_back() -> None:
         make_pod("job", uid="job", gpus=1, node="g", gpu_ids=[0], phase="Succeeded")
     )
     assert filtered(scheduler, make_pod("next", gpus=1), ["g"]).passed == ["g"]
+
+
+def test_a_bound_pod_filtered_again_is_not_pending_again() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=4)])
+    pod = make_pod("p", namespace="default", gpus=1)
+    filtered(scheduler, pod, ["g"])
+    assert [r.key for r in scheduler.pending_pods(10)] == ["default/p"]
+    scheduler.confirm_bind(plan(scheduler, pod, "g"))
+    assert scheduler.pending_pods(10) == ()
+    filtered(scheduler, pod, ["g"])
+    assert (scheduler.pending_pods(10), scheduler.pending_count) == ((), 0)
+    explanation = scheduler.explain("default", "p")
+    assert explanation is not None
+    assert (explanation.state, explanation.node) == ("bound", "g")
+
+
+def test_a_pending_pod_keeps_why_the_last_filter_turned_it_away() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=2), make_node("cpu")])
+    first, pod, big = make_pod("first", gpus=1), make_pod("p", gpus=2), make_pod("q", gpus=3)
+    filtered(scheduler, first, ["g"])
+    scheduler.confirm_bind(plan(scheduler, first, "g"))
+    assert not filtered(scheduler, pod, ["g", "cpu"]).passed
+    why = scheduler.pending_why(uid_of(pod))
+    assert why == ("schedext: fewer than 2 free GPUs (1 node); schedext: node has no GPUs (1 node)")
+    scheduler.upsert_pod(pod)  # the watch sees it again, still pending: the reason stays
+    assert scheduler.pending_why(uid_of(pod)) == why
+    scheduler.delete_pod(uid_of(first))
+    assert filtered(scheduler, pod, ["g", "cpu"]).passed == ["g"]
+    assert scheduler.pending_why(uid_of(pod)) == ""  # it fits now
+    filtered(scheduler, big, ["g"])
+    assert scheduler.pending_why(uid_of(big)) == "schedext: node has fewer than 3 GPUs (1 node)"
+    scheduler.confirm_bind(plan(scheduler, pod, "g"))
+    scheduler.delete_pod(uid_of(big))
+    assert (scheduler.pending_why(uid_of(pod)), scheduler.pending_why(uid_of(big))) == ("", "")
+
+
+def test_bind_to_a_node_filter_never_offered_says_it_does_not_fit() -> None:
+    # once "no longer fits": the pod never fitted the node, filter had said so
+    scheduler = scheduler_with([make_node("a", gpus=2, model="A100"), make_node("b", gpus=2)])
+    pod = make_pod("p", gpus=1, model="A100")
+    assert filtered(scheduler, pod, ["a", "b"]).passed == ["a"]
+    with pytest.raises(BindRefusedError) as refused:
+        plan(scheduler, pod, "b")
+    assert str(refused.value) == (
+        "pod default/p does not fit node b (filter did not offer it): "
+        "schedext: GPU model is not A100"
+    )
+
+
+def test_bind_of_a_pod_that_fitted_no_node_says_it_does_not_fit() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=1)])
+    pod = make_pod("p", gpus=2)
+    assert filtered(scheduler, pod, ["g"]).passed == []
+    with pytest.raises(BindRefusedError, match=r"^pod default/p does not fit node g \(filter"):
+        plan(scheduler, pod, "g")
+
+
+def test_bind_to_a_node_offered_in_full_mode_still_no_longer_fits() -> None:
+    # full mode: filter offers nothing itself, prioritize rates what passed
+    scheduler = scheduler_with([make_node("g", gpus=2)])
+    first, second = make_pod("a", gpus=2), make_pod("b", gpus=2)
+    for pod in (first, second):
+        assert filtered(scheduler, pod, ["g"]).passed == ["g"]
+        scheduler.prioritize(pod, ["g"])
+    plan(scheduler, first, "g")
+    with pytest.raises(BindRefusedError, match=r"^pod default/b no longer fits node g: "):
+        plan(scheduler, second, "g")

@@ -14,7 +14,7 @@ from app.kube.readiness import Readiness
 from app.service.assembly import Service
 from app.service.metrics import CONTENT_TYPE
 
-__all__ = ["CloseWhenNotReady", "router"]
+__all__ = ["CloseWhenNotReady", "HeadAsGet", "router"]
 
 router = APIRouter()
 
@@ -111,3 +111,26 @@ class CloseWhenNotReady:
             await send(message)
 
         await self.app(scope, receive, closing)
+
+
+class HeadAsGet:
+    """``HEAD`` of a ``GET`` route (``/healthz``, ``/readyz``, ``/metrics``, ``/ui``,
+    ``/inventory``...) answered as the ``GET``, without its body: the same status and headers,
+    its Content-Length included (FastAPI's routes answer HEAD 405). The app sees a ``GET``;
+    the server, seeing the request's own ``HEAD``, writes no body, and none is passed on."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headless(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                message = {**message, "body": b""}
+            await send(message)
+
+        # A copy: the server's own scope keeps the HEAD it answers by.
+        await self.app({**scope, "method": "GET"}, receive, headless)

@@ -26,18 +26,27 @@ is by the agent's UUIDs, or ``unmapped`` and why; the claims, the pods as "names
 has readably (``unknownDevices``, with the reason); each list the first :data:`DRA_LISTED`,
 and ``advertised``, ``held`` and ``unknown`` count them all. ``pending`` lists the pending
 pods schedext knows (the first :data:`PENDING_LISTED` by namespace and name; ``pendingPods``
-counts them all), each with what it asks for.
+counts them all), each with what it asks for, and ``why``: why the last filter turned it away
+(each reason and how many nodes it turned away; null when no filter did).
 
 Per gang, beside the PodGroup status fields: the seconds its members still wait at the bind
 barrier (``waitLeftSeconds``, null when none waits), and how its last wait ended without the
 group completing (``lastFailure``: ``outcome`` ``timed_out`` or ``released``, and the
-``reason``; null once it completes).
+``reason``; null once it completes). ``hold``: the GPUs kept for a gang that waited too long
+(docs/gangs.md), null when none stands: how many (``gpus``), on which nodes (``nodes``: name
+to GPUs), the required topology level and domain they lie in (``level``, ``domain``; "" for
+none), when it started, when it expires and since when the gang waits (``started``,
+``expires``, ``waitingSince``: RFC 3339, UTC), the seconds it has left (``leftSeconds``) and
+the GPU-seconds it has kept free GPUs idle so far (``idleGpuSeconds``: its cost).
+``holdWhyNot`` says why a gang that waited long enough has no hold ("" when none is known).
 
 :func:`document` is also what the read-only views port serves (app.service.views_listener)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +56,7 @@ from fastapi import APIRouter, Request, Response
 from app.service.assembly import Service
 from extender.devices.drift import describe
 from extender.dra import DeviceRef, held_gpus
+from extender.gang.holds import Hold
 from extender.model import Holding, HoldingKind, PodRequest
 from extender.node_state import NodeView
 from extender.quotas import Kind, QuotaSpec
@@ -66,6 +76,10 @@ DRA_LISTED = 64
 @router.get("/inventory")
 async def inventory(request: Request) -> Response:
     service: Service = request.app.state.service
+    unsynced = service.not_synced()
+    if unsynced:  # an empty inventory would look like a cluster with no GPUs
+        body = {"Error": f"{unsynced}: no inventory to show yet"}
+        return Response(orjson.dumps(body), status_code=503, media_type="application/json")
     return Response(orjson.dumps(document(service)), media_type="application/json")
 
 
@@ -145,13 +159,14 @@ def document(service: Service) -> dict[str, Any]:
         for pool in sorted(book.pools(), key=lambda p: p.name)
     ]  # fmt: skip
     gangs = []
-    now = service.clock()
+    now, wall = service.clock(), time.time()  # the barrier's deadlines; holds' Unix times
     for spec in sorted(service.scheduler.pod_groups(), key=lambda g: g.key):
         status = service.scheduler.group_status(spec.key)
         if status is None:
             continue
         deadline = service.scheduler.gang_deadline(spec.key)
         failure = service.scheduler.gang_failure(spec.key)
+        hold, why_not = service.scheduler.gang_hold(spec.key)
         gangs.append(
             {
                 "group": spec.key,
@@ -165,6 +180,8 @@ def document(service: Service) -> dict[str, Any]:
                 "lastFailure": None
                 if failure is None
                 else {"outcome": failure.kind.value, "reason": failure.reason},
+                "hold": _hold(service.scheduler, hold, wall) if hold is not None else None,
+                "holdWhyNot": why_not,
             }
         )
     return {
@@ -177,9 +194,31 @@ def document(service: Service) -> dict[str, Any]:
             for entry in service.scheduler.shadowed_quotas()
         ],
         "pendingPods": service.scheduler.pending_count,
-        "pending": [_pending(r) for r in service.scheduler.pending_pods(PENDING_LISTED)],
+        "pending": [
+            {**_pending(r), "why": service.scheduler.pending_why(r.uid) or None}
+            for r in service.scheduler.pending_pods(PENDING_LISTED)
+        ],
         "reservations": service.scheduler.reservation_count,
     }
+
+
+def _hold(scheduler: Scheduler, hold: Hold, wall: float) -> dict[str, Any]:
+    """A gang's hold as ``gangs[].hold`` shows it (times as its PodGroup's record has them)."""
+    return {
+        "gpus": hold.gpus,
+        "nodes": dict(hold.need),
+        "level": hold.level,
+        "domain": hold.domain,
+        "started": _rfc3339(hold.started),
+        "expires": _rfc3339(hold.expires),
+        "waitingSince": _rfc3339(hold.waiting_since),
+        "leftSeconds": round(max(0.0, hold.expires - wall), 1),
+        "idleGpuSeconds": round(scheduler.hold_idle(hold.group), 1),
+    }
+
+
+def _rfc3339(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _dra(scheduler: Scheduler, name: str, uuids: Sequence[str]) -> dict[str, Any] | None:

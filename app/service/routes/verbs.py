@@ -37,7 +37,7 @@ import orjson
 
 from app.service import bind_workflow, wire
 from app.service.assembly import Service
-from app.service.errors import InvalidPodError, RequestRejectedError
+from app.service.errors import EncodingError, InvalidPodError, RequestRejectedError
 from extender.model import FilterVerdict
 from extender.requests import PodRequestError
 from extender.scoring import ScoreArray
@@ -315,11 +315,14 @@ def _scores(service: Service, body: bytes) -> tuple[wire.ExtenderArgs, ScoreArra
 
 async def _preempt(service: Service, body: bytes) -> tuple[bytes, str]:
     args = wire.preemption_args(body)
-    chosen = service.scheduler.preempt(
-        args.pod,
-        {node: entry.victims for node, entry in args.candidates.items()},
-        now=service.clock(),
-    )
+    try:
+        chosen = service.scheduler.preempt(
+            args.pod,
+            {node: entry.victims for node, entry in args.candidates.items()},
+            now=service.clock(),
+        )
+    except PodRequestError as error:
+        raise InvalidPodError(error.reason) from None
     for node, victims in chosen.items():
         if victims.frees:  # GPUs DRA's claims (or containers) of the victims hold: say which
             log.info(
@@ -396,6 +399,18 @@ _BENCH = {
 }
 
 
+def _encoding_refused(scope: Scope) -> EncodingError | None:
+    """A request whose body comes with a Content-Encoding other than identity (gzip...):
+    refused, 415 (filter and bind: in the Error field), rather than read as bytes."""
+    for name, value in scope["headers"]:
+        if name == b"content-encoding" and value.lower() != b"identity":
+            encoding = value.decode("latin-1")[:40]
+            return EncodingError(
+                f"Content-Encoding {encoding} is not supported: send the body as plain JSON"
+            )
+    return None
+
+
 class VerbEndpoints:
     """``POST /<verb>`` (and ``<prefix>/<verb>``) answered here; everything else goes on to
     ``app``."""
@@ -417,13 +432,13 @@ class VerbEndpoints:
         headers = list(_HEADERS)
         handling = None
         if scope["method"] == "POST":
-            refused = None
+            refused: RequestRejectedError | None = _encoding_refused(scope)
             query = scope.get("query_string")
             if query:
                 try:
                     verb = with_query(verb, query)
                 except wire.WireError as error:
-                    refused = error
+                    refused = refused or error
             status, payload, handling = await _answer(self._service, verb, scope, receive, refused)
         else:
             status, payload = 405, wire.error_body(f"{scope['method']} not allowed: use POST")

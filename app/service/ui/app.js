@@ -410,7 +410,8 @@
     return card;
   }
 
-  function usageBar(value, extra, max, label) {
+  // A bar and its numbers beside it ("5/8 GPUs used"): the numbers, not the fill alone, say it.
+  function usageBar(value, extra, max, label, numbers) {
     const bar = el("div", { class: "bar", role: "img", "aria-label": label, title: label });
     const used = el("div", { class: "bar-fill" });
     used.style.width = `${max > 0 ? (100 * value) / max : 0}%`;
@@ -420,7 +421,7 @@
       pending.style.width = `${max > 0 ? (100 * extra) / max : 0}%`;
       bar.append(pending);
     }
-    return bar;
+    return el("div", { class: "usage" }, bar, el("span", { class: "bar-text", text: numbers }));
   }
 
   function poolRow(pool) {
@@ -450,12 +451,40 @@
         "data-size": pool.size,
       },
       name,
-      el("td", {}, usageBar(pool.allocated, 0, pool.size, `${pool.allocated} of ${pool.size} addresses used`)),
+      el("td", {}, usageBar(pool.allocated, 0, pool.size, `${pool.allocated} of ${pool.size} addresses used`, `${pool.allocated}/${pool.size} addresses used`)),
       el("td", { class: "pool-used num", text: pool.allocated }),
       el("td", { class: "pool-free num", text: pool.free }),
       el("td", { class: "pool-size num", text: pool.size }),
       el("td", { class: "pool-selector", text: selector || "any node" }),
       el("td", {}, pool.holders.length > 0 ? holders : el("span", { class: "empty", text: "none" })),
+    );
+  }
+
+  // The GPUs held for a gang that waited too long for room (docs/gangs.md): how many, where
+  // (the topology domain, or the nodes) and until when; the title says since when it waits.
+  // No hold: a dash, titled with why not when schedext knows.
+  function holdCell(gang) {
+    const hold = gang.hold;
+    if (!hold) {
+      return el("td", { class: "gang-hold empty", "data-held": "false", title: gang.holdWhyNot || null, text: "\u2014" });
+    }
+    const nodes = Object.keys(hold.nodes).sort();
+    const where = hold.domain
+      ? `${hold.level} ${hold.domain}`
+      : nodes.slice(0, 4).join(", ") + (nodes.length > 4 ? ` and ${nodes.length - 4} more` : "");
+    return el(
+      "td",
+      {
+        class: "gang-hold",
+        "data-held": "true",
+        "data-gpus": hold.gpus,
+        "data-expires": hold.expires,
+        title: `waiting since ${hold.waitingSince}; held since ${hold.started}; ${Math.round(hold.idleGpuSeconds)} GPU-seconds idle so far`,
+      },
+      el("span", { class: "hold-gpus", text: `${hold.gpus} GPUs` }),
+      " on ",
+      el("span", { class: "hold-where", text: where }),
+      el("span", { class: "hold-until", text: `until ${hold.expires}` }),
     );
   }
 
@@ -479,12 +508,13 @@
       },
       el("th", { scope: "row", class: "gang-group", text: gang.group }),
       el("td", {}, el("span", { class: `phase phase-${gang.phase.toLowerCase()}`, text: gang.phase })),
-      el("td", {}, usageBar(gang.scheduled, gang.waiting, scale, quorum)),
+      el("td", {}, usageBar(gang.scheduled, gang.waiting, scale, quorum, `${placed}/${gang.minMember} placed`)),
       el("td", { class: "gang-placed num", text: `${placed} / ${gang.minMember}` }),
       el("td", { class: "gang-members num", text: gang.members }),
       el("td", { class: "gang-scheduled num", text: gang.scheduled }),
       el("td", { class: "gang-running num", text: gang.running }),
       el("td", { class: "gang-waiting num", text: gang.waiting }),
+      holdCell(gang),
     );
   }
 
@@ -587,12 +617,12 @@
         },
         el("th", { scope: "row", class: "model-name" }, pick),
         el("td", { class: "model-nodes num", text: m.nodes }),
-        el("td", {}, usageBar(used, 0, m.gpus, label)),
+        el("td", {}, usageBar(used, 0, m.gpus, label, `${used}/${count(m.gpus, "GPU")} used`)),
         el("td", { class: "model-free num", text: m.free }),
         el("td", { class: "model-gpus num", text: m.gpus }),
         el("td", { class: `model-unhealthy num${m.unhealthy > 0 ? " alarm" : ""}`, text: m.unhealthy }),
         el("td", { class: "model-shared num", text: m.shared }),
-        el("td", { class: "model-mig num", text: m.migDevices > 0 ? `${m.migFree} / ${m.migDevices}` : "none" }),
+        el("td", { class: "model-mig num", text: m.migDevices > 0 ? `${m.migFree} / ${m.migDevices}` : "\u2013", title: m.migDevices > 0 ? null : "no MIG devices" }),
       );
     });
   }
@@ -622,6 +652,17 @@
         "th",
         { scope: "row", class: "pending-pod" },
         el("a", { class: "explain-link", href: explainHref(pod), title: `Why ${pod.pod} waits, node by node`, text: pod.pod }),
+      ),
+      el(
+        "td",
+        { class: "pending-why" },
+        // The last filter's reason, linked to the node-by-node explanation.
+        el("a", {
+          class: "why-link",
+          href: explainHref(pod),
+          title: `Why ${pod.pod} waits, node by node`,
+          text: pod.why || "not turned away by a filter yet",
+        }),
       ),
       el("td", { class: "pending-asks", text: asks(pod) }),
       el("td", { class: "pending-model", text: pod.gpuModel || "any" }),
@@ -793,6 +834,17 @@
     banner.hidden = false;
   }
 
+  // What a refused /inventory says: its JSON Error ("inventory not synced: ..."), else the status.
+  async function failure(response) {
+    const status = `HTTP ${response.status} ${response.statusText}`.trim();
+    try {
+      const body = await response.json();
+      return body && typeof body.Error === "string" ? `${status}: ${body.Error}` : status;
+    } catch {
+      return status;
+    }
+  }
+
   async function refresh() {
     // A slow server must not pile up requests: skip a tick while one is still out.
     if (inFlight) return;
@@ -803,7 +855,7 @@
         headers: { Accept: "application/json" },
         signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
       });
-      if (!response.ok) throw new Error(`HTTP ${response.status} ${response.statusText}`.trim());
+      if (!response.ok) throw new Error(await failure(response));
       const body = await response.text();
       // Redraw only on change, so an open tooltip is not swept away every 2 s.
       if (body !== lastBody) {

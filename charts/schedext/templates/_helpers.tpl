@@ -19,9 +19,20 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
+{{/*
+The labels a selector matches (Deployments, the DaemonSet, Services, PodDisruptionBudgets,
+anti-affinity, PodMonitors): the component's name and the release, so that nothing selects
+the pods of another release or of a plain-manifests install. A Deployment's selector cannot
+change in place: docs/deploy.md, "Upgrades", says what an upgrade from chart 0.1.0 needs.
+*/}}
+{{- define "schedext.selectorLabels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end }}
+
 {{/* Pod template labels: the selector's, and the user's. */}}
 {{- define "schedext.podLabels" -}}
-app.kubernetes.io/name: {{ .name }}
+{{ include "schedext.selectorLabels" . }}
 app.kubernetes.io/part-of: schedext
 {{- with .extra }}
 {{ toYaml . }}
@@ -256,5 +267,59 @@ a sentence saying why.
 {{- end }}
 {{- if and .Values.agent.enabled (eq .Values.agent.namespace .Release.Namespace) }}
 {{- fail (printf "agent.namespace must differ from the release namespace %s: the agent needs root and a hostPath, which the \"restricted\" Pod Security Standard of the release namespace forbids" .Release.Namespace) }}
+{{- end }}
+{{- include "schedext.validateSettings" . }}
+{{- end }}
+
+{{/*
+schedext's own rules between settings, which values.schema.json cannot express: a rendering
+helm accepts is one schedext starts with (tests/e2e/test_chart.py runs `schedext config
+--check` on each). The words are schedext's (app/service/settings.py), prefixed with
+"schedext.config: "; the settings are merged over their defaults from files/settings.json,
+which scripts/gen-chart-schema writes from the settings. The listener settings are the
+chart's: it sets them from mode, metrics.port and views.port, as flags.
+*/}}
+{{- define "schedext.validateSettings" -}}
+{{- $rules := .Files.Get "files/settings.json" | fromJson }}
+{{- $given := .Values.schedext.config | default dict }}
+{{- $cfg := mergeOverwrite (deepCopy $rules.defaults) (deepCopy $given) }}
+{{- range $key := list "host" "port" "tls_cert_file" "tls_key_file" "tls_client_ca_file" "insecure_allow_remote" "metrics_port" "views_port" }}
+{{- if hasKey (dig "server" dict $given) $key }}
+{{- fail (printf "schedext.config: server.%s is the chart's to set (from mode, metrics.port and views.port, as flags): remove it" $key) }}
+{{- end }}
+{{- end }}
+{{- $maxWait := float64 $cfg.gang.max_wait_s }}
+{{- $api := float64 $cfg.bind.api_deadline_s }}
+{{- $timeout := float64 $cfg.bind.extender_http_timeout_s }}
+{{- $margin := float64 $rules.bindAnswerMarginS }}
+{{- if gt (addf $maxWait $api $margin) $timeout }}
+{{- fail (printf "schedext.config: gang.max_wait_s (%g) + bind.api_deadline_s (%g) + %gs to answer must not exceed bind.extender_http_timeout_s (%g), kube-scheduler's extender httpTimeout: kube-scheduler would give up on binds that still go through" $maxWait $api $margin $timeout) }}
+{{- end }}
+{{- if or $cfg.leader.enabled (and (eq .Values.mode "mtls") .Values.schedext.leaderElect) }}
+{{- $renew := float64 $cfg.leader.renew_deadline_s }}
+{{- $lease := float64 $cfg.leader.lease_duration_s }}
+{{- if ge (addf $renew $api) $lease }}
+{{- fail (printf "schedext.config: leader.renew_deadline_s (%g) + bind.api_deadline_s (%g) must stay below leader.lease_duration_s (%g)" $renew $api $lease) }}
+{{- end }}
+{{- if ge (float64 $cfg.leader.retry_period_s) $renew }}
+{{- fail "schedext.config: leader.retry_period_s must be shorter than leader.renew_deadline_s" }}
+{{- end }}
+{{- end }}
+{{- range .Values.schedext.env }}
+{{- $name := .name | upper }}
+{{- if and (hasPrefix "SCHEDEXT_" $name) (not (has $name $rules.variables)) }}
+{{- $mapKey := false }}
+{{- range $rules.variablePrefixes }}
+{{- if hasPrefix . $name }}{{ $mapKey = true }}{{ end }}
+{{- end }}
+{{- if not $mapKey }}
+{{- fail (printf "schedext.env: %s names no setting of schedext (docs/configuration.md lists the variables it reads)" .name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range .Values.agent.env }}
+{{- if and (hasPrefix "SCHEDEXT_AGENT_" (.name | upper)) (not (has (.name | upper) $rules.agentVariables)) }}
+{{- fail (printf "agent.env: %s names no setting of schedext agent (docs/configuration.md lists the variables it reads)" .name) }}
+{{- end }}
 {{- end }}
 {{- end }}
