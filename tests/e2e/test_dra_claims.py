@@ -148,8 +148,14 @@ def test_a_mixed_node_is_refused_to_schedexts_gpu_pods_without_the_fence(
 
     message = eventually(refused, message="no FailedScheduling saying the GPUs are offered twice")
     assert "dra.fence" in message
-    conditions = cluster.get_pod("gpu-pod")["status"]["conditions"]
-    scheduled = next(c for c in conditions if c["type"] == "PodScheduled")
+
+    def unschedulable() -> dict[str, str] | None:
+        # kube-scheduler posts the event and patches the pod's status apart: either may be
+        # seen first.
+        conditions = cluster.get_pod("gpu-pod")["status"].get("conditions", [])
+        return next((c for c in conditions if c["type"] == "PodScheduled"), None)
+
+    scheduled = eventually(unschedulable, message="no PodScheduled condition on the pod")
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
     assert "offered twice" in scheduled["message"]
     assert not cluster.get_pod("gpu-pod")["spec"].get("nodeName")
