@@ -111,6 +111,7 @@ class PodMarks:
 
     def __init__(self) -> None:
         self._marks: dict[str, tuple[int, Holding]] = {}
+        self.skipped = 0  # events found to change nothing, ever
 
     def __len__(self) -> int:
         return len(self._marks)
@@ -123,7 +124,7 @@ class PodMarks:
         last = self._marks.get(uid)
         if last is None or last[0] != mark:
             return False
-        return (
+        unchanged = (
             books.inventory.holding(uid) is last[1]
             and not books.pending.knows(uid)
             and not books.wakeups.knows(uid)
@@ -132,6 +133,8 @@ class PodMarks:
             and books.gangs.group_of(uid) is None
             and not books.dra.knows_pod(uid)
         )
+        self.skipped += unchanged
+        return unchanged
 
     def record(self, books: Books, holding: Holding, mark: int | None) -> None:
         """The intake applied a bound pod's event of fingerprint ``mark``; ``holding`` is

@@ -245,7 +245,7 @@ class _Timer:
         for stage, profile in self._per_stage.items():
             out.write(f"\n===== {stage}\n")
             stats = pstats.Stats(profile, stream=out)
-            stats.sort_stats("tottime").print_stats(top)
+            stats.sort_stats("cumulative").print_stats(top)
         return out.getvalue()
 
 

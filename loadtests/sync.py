@@ -597,6 +597,8 @@ def _steady(
     # it has processed the whole stream.
     after_stream = _lag(pool, schedext, plan, victims[0])
     cpu_s = kubeload.cpu_seconds(pid) - cpu_before
+    # Events the intake found to change nothing (a tree without the metric: 0).
+    skipped = schedext.scrape().total("schedext_pod_events_skipped_total")
     profile = sampler.stop()
     net_cpu_s = max(0.0, cpu_s - idle_rate * (time.monotonic() - began))
     idle_lags = []
@@ -608,6 +610,7 @@ def _steady(
         "updates": stream.summary(),
         "offered_rate": args.update_rate,
         "updated_pods": min(args.updated_pods or plan.pods, plan.pods),
+        "events_skipped": int(skipped),
         "idle_cpu_ms_per_s": round(idle_rate * 1000, 2),
         "stream_cpu_ms": round(cpu_s * 1000),
         "cpu_ms_per_1000_updates": round(net_cpu_s * 1000 * per_1000, 1),
@@ -702,7 +705,8 @@ def _print(report: JSON) -> None:
         rows += [
             ("updates", f"{u['done']:,} PATCHes at {u['per_second']:.0f}/s "
              f"(offered {steady['offered_rate']:g}/s) to "
-             f"{steady.get('updated_pods', 0):,} pods", ""),
+             f"{steady.get('updated_pods', 0):,} pods; "
+             f"{steady.get('events_skipped', 0):,} pod events skipped", ""),
             ("schedext CPU / 1,000 updates", f"{steady['cpu_ms_per_1000_updates']:.0f} ms "
              f"(raw {steady['cpu_ms_per_1000_updates_raw']:.0f} ms; idle "
              f"{steady['idle_cpu_ms_per_s']:.1f} ms/s subtracted)", ""),
