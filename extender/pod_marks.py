@@ -20,7 +20,8 @@ the event is applied, and every other one and asserts that it is skipped.
 
 Only plain bound pods are marked (not a gang's members, nor pods with DRA claims), and a mark
 goes with its pod (deleted, finished, unbound) and with every relist: memory is one small
-entry per bound pod that has changed since the last list.
+entry per bound pod that has changed since the last list. The shell reports both
+(``schedext_pod_events_skipped_total``, ``schedext_pod_marks``).
 """
 
 from __future__ import annotations
@@ -138,9 +139,9 @@ class PodMarks:
 
     def record(self, books: Books, holding: Holding, mark: int | None) -> None:
         """The intake applied a bound pod's event of fingerprint ``mark``; ``holding`` is
-        what it decoded (not a gang's member, no DRA claims)."""
+        what it decoded and recorded (the inventory keeps it, or an equal one it had)."""
         held = books.inventory.holding(holding.uid)
-        if mark is None or held != holding or holding.group is not None:
+        if mark is None or held is None or holding.group is not None:
             self._marks.pop(holding.uid, None)
             return
         self._marks[held.uid] = (mark, held)
