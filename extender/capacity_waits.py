@@ -124,6 +124,10 @@ class WaitBook:
         """How many pods wait, or are due a nudge."""
         return len(self._waiters) + len(self._due)
 
+    def knows(self, uid: str) -> bool:
+        """Whether pod ``uid`` waits, or is due a nudge."""
+        return uid in self._waiters or uid in self._due
+
     def waiting(self, kind: str, key: str) -> bool:
         """Whether some pod waits for ``key`` of ``kind``."""
         return (kind, key) in self._on

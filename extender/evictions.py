@@ -55,6 +55,10 @@ class EvictionBook:
     def __len__(self) -> int:
         return len(self._approvals) + len(self._retry)
 
+    def knows(self, preemptor: str) -> bool:
+        """Whether an approval or a nudge of ``preemptor`` is kept."""
+        return preemptor in self._approvals or preemptor in self._retry
+
     def record(self, preemptor: str, victims: Mapping[str, Iterable[str]], now: float) -> None:
         """Preempt approved ``victims`` (per node) for ``preemptor``: replaces any earlier
         approval for it (kube-scheduler acts on the latest answer only)."""

@@ -12,7 +12,7 @@ events.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from extender import fields
@@ -40,6 +40,7 @@ from extender.ipam import IPClaimSpec, IPPoolSpec, ip_claim_spec, ip_pool_spec
 from extender.model import Holding, HoldingKind, NodeSpec, PodRequest
 from extender.nodes import node_spec
 from extender.pending import PendingPods
+from extender.pod_marks import PodMarks, bound, fingerprint
 from extender.quotas import Departures, QuotaBook, QuotaError, QuotaSpec, quota_spec
 from extender.requests import (
     PodRequestError,
@@ -60,7 +61,8 @@ Spec = TypeVar("Spec")
 class Books:
     """What cluster events change: the inventory (nodes, holdings, addresses), the pending
     pods, the gangs' members and groups, preempt's approvals, StatefulSet identities, the
-    team quotas, the pods waiting for something to be freed, DRA's claims ledger."""
+    team quotas, the pods waiting for something to be freed, DRA's claims ledger; and what
+    the intake last applied of each bound pod (:mod:`extender.pod_marks`)."""
 
     inventory: Inventory
     pending: PendingPods
@@ -73,6 +75,7 @@ class Books:
     quotas: QuotaBook
     wakeups: WakeUps
     dra: ClaimsLedger
+    marks: PodMarks = field(default_factory=PodMarks)
 
 
 class Intake:
@@ -108,6 +111,7 @@ class Intake:
 
     def delete_pod(self, uid: str) -> None:
         b = self._books
+        b.marks.forget(uid)
         _charge(b, b.dra.delete_pod(uid))
         b.inventory.remove_holding(uid)
         b.wakeups.pod_gone(uid, b.pending.get(uid))
@@ -290,6 +294,9 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
     uid = fields.text(meta, "uid")
     if not uid:
         return
+    mark = fingerprint(pod) if bound(pod) else None
+    if mark is not None and b.marks.applied(b, uid, mark):
+        return  # nothing it reads changed since it was applied (a status update, most often)
     identity = statefulset_identity(meta)
     if identity is not None:
         b.statefulsets.set_identity(uid, identity)
@@ -305,7 +312,9 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
         b.gangs.track(uid, holding.group, None)
         b.evictions.placed(uid)
         b.departures.placed(uid)
+        b.marks.record(b, holding, mark)
         return
+    b.marks.forget(uid)
     held = b.inventory.holding(uid)
     if held is not None and held.kind is HoldingKind.BOUND:
         b.inventory.remove_holding(uid)  # the pod finished
@@ -379,6 +388,7 @@ class PodRelist:
 
     def commit(self) -> None:
         b = self._books
+        b.marks.clear()  # what was applied before the list says nothing of what it holds
         _charge(b, b.dra.keep_pods(self._live))
         b.inventory.replace_bound(self._bound, live=self._live)
         b.gangs.replace_members(self._members)

@@ -250,6 +250,8 @@ class Inventory(NodeSlots):
         old = self._holdings.get(holding.uid)
         if old == holding:
             return False
+        if old is not None and _retag(self, old, holding):
+            return True
         if old is not None:
             self._unrecord(old)
         self._holdings[holding.uid] = holding
@@ -259,16 +261,7 @@ class Inventory(NodeSlots):
         if holding.ip is not None:
             # A second pod claiming a held address (broken outside schedext) is not recorded:
             # the first holder keeps it, and schedext never hands it out again.
-            self.addresses.hold(
-                IPUse(
-                    address=int(ipaddress.ip_address(holding.ip)),
-                    pool=holding.ip_pool or "",
-                    uid=holding.uid,
-                    pod=holding.key,
-                    node=holding.node,
-                    priority=holding.priority,
-                )
-            )
+            self.addresses.hold(_address(holding))
         self._holdings_by_node.setdefault(holding.node, {})[holding.uid] = None
         slot = self._slots.get(holding.node)
         if slot is not None:
@@ -352,6 +345,55 @@ class Inventory(NodeSlots):
         state.reset()
         for uid in self._holdings_by_node.get(state.spec.name, {}):
             state.apply(self._holdings[uid])
+
+
+# What a holding is but where it sits: its kind, expiry and phase. A bind's reservation
+# confirmed, then seen bound by the watch, changes only these.
+_TAGS = frozenset({"kind", "expires_at", "running"})
+_PLACE = tuple(f.name for f in dataclasses.fields(Holding) if f.name not in _TAGS)
+
+
+def _retag(inventory: Inventory, old: Holding, new: Holding) -> bool:
+    """Record ``new`` in place of ``old`` when it differs only in its tags and its node would
+    count it exactly as it counts ``old``: then its node's row is left as it is (the full
+    path takes it away and applies it again, writing the row twice, for the same row). The
+    rest is done as the full path does it, orders included. False, having done nothing,
+    otherwise."""
+    if old.node != new.node or any(getattr(old, f) != getattr(new, f) for f in _PLACE):
+        return False
+    slot = inventory._slots.get(new.node)
+    state = None if slot is None else inventory._state(slot)
+    if state is not None and not state.keeps(new):
+        return False
+    uid = new.uid
+    inventory._use.remove(old)
+    inventory._use.add(new)
+    inventory._reserved.discard(uid)
+    if new.kind is HoldingKind.RESERVED:
+        inventory._reserved.add(uid)
+    inventory.addresses.release(uid)
+    if new.ip is not None:
+        inventory.addresses.hold(_address(new))
+    inventory._holdings[uid] = new
+    on_node = inventory._holdings_by_node[new.node]
+    del on_node[uid]
+    on_node[uid] = None
+    if state is not None:
+        state.move_last(uid)
+    inventory._changed()
+    return True
+
+
+def _address(holding: Holding) -> IPUse:
+    assert holding.ip is not None
+    return IPUse(
+        address=int(ipaddress.ip_address(holding.ip)),
+        pool=holding.ip_pool or "",
+        uid=holding.uid,
+        pod=holding.key,
+        node=holding.node,
+        priority=holding.priority,
+    )
 
 
 def _with_claimed(spec: NodeSpec, claimed: _Claimed) -> NodeSpec:

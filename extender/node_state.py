@@ -160,6 +160,34 @@ class NodeState:
                 by_index[index].append(uid)
         return [tuple(uids) for uids in by_index]
 
+    def keeps(self, holding: Holding) -> bool:
+        """Whether taking away what pod ``holding.uid`` added and applying ``holding`` would
+        leave this state as it is, but for order: a holding of whole GPUs (no share, no MIG
+        device) that would be counted exactly as its pod is now (the same GPUs, or the same
+        anonymous count, CPU and memory)."""
+        applied = self.applied.get(holding.uid)
+        if applied is None or applied.share_ids or holding.share.devices:
+            return False
+        if holding.mig or holding.mig_uuids or holding.uid in self.mig.applied:
+            return False
+        dra_only = not self.holders and self.spec.dra is not None
+        wanted = self._by_uuid(holding) or holding.gpu_ids or self._reported(holding)
+        ids: tuple[int, ...] = ()
+        if (
+            wanted is not None
+            and len(wanted) == holding.gpus
+            and all(self._whole_free(i, but=holding.uid) for i in wanted)
+        ):
+            ids = wanted
+        anonymous = 0 if dra_only or ids else holding.gpus
+        return applied == Applied(ids, anonymous, holding.cpu_milli, holding.memory_bytes)
+
+    def move_last(self, uid: str) -> None:
+        """Count ``uid``'s holding last, as applying it again would."""
+        applied = self.applied.pop(uid, None)
+        if applied is not None:
+            self.applied[uid] = applied
+
     def apply(self, holding: Holding) -> None:
         """Count ``holding`` on this node: its annotated GPU indices where they are free (for a
         share: not held whole), else as many anonymous GPUs, and its CPU and memory."""
@@ -188,10 +216,12 @@ class NodeState:
         self.memory_used += holding.memory_bytes
         self.applied[holding.uid] = Applied(ids, anonymous, holding.cpu_milli, holding.memory_bytes)
 
-    def _whole_free(self, index: int) -> bool:
+    def _whole_free(self, index: int, *, but: str | None = None) -> bool:
+        """Whether GPU ``index`` is free to take whole (``but``: held by that pod counts as
+        free)."""
         return (
             0 <= index < len(self.holders)
-            and self.holders[index] is None
+            and self.holders[index] in (None, but)
             and not (self.sharers[index])
             and index not in self.spec.gpu_mig
         )

@@ -47,6 +47,10 @@ class PendingPods:
     def get(self, uid: str) -> PodRequest | None:
         return self._pods.get(uid)
 
+    def knows(self, uid: str) -> bool:
+        """Whether anything is kept of ``uid``: its request, a refusal, a reason it waits."""
+        return uid in self._pods or uid in self._refused or uid in self._why
+
     def find(self, namespace: str, name: str) -> PodRequest | None:
         """By name (a scan: for operators' questions, not the hot path)."""
         return next(

@@ -45,6 +45,7 @@ from extender.model import (
     Reason,
 )
 from extender.pending import PendingPods
+from extender.pod_marks import PodMarks
 from extender.policy import PolicyConfig
 from extender.preempt_verb import PreemptVerb
 from extender.preemption import GangVictims
@@ -113,6 +114,8 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         self._choices = ChoiceBook(capacity=min(pending_capacity, 1024))
         # What reclaim's earlier approvals may be taking away while the watch lags.
         self._departures = Departures(ttl_s=victim_memory_s, capacity=pending_capacity)
+        # What the intake last applied of each bound pod (extender.pod_marks).
+        self._marks = PodMarks()
         super().__init__(
             Books(
                 inventory=self._inventory,
@@ -126,6 +129,7 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
                 quotas=self._quotas,
                 wakeups=self._wakeups,
                 dra=self._dra,
+                marks=self._marks,
             )
         )
         # kube-scheduler sends prioritize exactly the list filter returned; remembering the

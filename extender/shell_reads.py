@@ -33,6 +33,7 @@ from extender.inventory import Inventory
 from extender.ipam import IPClaimSpec
 from extender.model import GroupStatus, PodRequest
 from extender.pending import PendingPods
+from extender.pod_marks import PodMarks
 from extender.quotas import QuotaBook, QuotaSpec, Shadowed
 from extender.statefulsets import StatefulSetBook
 from extender.tally import Amounts
@@ -53,6 +54,7 @@ class ShellReads:
     _statefulsets: StatefulSetBook
     _dra: ClaimsLedger
     _holds: HoldKeeper
+    _marks: PodMarks
 
     # ----------------------------------------------------------------- views
 
@@ -91,6 +93,16 @@ class ShellReads:
     @property
     def reservation_count(self) -> int:
         return self._inventory.reservation_count
+
+    @property
+    def pod_events_skipped(self) -> int:
+        """Pod events the intake skipped, ever: they changed nothing it reads."""
+        return self._marks.skipped
+
+    @property
+    def pod_marks(self) -> int:
+        """Bound pods the intake keeps a mark of (one small entry each)."""
+        return len(self._marks)
 
     def quotas(self) -> list[QuotaSpec]:
         """The team quotas that apply, one per namespace (what each uses:

@@ -61,6 +61,10 @@ class WakeUps:
     def __len__(self) -> int:
         return len(self._book)
 
+    def knows(self, uid: str) -> bool:
+        """Whether pod ``uid`` waits, or is due a nudge."""
+        return self._book.knows(uid)
+
     # ------------------------------------------------------------- filter's side
 
     def turned_away(

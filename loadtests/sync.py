@@ -12,7 +12,9 @@ Against the end-to-end harness's real etcd + kube-apiserver (loopback only) it:
    CRDs), sampling VmRSS every 0.2 s; checks that its inventory holds exactly the GPUs the pods
    hold; reads VmHWM;
 3. sends K label PATCHes to bound pods at a fixed rate and charges schedext's CPU time
-   (/proc utime+stime, less an idle baseline) per 1,000 updates;
+   (/proc utime+stime, less an idle baseline) per 1,000 updates: each to a pod of its own
+   (the first update of each since the list), or with ``--updated-pods P`` over P pods in
+   turn (a pod updated again and again, as the kubelet updates a running pod's status);
 4. measures watch lag: deletes a pod that holds GPUs and polls /metrics until schedext's free
    GPU count shows it: once right after the stream, then a few times idle.
 
@@ -194,6 +196,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--updates", type=int, default=5000, help="K pod PATCHes (default 5000)")
     parser.add_argument("--update-rate", type=float, default=200.0, help="PATCHes per second")
+    parser.add_argument(
+        "--updated-pods",
+        type=int,
+        default=0,
+        help="spread the PATCHes over this many pods, each updated again and again (default 0: "
+        "every PATCH to a pod of its own, the first update of each since the list)",
+    )
     parser.add_argument("--concurrency", type=int, default=48, help="requests in flight (fill)")
     parser.add_argument(
         "--gpu-fill", type=float, default=1.0, help="share of each node's GPUs held (0..1)"
@@ -579,13 +588,17 @@ def _steady(
     began, cpu_before = time.monotonic(), kubeload.cpu_seconds(pid)
     deleted = set(itertools.islice(plan.gpu_pod_indices(), first))  # by earlier runs
     stream = pool.run(
-        "patches", _patches(plan, args.updates, deleted, run=victim_offset), rate=args.update_rate
+        "patches",
+        _patches(plan, args.updates, deleted, run=victim_offset, spread=args.updated_pods),
+        rate=args.update_rate,
     )
     _check(stream)
     # The delete travels behind every PATCH event on the same watch: when schedext shows it,
     # it has processed the whole stream.
     after_stream = _lag(pool, schedext, plan, victims[0])
     cpu_s = kubeload.cpu_seconds(pid) - cpu_before
+    # Events the intake found to change nothing (a tree without the metric: 0).
+    skipped = schedext.scrape().total("schedext_pod_events_skipped_total")
     profile = sampler.stop()
     net_cpu_s = max(0.0, cpu_s - idle_rate * (time.monotonic() - began))
     idle_lags = []
@@ -596,6 +609,8 @@ def _steady(
     figures: JSON = {
         "updates": stream.summary(),
         "offered_rate": args.update_rate,
+        "updated_pods": min(args.updated_pods or plan.pods, plan.pods),
+        "events_skipped": int(skipped),
         "idle_cpu_ms_per_s": round(idle_rate * 1000, 2),
         "stream_cpu_ms": round(cpu_s * 1000),
         "cpu_ms_per_1000_updates": round(net_cpu_s * 1000 * per_1000, 1),
@@ -610,12 +625,16 @@ def _steady(
     return figures
 
 
-def _patches(plan: Plan, count: int, deleted: set[int], *, run: int = 0) -> Iterator[Call]:
-    """Label PATCHes; ``run`` makes the values new (a PATCH that changes nothing is no event)."""
+def _patches(
+    plan: Plan, count: int, deleted: set[int], *, run: int = 0, spread: int = 0
+) -> Iterator[Call]:
+    """Label PATCHes; ``run`` makes the values new (a PATCH that changes nothing is no event);
+    ``spread``: over that many pods, in turn (0: every pod)."""
     # A large odd stride spreads the updates over nodes and over GPU and CPU pods alike.
     stride = 7919
+    spread = min(spread or plan.pods, plan.pods)
     for tick in range(count):
-        index = tick * stride % plan.pods
+        index = tick % spread * stride % plan.pods
         while index in deleted:
             index = (index + 1) % plan.pods
         name = plan.name(index)
@@ -685,7 +704,9 @@ def _print(report: JSON) -> None:
         u = steady["updates"]
         rows += [
             ("updates", f"{u['done']:,} PATCHes at {u['per_second']:.0f}/s "
-             f"(offered {steady['offered_rate']:g}/s)", ""),
+             f"(offered {steady['offered_rate']:g}/s) to "
+             f"{steady.get('updated_pods', 0):,} pods; "
+             f"{steady.get('events_skipped', 0):,} pod events skipped", ""),
             ("schedext CPU / 1,000 updates", f"{steady['cpu_ms_per_1000_updates']:.0f} ms "
              f"(raw {steady['cpu_ms_per_1000_updates_raw']:.0f} ms; idle "
              f"{steady['idle_cpu_ms_per_s']:.1f} ms/s subtracted)", ""),

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.kube.readiness import Readiness
@@ -260,11 +260,34 @@ def _unreadable(problems: Mapping[str, tuple[str, ...]]) -> GaugeMetricFamily:
     return unreadable
 
 
+def _intake_metrics(scheduler: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The pending pods, and what the pod intake skips."""
+    pending = GaugeMetricFamily(
+        "schedext_pending_pods", "Pending pods remembered between filter and bind."
+    )
+    pending.add_metric([], scheduler.pending_count)
+    yield pending
+    skipped = CounterMetricFamily(
+        "schedext_pod_events_skipped",
+        "Pod watch events the intake skipped: they changed nothing schedext reads (a status "
+        "update, a label it does not read).",
+    )
+    skipped.add_metric([], scheduler.pod_events_skipped)
+    yield skipped
+    marks = GaugeMetricFamily(
+        "schedext_pod_marks",
+        "Bound pods the intake keeps a digest of, to skip their events that change nothing "
+        "(one small entry each; cleared on every relist).",
+    )
+    marks.add_metric([], scheduler.pod_marks)
+    yield marks
+
+
 class _InventoryCollector(Collector):
     def __init__(self, scheduler: Callable[[], Scheduler | None]) -> None:
         self._scheduler = scheduler
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         scheduler = self._scheduler()
         if scheduler is None:
             return
@@ -324,11 +347,7 @@ class _InventoryCollector(Collector):
         yield shared
         yield _unreadable(inventory.problems)
         yield _owners(scheduler.dra_owners())
-        pending = GaugeMetricFamily(
-            "schedext_pending_pods", "Pending pods remembered between filter and bind."
-        )
-        pending.add_metric([], scheduler.pending_count)
-        yield pending
+        yield from _intake_metrics(scheduler)
         reserved = GaugeMetricFamily(
             "schedext_reservations", "GPU reservations of binds not yet seen bound."
         )

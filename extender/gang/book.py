@@ -70,6 +70,10 @@ class GangBook:
     def specs(self) -> list[PodGroupSpec]:
         return list(self._specs.values())
 
+    def group_of(self, uid: str) -> str | None:
+        """The group pod ``uid`` is tracked in; None when in none."""
+        return self._member_of.get(uid)
+
     def member_count(self, group: str) -> int:
         return len(self._members.get(group, {}))
 

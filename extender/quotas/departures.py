@@ -66,6 +66,10 @@ class Departures:
     def __len__(self) -> int:
         return len(self._approvals)
 
+    def knows(self, preemptor: str) -> bool:
+        """Whether an approval of ``preemptor`` is kept (a scan of the few there are)."""
+        return any(a.preemptor == preemptor for a in self._approvals)
+
     def record(self, preemptor: str, victims: Mapping[str, Iterable[str]], now: float) -> None:
         """Preempt approved ``victims`` (per node) for ``preemptor``. Unlike the eviction
         book, a later answer for the same preemptor does not replace this one: kube-scheduler
