@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
@@ -194,7 +194,7 @@ class HoldBook:
         rejections = tuple(
             Rejection(
                 f"schedext: this node's free GPUs are held for gang {group}, which has waited "
-                f"since {_clock(self._holds[group].waiting_since)} for all of its GPUs at once",
+                f"since {_stamp(self._holds[group].waiting_since)} for all of its GPUs at once",
                 resolvable=False,
                 nodes=nodes,
                 reason=Reason.GANG_HOLD,
@@ -270,10 +270,6 @@ def read_hold_record(group: str, text: str) -> Hold | None:
         return None
 
 
-def with_need(hold: Hold, need: Mapping[str, int]) -> Hold:
-    return replace(hold, need=tuple(sorted(need.items())))
-
-
 def _items(nodes: object) -> Iterable[tuple[object, object]]:  # a JSON object's
     if not isinstance(nodes, dict):
         raise TypeError("nodes is not an object")
@@ -294,7 +290,3 @@ def _unstamp(text: object) -> float:
     if not isinstance(text, str):
         raise TypeError("not a timestamp")
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def _clock(seconds: float) -> str:
-    return _stamp(seconds)

@@ -13,22 +13,9 @@ from typing import Any
 
 import httpx
 
-from app.service.assembly import Service
 from tests.api.conftest import Serve
 from tests.api.test_cli import SCHEDEXT, json_lines
-
-
-class UnsyncedSource:
-    """An inventory that never finishes listing."""
-
-    description = "a replica still listing"
-    watches_pods = True
-
-    async def start(self, service: Service) -> None:
-        service.readiness.set_not_ready("inventory not synced: pods not listed yet")
-
-    async def stop(self) -> None:
-        return None
+from tests.api.test_health import UnsyncedSource
 
 
 def _logged_until(output: Any, process: subprocess.Popen[bytes], message: str) -> list[Any]:

@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.service.assembly import Service
 from app.service.main import create_app
 from app.service.settings import load_settings
 from testbed.builders import make_pod
 from tests.api.server import running
+from tests.api.test_health import UnsyncedSource
 from tests.ui.browser import dump_dom
 from tests.ui.conftest import snapshot_server
 from tests.ui.dom import parse
@@ -46,19 +46,6 @@ def test_pending_pods_say_why_they_wait_and_bars_carry_their_numbers(tmp_path: P
     assert pools["r1"].one("bar-text").text() == "2/20 addresses used"
     (gang,) = page.all("gang-row")
     assert gang.one("bar-text").text() == "2/3 placed"
-
-
-class UnsyncedSource:
-    """An inventory that never finishes listing."""
-
-    description = "a replica still listing"
-    watches_pods = True
-
-    async def start(self, service: Service) -> None:
-        service.readiness.set_not_ready("inventory not synced: pods not listed yet")
-
-    async def stop(self) -> None:
-        return None
 
 
 def test_before_sync_the_page_says_not_synced(tmp_path: Path) -> None:
