@@ -247,6 +247,11 @@ class Inventory(NodeSlots):
 
     def upsert_holding(self, holding: Holding) -> bool:
         """Record what a pod holds (bound pod or reservation); False when unchanged."""
+        return self._upsert_holding(holding, None)
+
+    def _upsert_holding(self, holding: Holding, rows: dict[int, NodeState] | None) -> bool:
+        """``rows``: where to leave the node's state whose row is to be written, for a caller
+        that records many holdings and writes each node's row once (:meth:`replace_bound`)."""
         old = self._holdings.get(holding.uid)
         if old == holding:
             return False
@@ -264,12 +269,15 @@ class Inventory(NodeSlots):
             self.addresses.hold(_address(holding))
         self._holdings_by_node.setdefault(holding.node, {})[holding.uid] = None
         slot = self._slots.get(holding.node)
-        if slot is not None:
+        if slot is None:
+            self._changed()
+        elif rows is not None:
+            state = rows[slot] = self._state(slot)
+            state.apply(holding)
+        else:
             state = self._state(slot)
             state.apply(holding)
             self._sync(state)
-        else:
-            self._changed()
         return True
 
     def reserve(self, holding: Holding) -> None:
@@ -311,8 +319,13 @@ class Inventory(NodeSlots):
         ]
         for uid in stale:
             self.remove_holding(uid)
+        # Each node's row written once, not once per pod: a cold sync of 300,000 pods on
+        # 15,000 nodes wrote every row 20 times.
+        rows: dict[int, NodeState] = {}
         for holding in wanted.values():
-            self.upsert_holding(holding)
+            self._upsert_holding(holding, rows)
+        for state in rows.values():
+            self._sync(state)
 
     def expire(self, now: float) -> list[Holding]:
         """Drop reservations whose time is up (a bind that never completed)."""

@@ -4,12 +4,13 @@ from its effective request per resource (:mod:`extender.resource_totals`)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
 from extender import fields, mig, names
-from extender.config import ShareResources
+from extender.config import ShareResources, lenient
 from extender.dra import decode_pod_claims
 from extender.errors import PodRequestError
 from extender.fields import JSONObject
@@ -113,6 +114,7 @@ def _states_preferences(spec: JSONObject) -> bool:
 _AFFINITIES = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 
 
+@functools.lru_cache(maxsize=8)  # one or two configurations a process: not per pod
 def _resources(gpu_resource: str, shares: ShareResources) -> tuple[str, ...]:
     return tuple(dict.fromkeys((CPU, MEMORY, gpu_resource, *shares.names())))
 
@@ -245,9 +247,8 @@ def _held_share(
 ) -> GpuShare:
     """A bound pod's share: what bind wrote (the annotations are the record), else what its
     resources ask, read leniently: a bound pod is counted, never refused."""
-    lenient = dataclasses.replace(shares, count_required=False)
     try:
-        asked = _gpus_or_share(totals, gpu_resource, lenient)[1]
+        asked = _gpus_or_share(totals, gpu_resource, lenient(shares))[1]
     except PodRequestError:
         asked = NO_SHARE
     memory = fields.whole_number(annotations.get(names.GPU_SHARE_MEMORY, "").strip())

@@ -543,9 +543,10 @@ class ReadyTimes:
 class SchedextProcess:
     """``schedext serve --kubeconfig`` on a free loopback port, in its own process group.
 
-    ``profile``: run it under ``python -m cProfile -o PROFILE`` (the stats are written when it
-    exits after SIGTERM). ``root``: the source tree to run (another checkout, for before/after
-    comparisons on one cluster); its code comes first on the path."""
+    ``profile``: run it under ``python -m loadtests.cpuprofile -o PROFILE`` (cProfile on the
+    CPU clock; the stats are written when it exits after SIGTERM). ``root``: the source tree
+    to run (another checkout, for before/after comparisons on one cluster); its code comes
+    first on the path."""
 
     def __init__(
         self,
@@ -575,7 +576,9 @@ class SchedextProcess:
 
     def command(self) -> list[str]:
         """What :meth:`start` runs (a subclass may run another extender on the same port)."""
-        profiler = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
+        # CPU time, not wall time: on shared cores a wall-clock profile charges waiting for a
+        # CPU to whatever ran last (loadtests/cpuprofile.py).
+        profiler = ["-m", "loadtests.cpuprofile", "-o", str(self.profile)] if self.profile else []
         return [
             sys.executable, *profiler, "-m", "app.cli", "serve",
             "--kubeconfig", str(self.kubeconfig), "--port", str(self.port),

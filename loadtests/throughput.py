@@ -158,7 +158,12 @@ def _run_phases(
                 root = args.baseline.resolve() if phase == "C" else kubeload.ROOT
                 log = workdir / f"schedext-{name}.log"
                 env = variant.env if variant is not None else None
-                extender = SchedextProcess(cp.kubeconfig, log, root=root, env=env)
+                profile = (
+                    args.profile_dir / f"schedext-{name}.prof"
+                    if args.profile_dir is not None and phase != "C"
+                    else None
+                )
+                extender = SchedextProcess(cp.kubeconfig, log, root=root, env=env, profile=profile)
             run = Phase(
                 cp,
                 pool,
@@ -319,6 +324,11 @@ def _parser() -> argparse.ArgumentParser:
         "--py-spy", type=Path, help="py-spy binary: sample schedext during each timed A phase"
     )
     parser.add_argument("--py-spy-dir", type=Path, help="keep py-spy's raw stacks here")
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        help="run this tree's schedext under cProfile in each phase; its stats go here",
+    )
     parser.add_argument(
         "--pprof-dir",
         type=Path,

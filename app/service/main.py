@@ -207,6 +207,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     await service.events.start()
     # Collect young objects less often: tail latency is mostly GC pauses.
     gc.set_threshold(50_000, 20, 100)
+    service.pause_collector()  # until the inventory is synced (settle)
     await source.start(service)  # a snapshot is loaded here, a cluster listed in the background
     if service.readiness.synced:
         service.settle()

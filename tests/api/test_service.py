@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -115,6 +116,9 @@ def test_the_cluster_source_refuses_verbs_until_nodes_and_pods_are_listed(serve:
                 message="the cluster source did not list nodes and the rest",
             )
             assert fake.pods_requested.is_set()
+            # No cyclic collections while the first lists are decoded (they traversed the
+            # growing inventory again and again); back on once it is synced.
+            assert not gc.isenabled()
             ready = client.get("/readyz")
             assert ready.status_code == 503
             filtered = client.post("/filter", content=FILTER).json()
@@ -139,8 +143,10 @@ def test_the_cluster_source_refuses_verbs_until_nodes_and_pods_are_listed(serve:
             assert filtered["Error"] == ""
             assert filtered["FailedNodes"]["gpu-node-a"] == "schedext: fewer than 2 free GPUs"
             assert client.post("/prioritize", content=FILTER).status_code == 200
+            assert gc.isenabled()
     finally:
         fake.pods_released.set()
+        gc.enable()
 
 
 _PREEMPT = orjson.dumps(fixture("preempt_request_nodecache_true.json"))

@@ -131,3 +131,32 @@ def test_a_retag_leaves_the_books_as_the_full_path_does(
 def test_retags_happen(monkeypatch: pytest.MonkeyPatch) -> None:
     """The random histories do take the short path (else the test above proves nothing)."""
     assert sum(run(seed, True, monkeypatch)[1] for seed in range(10)) > 100
+
+
+def relisted(seed: int, *, one_by_one: bool) -> tuple[Any, ...]:
+    """A history, then a relist of random holdings: ``replace_bound`` (each node's row written
+    once) or, as it did before, each holding upserted and its row written at once."""
+    rng = random.Random(seed)
+    inventory = Inventory()
+    for name in NODES:
+        inventory.upsert_node(spec(name, uuids=rng.random() < 0.5))
+    for i in range(rng.randrange(0, 10)):
+        inventory.upsert_holding(holding(rng, f"before{i}"))
+    listed = [holding(rng, f"p{i}") for i in range(rng.randrange(1, 20))]
+    listed += [holding(rng, f"before{i}") for i in range(rng.randrange(0, 4))]  # changed
+    listed = [dataclasses.replace(h, kind=HoldingKind.BOUND, expires_at=None) for h in listed]
+    if one_by_one:
+        wanted = {h.uid: h for h in listed}
+        for held in list(inventory._holdings.values()):
+            if held.uid not in wanted and held.kind is HoldingKind.BOUND:
+                inventory.remove_holding(held.uid)
+        for h in wanted.values():
+            inventory.upsert_holding(h)
+    else:
+        inventory.replace_bound(listed)
+    return state(inventory)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_relist_writes_each_row_once_and_ends_as_one_upsert_at_a_time(seed: int) -> None:
+    assert relisted(seed, one_by_one=False) == relisted(seed, one_by_one=True)
