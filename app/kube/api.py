@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -189,13 +190,20 @@ class KubeApi:
 
 
 async def _lines(chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[bytes]:
+    """The watch's lines. Between two lines of one read the event loop runs once: a verb
+    that arrived meanwhile is answered before the next event is applied, rather than after
+    a whole burst of them (a relist of every pod on a node, a Job's pods deleted at once)."""
     buffer = b""
     try:
         async for chunk in chunks:
             buffer += chunk
             *complete, buffer = buffer.split(b"\n")
+            first = True
             for line in complete:
                 if line.strip():
+                    if not first:
+                        await asyncio.sleep(0)
+                    first = False
                     yield line
     except TransportError as error:
         raise ApiTransientError(f"watch {path} cut: {error}") from None

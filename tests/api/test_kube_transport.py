@@ -210,6 +210,43 @@ def test_a_watch_yields_whole_lines_however_the_body_is_cut() -> None:
     assert asyncio.run(main()) == events
 
 
+def test_the_loop_runs_between_the_lines_of_one_read() -> None:
+    """A burst of events in one read is not applied in one go: whatever became ready
+    meanwhile (a verb, here a task started at the first line) runs before the next line."""
+    wire = b"".join(orjson.dumps({"n": i}) + b"\n" for i in range(4))
+    done = asyncio.Event()
+
+    async def burst(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(wire)  # one write: the client reads it at once
+        await done.wait()
+        return response
+
+    async def main() -> list[object]:
+        order: list[object] = []
+
+        async def verb() -> None:
+            order.append("verb")
+
+        async with api_server({("GET", "/api/v1/pods"): burst}) as url:
+            api = KubeApi(config(url))
+            try:
+                async with api.stream_lines("/api/v1/pods", {}, read_timeout=5) as lines:
+                    async for line in lines:
+                        order.append(orjson.loads(line)["n"])
+                        if len(order) == 1:
+                            asyncio.get_running_loop().create_task(verb())
+                        if len(order) == 5:
+                            break
+            finally:
+                done.set()
+                await api.close()
+        return order
+
+    assert asyncio.run(main()) == [0, "verb", 1, 2, 3]
+
+
 async def read_into(
     got: list[bytes], watch: AbstractAsyncContextManager[AsyncIterator[bytes]]
 ) -> None:
