@@ -648,11 +648,12 @@ def in_blocks(records: Sequence[ProbeRecord], blocks: Sequence[Block]) -> dict[s
 
 
 def latency_figures(values: Sequence[float]) -> JSON:
-    """Count, p50, p90, p99 (nearest rank) and max, in ms."""
+    """Count, p50, p90, p99 (nearest rank), max and mean, in ms."""
     figures: JSON = {"count": len(values)}
     for q in (50, 90, 99):
         figures[f"p{q}_ms"] = round(kubeload.percentile(values, q), 3)
     figures["max_ms"] = round(max(values, default=math.nan), 3)
+    figures["mean_ms"] = round(sum(values) / len(values), 3) if values else math.nan
     return figures
 
 
@@ -799,19 +800,28 @@ def format_report(report: JSON) -> str:
         lines.append(f"machine: {machine['nproc']} CPUs ({machine['cpu_model']})")
     header = (
         f"  {'tree':<9}{'condition':<10}{'probes':>7}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>9}"
-        f"   {'queue':>6}{'handler':>8}   {'events/s':>8}  {'CPU ms/1k ev':>12}"
+        f"{'mean':>8}   {'queue':>6}{'handler':>8}{'total':>7}{'outside':>9}   {'events/s':>8}"
+        f"  {'CPU ms/1k ev':>12}"
     )
-    lines += ["", "  filter round trip, ms; server stages (mean ms)", header]
+    lines += [
+        "",
+        "  filter round trip (ms); on the server, mean ms from the event loop's first read of the",
+        "  request: queue (until its handler starts), handler, total; outside: the round trip's",
+        "  mean less the server's total (waiting to be read, the client, the wire)",
+        header,
+    ]
     for name, tree in report["by_tree"].items():
         for kind in (IDLE, CHURN):
             figures = tree["conditions"][kind]
             f, stages = figures["filter"], figures["stages_mean_ms"]
             rate = figures.get("events_per_s")
             cpu = figures.get("cpu_ms_per_1000_events")
+            outside = None if stages["total"] is None else f["mean_ms"] - stages["total"]
             lines.append(
                 f"  {name:<9}{kind:<10}{f['count']:>7}{_ms(f['p50_ms']):>8}{_ms(f['p90_ms']):>8}"
-                f"{_ms(f['p99_ms']):>8}{_ms(f['max_ms']):>9}   {_ms(stages['queue']):>6}"
-                f"{_ms(stages['handler']):>8}   {'-' if rate is None else f'{rate:.0f}':>8}"
+                f"{_ms(f['p99_ms']):>8}{_ms(f['max_ms']):>9}{_ms(f['mean_ms']):>8}   "
+                f"{_ms(stages['queue']):>6}{_ms(stages['handler']):>8}{_ms(stages['total']):>7}"
+                f"{_ms(outside):>9}   {'-' if rate is None else f'{rate:.0f}':>8}"
                 f"  {'-' if cpu is None else f'{cpu:.0f}':>12}"
             )
     lines += [

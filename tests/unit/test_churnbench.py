@@ -205,11 +205,13 @@ def test_probes_count_in_the_block_they_were_sent_in_and_only_if_ok() -> None:
     [
         (
             [float(v) for v in range(100, 0, -1)],
-            {"count": 100, "p50_ms": 50.0, "p90_ms": 90.0, "p99_ms": 99.0, "max_ms": 100.0},
+            {"count": 100, "p50_ms": 50.0, "p90_ms": 90.0, "p99_ms": 99.0, "max_ms": 100.0,
+             "mean_ms": 50.5},
         ),
-        ([7.0], {"count": 1, "p50_ms": 7.0, "p90_ms": 7.0, "p99_ms": 7.0, "max_ms": 7.0}),
+        ([7.0], {"count": 1, "p50_ms": 7.0, "p90_ms": 7.0, "p99_ms": 7.0, "max_ms": 7.0,
+                  "mean_ms": 7.0}),
         ([1.0, 2.0, 3.0, 40.0], {"count": 4, "p50_ms": 2.0, "p90_ms": 40.0, "p99_ms": 40.0,
-                                 "max_ms": 40.0}),
+                                 "max_ms": 40.0, "mean_ms": 11.5}),
     ],
 )  # fmt: skip
 def test_latency_figures_are_nearest_rank_percentiles(
@@ -221,7 +223,7 @@ def test_latency_figures_are_nearest_rank_percentiles(
 def test_latency_figures_of_no_probes_are_nan() -> None:
     figures = churnbench.latency_figures([])
     assert figures["count"] == 0
-    assert all(math.isnan(figures[k]) for k in ("p50_ms", "p99_ms", "max_ms"))
+    assert all(math.isnan(figures[k]) for k in ("p50_ms", "p99_ms", "max_ms", "mean_ms"))
 
 
 @pytest.mark.parametrize(
