@@ -92,6 +92,7 @@ IDLE, CHURN = "idle", "churn"
 STAGES = ("body", "queue", "handler", "total")
 STAGE_METRIC = "schedext_request_stage_seconds"
 OK, REFUSED, FAILED = "ok", "no node", "failed"
+OTHERS_WARN = 0.1  # a share of the machine's CPU time (all CPUs) taken by other processes
 CPU_NAMES = ("schedext", "kube-apiserver", "etcd", "probe", "benchmark", "others")
 
 Slot = tuple[int, int]  # (node index in the plan, GPU id)
@@ -784,6 +785,22 @@ def _times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def others_share(report: JSON) -> float | None:
+    """The share of the machine's CPU time (every CPU) in all blocks of every run that
+    processes other than this benchmark's took; None without the figures."""
+    nproc = (report.get("machine") or {}).get("nproc")
+    others = wall = 0.0
+    for runs in (report.get("runs") or {}).values():
+        for run in runs:
+            for kind in (IDLE, CHURN):
+                cpu = run["conditions"][kind]["cpu_s"]
+                others += cpu.get("others", 0.0)
+                wall += cpu.get("wall", 0.0)
+    if not nproc or not wall:
+        return None
+    return others / (wall * int(nproc))
+
+
 def format_report(report: JSON) -> str:
     """The figures as text: per tree and condition, the filter's percentiles, its stages on the
     server, the churn's rate and CPU; the ratios churn/idle against the target."""
@@ -833,6 +850,12 @@ def format_report(report: JSON) -> str:
             cpu = tree["conditions"][kind]["cpu_s"]
             parts = ", ".join(f"{k} {cpu[k]:.1f}" for k in CPU_NAMES if k in cpu)
             lines.append(f"  {name:<9}{kind:<10}{parts} in {cpu.get('wall', 0):.0f} s wall")
+    busy = others_share(report)
+    if busy is not None and busy > OTHERS_WARN:
+        lines.append(
+            f"  WARNING: other processes took {busy:.0%} of the machine's CPU in the blocks: "
+            "the latencies measure them too"
+        )
     lines.append("")
     for name, tree in report["by_tree"].items():
         ratios = tree["ratios"]

@@ -331,3 +331,26 @@ def test_a_plan_without_room_for_the_churn_is_a_usage_error(
 def test_params_keep_paths_as_text() -> None:
     args = argparse.Namespace(baseline=churnbench.Path("/x"), rate=200.0)
     assert churnbench._params(args) == {"baseline": "/x", "rate": 200.0}
+
+
+@pytest.mark.parametrize(
+    ("others", "warned"), [(1.0, False), (4.0, False), (4.1, True), (19.0, True)]
+)
+def test_the_report_warns_when_other_processes_took_the_machine(
+    others: float, warned: bool
+) -> None:
+    # 2 CPUs, 10 + 10 s of blocks: 40 CPU seconds, a warning past 10 % of them
+    blocks = [block(IDLE, 0, 10), block(CHURN, 10, 20, cpu=1.0, events=100, stream=1.0)]
+    blocks[0].cpu = {"others": others / 2, "wall": 10.0}
+    blocks[1].cpu = {"others": others / 2, "wall": 10.0}
+    run = churnbench.summarize([ProbeRecord(1, 1.0, 0, OK), ProbeRecord(11, 1.0, 0, OK)], blocks)
+    report = {
+        "machine": {"nproc": 2, "cpu_model": "test"},
+        "params": churnbench._params(churnbench._parser().parse_args([])),
+        "cluster": {"nodes": 1, "gpus": 8, "pods": 1, "churn_pods": 1},
+        "runs": {"current": [run]},
+        "by_tree": {"current": run},
+        "total_s": 1.0,
+    }
+    assert churnbench.others_share(report) == pytest.approx(others / 40)
+    assert ("WARNING: other processes took" in churnbench.format_report(report)) is warned
