@@ -34,6 +34,11 @@ Against the end-to-end harness's real etcd + kube-apiserver (loopback only) it:
    ``schedext_request_stage_seconds``, where a filter spent its time on the server (body read,
    queue until its handler starts, handler) in each condition.
 
+With ``--control`` each round has a third block: the same mix at the same rate on ConfigMaps of
+about a churn pod's size, which schedext does not watch. It loads the API server, etcd and this
+benchmark as the churn does, without a pod event: churn against control is what schedext's
+watch work costs filter, control against idle what sharing the machine's CPUs costs it.
+
 With ``--baseline DIR`` another checkout's schedext is measured on the same cluster: each rep
 runs this tree's schedext, then the baseline's (the order alternating rep by rep), each a fresh
 process through the whole block sequence, stopped before the other starts (only one schedext
@@ -42,6 +47,7 @@ watches the churn at a time). The churn carries on from one measurement to the n
     python -m loadtests.churnbench                        # 1,000 nodes, 10,000 pods, 6 pairs
     python -m loadtests.churnbench --nodes 500 --pods 5000 --blocks 3 --block-s 8
     python -m loadtests.churnbench --baseline ../schedext-before --json churn.json
+    python -m loadtests.churnbench --nodes 500 --pods 5000 --control   # + ConfigMap churn
 
 Bounded: every block ends by itself (the catch-up within ``--catch-up-timeout`` or an error),
 the probe process stops when told or at its own deadline.
@@ -87,12 +93,14 @@ SENTINEL_MODEL = "NVIDIA-SENTINEL-TEST"
 SENTINEL_NODE = "churn-sentinel"
 SENTINEL_POD = "churn-sentinel"
 TARGET_RATIO = 1.5
+CONTROL_BYTES = 4000  # a churn pod as the API server stores it is about 4 KB
 PATCH_STRIDE = 7919  # a large prime: consecutive PATCHes land on pods of other nodes
-IDLE, CHURN = "idle", "churn"
+IDLE, CHURN, CONTROL = "idle", "churn", "control"
+CONDITIONS = (IDLE, CHURN, CONTROL)
 STAGES = ("body", "queue", "handler", "total")
 STAGE_METRIC = "schedext_request_stage_seconds"
 OK, REFUSED, FAILED = "ok", "no node", "failed"
-OTHERS_WARN = 0.1  # a share of the machine's CPU time (all CPUs) taken by other processes
+OTHERS_WARN = 0.15  # a share of the machine's CPU time (all CPUs) taken by other processes
 CPU_NAMES = ("schedext", "kube-apiserver", "etcd", "probe", "benchmark", "others")
 
 Slot = tuple[int, int]  # (node index in the plan, GPU id)
@@ -119,7 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         RestPool(cp, args.concurrency) as pool,
     ):
         report["cluster"] = plan.summary() | {"churn_pods": args.churn_pods}
-        report["fill"] = _fill(pool, plan, churn, args.churn_pods)
+        control = ControlChurn() if args.control else None
+        mixes: list[Mix] = [churn] if control is None else [churn, control]
+        report["fill"] = _fill(pool, plan, mixes, args.churn_pods)
         sentinel = Sentinel(pool)
         runs: dict[str, list[JSON]] = {name: [] for name in trees}
         for rep in range(args.reps):
@@ -127,7 +137,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, root in order if rep % 2 == 0 else reversed(order):
                 log = Path(workdir) / f"schedext-{name}-{rep}.log"
                 with _schedext(cp, log, root) as schedext:
-                    run = _measure(pool, schedext, args, plan=plan, churn=churn, sentinel=sentinel)
+                    run = _measure(
+                        pool,
+                        schedext,
+                        args,
+                        plan=plan,
+                        churn=churn,
+                        control=control,
+                        sentinel=sentinel,
+                    )
                 runs[name].append(run | {"rep": rep})
         report["runs"] = runs
         report["by_tree"] = {name: pooled(tree_runs) for name, tree_runs in runs.items()}
@@ -179,6 +197,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--catch-up-timeout", type=float, default=120.0, help="seconds for the watch to catch up"
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="a third block in each round: the same mix at the same rate on ConfigMaps, which "
+        "schedext does not watch (the API server's and the benchmark's load without pod events)",
     )
     parser.add_argument("--concurrency", type=int, default=32, help="API requests in flight")
     parser.add_argument("--reps", type=int, default=1, help="measurements per source tree")
@@ -232,8 +256,42 @@ def free_slots(plan: sync.Plan) -> list[Slot]:
     return [slot for row in rounds for slot in row if slot is not None]
 
 
+class Mix:
+    """The call mix over a churn's objects: :data:`MIX` again and again, carried over blocks."""
+
+    tick: int
+
+    def create(self) -> Call:
+        raise NotImplementedError
+
+    def delete(self) -> Call:
+        raise NotImplementedError
+
+    def patch(self) -> Call:
+        raise NotImplementedError
+
+    def backlog(self, count: int) -> list[Call]:
+        """``count`` creates: the objects the first deletes take."""
+        return [self.create() for _ in range(count)]
+
+    def calls(self, count: int) -> tuple[list[Call], dict[str, int]]:
+        """The next ``count`` calls of the mix, and how many of each kind."""
+        calls, kinds = [], dict.fromkeys(MIX, 0)
+        for _ in range(count):
+            kind = MIX[self.tick % len(MIX)]
+            self.tick += 1
+            kinds[kind] += 1
+            if kind == CREATE:
+                calls.append(self.create())
+            elif kind == DELETE:
+                calls.append(self.delete())
+            else:
+                calls.append(self.patch())
+        return calls, kinds
+
+
 @dataclass
-class Churn:
+class Churn(Mix):
     """The churn's state from one block to the next: the free GPUs (a freed one goes last, so it
     is taken again only after every other), the churn pods alive (oldest first), and counters
     that make every name and label value new."""
@@ -256,25 +314,6 @@ class Churn:
                 f"{len(slots):,} (more --nodes, a lower --gpu-fill or fewer --churn-pods)"
             )
         return cls(plan, deque(slots))
-
-    def backlog(self, count: int) -> list[Call]:
-        """``count`` creates: the churn pods the first deletes take."""
-        return [self.create() for _ in range(count)]
-
-    def calls(self, count: int) -> tuple[list[Call], dict[str, int]]:
-        """The next ``count`` calls of the mix, and how many of each kind."""
-        calls, kinds = [], dict.fromkeys(MIX, 0)
-        for _ in range(count):
-            kind = MIX[self.tick % len(MIX)]
-            self.tick += 1
-            kinds[kind] += 1
-            if kind == CREATE:
-                calls.append(self.create())
-            elif kind == DELETE:
-                calls.append(self.delete())
-            else:
-                calls.append(self.patch())
-        return calls, kinds
 
     def create(self) -> Call:
         slot = self.free.popleft()
@@ -310,6 +349,44 @@ class Churn:
     def held_gpus(self) -> int:
         """GPUs the churn pods hold (one each)."""
         return len(self.live)
+
+
+@dataclass
+class ControlChurn(Mix):
+    """``--control``: the same mix on ConfigMaps of about a churn pod's size, which schedext
+    does not watch: the API server's, etcd's and this benchmark's work of a churn block without
+    its pod events. A PATCH changes a label of the middle ConfigMap alive (not the next one a
+    delete takes)."""
+
+    live: deque[str] = field(default_factory=deque)
+    tick: int = 0
+    serial: int = 0
+    patches: int = 0
+
+    PATH = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+
+    def create(self) -> Call:
+        name = f"control-{self.serial:07d}"
+        self.serial += 1
+        self.live.append(name)
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": {CHURN_LABEL: "control"}},
+            "data": {"payload": "x" * CONTROL_BYTES},
+        }
+        return "POST", self.PATH, body, sync.CREATE
+
+    def delete(self) -> Call:
+        if not self.live:
+            raise RuntimeError("no ConfigMap left to delete (the mix creates before it deletes)")
+        return "DELETE", f"{self.PATH}/{self.live.popleft()}", sync.DELETE_NOW, sync.CREATE
+
+    def patch(self) -> Call:
+        name = self.live[len(self.live) // 2]
+        body = {"metadata": {"labels": {TICK_LABEL: str(self.patches)}}}
+        self.patches += 1
+        return "PATCH", f"{self.PATH}/{name}", body, sync.MERGE_PATCH
 
 
 class Sentinel:
@@ -348,7 +425,7 @@ class Sentinel:
         return 1 if self.alive else 0
 
 
-def _fill(pool: RestPool, plan: sync.Plan, churn: Churn, churn_pods: int) -> JSON:
+def _fill(pool: RestPool, plan: sync.Plan, churns: Sequence[Mix], churn_pods: int) -> JSON:
     kubeload.create_namespace(pool, NAMESPACE)
     kubeload.create_priority_class(pool, *sync.PRIORITY_CLASS)
     node_calls = [("POST", "/api/v1/nodes", n, sync.CREATE) for n in plan.nodes]
@@ -357,8 +434,9 @@ def _fill(pool: RestPool, plan: sync.Plan, churn: Churn, churn_pods: int) -> JSO
     path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     pod_calls = (("POST", path, plan.pod(i), sync.CREATE) for i in range(plan.pods))
     pods = _checked(pool.run("pods", pod_calls, progress_s=15))
-    backlog = _checked(pool.run("churn pods", churn.backlog(churn_pods)))
-    return {"nodes": nodes.summary(), "pods": pods.summary(), "churn_pods": backlog.summary()}
+    backlog = [churn.backlog(churn_pods) for churn in churns]
+    created = _checked(pool.run("churn objects", itertools.chain.from_iterable(backlog)))
+    return {"nodes": nodes.summary(), "pods": pods.summary(), "churn_objects": created.summary()}
 
 
 def _checked(batch: kubeload.Batch) -> kubeload.Batch:
@@ -511,23 +589,32 @@ def _measure(
     *,
     plan: sync.Plan,
     churn: Churn,
+    control: ControlChurn | None,
     sentinel: Sentinel,
 ) -> JSON:
+    """One schedext through ``--blocks`` rounds of idle, churn (and control) blocks."""
     schedext.start()
     ready = schedext.wait_ready(args.ready_timeout)
     model = _sentinel_model(schedext)
     expected = plan.summary()["held_gpus"]
-    _catch_up(
-        schedext,
-        churn=churn,
-        sentinel=sentinel,
-        model=model,
-        plan_held=expected,
-        timeout=args.catch_up_timeout,
-    )
+
+    def catch_up() -> float:
+        began = time.monotonic()
+        _catch_up(
+            schedext,
+            churn=churn,
+            sentinel=sentinel,
+            model=model,
+            plan_held=expected,
+            timeout=args.catch_up_timeout,
+        )
+        return time.monotonic() - began
+
+    catch_up()
     names = [n["metadata"]["name"] for n in plan.nodes if kubeload.node_gpus(n)]
-    limit = args.warmup_s + args.blocks * (2 * args.block_s + args.catch_up_timeout) + 60
-    probe = Probe(schedext.port, names, args.probe_rate, limit)
+    mixes: dict[str, Mix] = {CHURN: churn} | ({CONTROL: control} if control else {})
+    per_round = args.block_s * (1 + len(mixes)) + args.catch_up_timeout * len(mixes)
+    probe = Probe(schedext.port, names, args.probe_rate, args.warmup_s + args.blocks * per_round)
     pids = kubeload.process_ids(("kube-apiserver", "etcd")) | {"schedext": schedext.pid}
     meter_pids = pids | {"probe": probe.pid}
     blocks: list[Block] = []
@@ -537,21 +624,13 @@ def _measure(
             with _block(IDLE, schedext, meter_pids) as idle:
                 time.sleep(args.block_s)
             blocks.append(idle)
-            with _block(CHURN, schedext, meter_pids) as block:
-                calls, block.kinds = churn.calls(round(args.rate * args.block_s))
-                stream = _checked(pool.run("churn", calls, rate=args.rate))
-                block.events, block.stream_s = stream.done, stream.seconds
-                caught = time.monotonic()
-                _catch_up(
-                    schedext,
-                    churn=churn,
-                    sentinel=sentinel,
-                    model=model,
-                    plan_held=expected,
-                    timeout=args.catch_up_timeout,
-                )
-                block.catch_up_s = time.monotonic() - caught
-            blocks.append(block)
+            for kind, mix in mixes.items():
+                with _block(kind, schedext, meter_pids) as block:
+                    calls, block.kinds = mix.calls(round(args.rate * args.block_s))
+                    stream = _checked(pool.run(kind, calls, rate=args.rate))
+                    block.events, block.stream_s = stream.done, stream.seconds
+                    block.catch_up_s = catch_up()
+                blocks.append(block)
     finally:
         records = probe.stop()
     return {
@@ -633,10 +712,16 @@ def stage_window(before: kubeload.Scrape, after: kubeload.Scrape) -> dict[str, t
 # ---------------------------------------------------------------------------------------------
 
 
+def kinds_of(blocks: Sequence[Block]) -> list[str]:
+    """The conditions the blocks measured, idle and churn always, in :data:`CONDITIONS` order."""
+    seen = {b.kind for b in blocks} | {IDLE, CHURN}
+    return [kind for kind in CONDITIONS if kind in seen]
+
+
 def in_blocks(records: Sequence[ProbeRecord], blocks: Sequence[Block]) -> dict[str, list[float]]:
     """The round trips of the OK probes sent within a block, per block kind (probes sent
     before the first block, between blocks or after the last are left out)."""
-    latencies: dict[str, list[float]] = {IDLE: [], CHURN: []}
+    latencies: dict[str, list[float]] = {kind: [] for kind in kinds_of(blocks)}
     windows = sorted((b.began, b.ended, b.kind) for b in blocks)
     for record in records:
         if record.verdict != OK:
@@ -722,7 +807,7 @@ def summarize(records: Sequence[ProbeRecord], blocks: Sequence[Block]) -> JSON:
     idle_rate = sum(b.schedext_cpu_s for b in idle_blocks) / idle_s if idle_s else 0.0
     conditions = {
         kind: condition_figures(latencies[kind], [b for b in blocks if b.kind == kind], idle_rate)
-        for kind in (IDLE, CHURN)
+        for kind in kinds_of(blocks)
     }
     verdicts: dict[str, int] = {}
     for record in records:
@@ -739,9 +824,22 @@ def summarize(records: Sequence[ProbeRecord], blocks: Sequence[Block]) -> JSON:
     }
 
 
+RATIOS = ((CHURN, IDLE), (CONTROL, IDLE), (CHURN, CONTROL))
+
+
 def _ratios(conditions: JSON) -> JSON:
-    idle, churn = conditions[IDLE]["filter"], conditions[CHURN]["filter"]
-    return {f"p{q}": ratio(churn[f"p{q}_ms"], idle[f"p{q}_ms"]) for q in (50, 99)}
+    """p50 and p99 of churn/idle as ``p50`` and ``p99``; with a control condition, also
+    control/idle and churn/control (``control/idle p99``...)."""
+    ratios: JSON = {}
+    for top, bottom in RATIOS:
+        if top not in conditions or bottom not in conditions:
+            continue
+        prefix = "" if (top, bottom) == (CHURN, IDLE) else f"{top}/{bottom} "
+        for q in (50, 99):
+            ratios[f"{prefix}p{q}"] = ratio(
+                conditions[top]["filter"][f"p{q}_ms"], conditions[bottom]["filter"][f"p{q}_ms"]
+            )
+    return ratios
 
 
 def pooled(runs: Sequence[JSON]) -> JSON:
@@ -750,7 +848,7 @@ def pooled(runs: Sequence[JSON]) -> JSON:
     if len(runs) == 1:
         return runs[0]
     conditions: JSON = {}
-    for kind in (IDLE, CHURN):
+    for kind in runs[0]["conditions"]:
         latencies = [ms for run in runs for ms in run["latencies_ms"][kind]]
         each = [run["conditions"][kind] for run in runs]
         merged = dict(each[0]) | {"filter": latency_figures(latencies)}
@@ -792,8 +890,8 @@ def others_share(report: JSON) -> float | None:
     others = wall = 0.0
     for runs in (report.get("runs") or {}).values():
         for run in runs:
-            for kind in (IDLE, CHURN):
-                cpu = run["conditions"][kind]["cpu_s"]
+            for figures in run["conditions"].values():
+                cpu = figures["cpu_s"]
                 others += cpu.get("others", 0.0)
                 wall += cpu.get("wall", 0.0)
     if not nproc or not wall:
@@ -810,7 +908,8 @@ def format_report(report: JSON) -> str:
         f"{c['pods']:,} bound pods + {c['churn_pods']:,} churn pods",
         f"probe: filter at {p['probe_rate']:g}/s, a new pending pod each; churn at "
         f"{p['rate']:g} events/s (create, patch, delete, patch); {p['blocks']} x "
-        f"(idle {p['block_s']:g} s, churn {p['block_s']:g} s + catch-up)",
+        f"(idle {p['block_s']:g} s, churn {p['block_s']:g} s + catch-up"
+        + (f", control {p['block_s']:g} s: the mix on ConfigMaps)" if p.get("control") else ")"),
     ]
     machine = report.get("machine")
     if machine:
@@ -828,8 +927,7 @@ def format_report(report: JSON) -> str:
         header,
     ]
     for name, tree in report["by_tree"].items():
-        for kind in (IDLE, CHURN):
-            figures = tree["conditions"][kind]
+        for kind, figures in tree["conditions"].items():
             f, stages = figures["filter"], figures["stages_mean_ms"]
             rate = figures.get("events_per_s")
             cpu = figures.get("cpu_ms_per_1000_events")
@@ -843,18 +941,19 @@ def format_report(report: JSON) -> str:
             )
     lines += [
         "",
-        "  CPU s in the blocks (others: processes not this benchmark's, on a shared machine)",
+        "  CPU s in the blocks (others: the machine's busy time less the processes named: other",
+        "  processes on a shared machine, the kernel's own work such as loopback networking)",
     ]
     for name, tree in report["by_tree"].items():
-        for kind in (IDLE, CHURN):
-            cpu = tree["conditions"][kind]["cpu_s"]
+        for kind, figures in tree["conditions"].items():
+            cpu = figures["cpu_s"]
             parts = ", ".join(f"{k} {cpu[k]:.1f}" for k in CPU_NAMES if k in cpu)
             lines.append(f"  {name:<9}{kind:<10}{parts} in {cpu.get('wall', 0):.0f} s wall")
     busy = others_share(report)
     if busy is not None and busy > OTHERS_WARN:
         lines.append(
-            f"  WARNING: other processes took {busy:.0%} of the machine's CPU in the blocks: "
-            "the latencies measure them too"
+            f"  WARNING: others took {busy:.0%} of the machine's CPU in the blocks: other "
+            "processes ran beside the benchmark, and the latencies measure them too"
         )
     lines.append("")
     for name, tree in report["by_tree"].items():
@@ -867,6 +966,13 @@ def format_report(report: JSON) -> str:
             f"  {name}: churn/idle p99 {_times(ratios['p99'])} ({verdict} the target "
             f"<= {TARGET_RATIO:g}x), p50 {_times(ratios['p50'])}; probes not OK: {failed or 0}"
         )
+        for top, bottom in RATIOS[1:]:
+            key = f"{top}/{bottom} "
+            if f"{key}p99" in ratios:
+                lines.append(
+                    f"  {name}: {top}/{bottom} p99 {_times(ratios[f'{key}p99'])}, "
+                    f"p50 {_times(ratios[f'{key}p50'])}"
+                )
     lines.append(f"  total benchmark time: {report['total_s']:.0f} s")
     return "\n".join(lines)
 
