@@ -67,7 +67,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
@@ -750,22 +750,27 @@ def ratio(numerator: float, denominator: float) -> float | None:
     return round(numerator / denominator, 3)
 
 
-def _sum_stages(blocks: Sequence[Block]) -> JSON:
-    """Mean ms per stage over the blocks' filter calls (None where the metric is absent)."""
-    means: JSON = {}
-    for stage in STAGES:
-        count = sum(b.stages[stage][0] for b in blocks if stage in b.stages)
-        seconds = sum(b.stages[stage][1] for b in blocks if stage in b.stages)
-        means[stage] = round(seconds / count * 1000, 3) if count else None
-    return means
+def _sum_stages(blocks: Sequence[Block]) -> dict[str, list[float]]:
+    """[count, seconds] per stage over the blocks' filter calls."""
+    return {
+        stage: [
+            sum(b.stages[stage][0] for b in blocks if stage in b.stages),
+            sum(b.stages[stage][1] for b in blocks if stage in b.stages),
+        ]
+        for stage in STAGES
+    }
 
 
-def _sum_cpu(blocks: Sequence[Block]) -> JSON:
-    totals: dict[str, float] = {}
-    for block in blocks:
-        for name, seconds in block.cpu.items():
-            totals[name] = totals.get(name, 0.0) + seconds
-    return {name: round(seconds, 2) for name, seconds in totals.items()}
+def stage_means(sums: Mapping[str, Sequence[float]]) -> JSON:
+    """Mean ms per stage from [count, seconds] (None where the metric is absent)."""
+    return {
+        stage: round(seconds / count * 1000, 3) if count else None
+        for stage, (count, seconds) in sums.items()
+    }
+
+
+def _sum_cpu(blocks: Sequence[Block]) -> dict[str, float]:
+    return _sum_named(block.cpu for block in blocks)
 
 
 def condition_figures(
@@ -781,7 +786,8 @@ def condition_figures(
         "blocks": len(blocks),
         "seconds": round(seconds, 2),
         "schedext_cpu_ms_per_s": round(cpu_s / seconds * 1000, 1) if seconds else None,
-        "stages_mean_ms": _sum_stages(blocks),
+        "stages_mean_ms": stage_means(_sum_stages(blocks)),
+        "stage_sums": _sum_stages(blocks),
         "cpu_s": _sum_cpu(blocks),
     }
     if events:
@@ -843,31 +849,49 @@ def _ratios(conditions: JSON) -> JSON:
 
 
 def pooled(runs: Sequence[JSON]) -> JSON:
-    """A tree's runs as one: every probe of each condition pooled, the events and CPU summed
-    (the figures of one run when there is one)."""
+    """A tree's runs as one: every probe of each condition pooled, the blocks, events, CPU and
+    server stages summed; of the per-run rates (events/s, CPU per 1,000 events) the median
+    run's (the figures of one run when there is one)."""
     if len(runs) == 1:
         return runs[0]
     conditions: JSON = {}
     for kind in runs[0]["conditions"]:
-        latencies = [ms for run in runs for ms in run["latencies_ms"][kind]]
         each = [run["conditions"][kind] for run in runs]
-        merged = dict(each[0]) | {"filter": latency_figures(latencies)}
+        merged = dict(each[0])
+        merged["filter"] = latency_figures([ms for r in runs for ms in r["latencies_ms"][kind]])
         for key in ("blocks", "seconds", "events", "events_skipped"):
             if key in merged:
                 merged[key] = sum(c[key] for c in each)
         for key in ("cpu_ms_per_1000_events", "cpu_ms_per_1000_events_raw", "events_per_s"):
-            if key in merged:  # the median run's
+            if key in merged:
                 merged[key] = sorted(c[key] for c in each)[(len(each) - 1) // 2]
+        merged["cpu_s"] = _sum_named(c["cpu_s"] for c in each)
+        merged["stage_sums"] = {
+            stage: [sum(c["stage_sums"][stage][i] for c in each) for i in (0, 1)]
+            for stage in STAGES
+        }
+        merged["stages_mean_ms"] = stage_means(merged["stage_sums"])
+        if "kinds" in merged:
+            merged["kinds"] = _sum_named(c["kinds"] for c in each)
+            merged["catch_up_s"] = [s for c in each for s in c["catch_up_s"]]
+        schedext_s = merged["cpu_s"].get("schedext", 0.0)
+        merged["schedext_cpu_ms_per_s"] = round(schedext_s / merged["seconds"] * 1000, 1)
         conditions[kind] = merged
     return {
         "conditions": conditions,
         "ratios": _ratios(conditions),
         "probes": sum(run["probes"] for run in runs),
-        "verdicts": {
-            key: sum(run["verdicts"].get(key, 0) for run in runs)
-            for key in {k for run in runs for k in run["verdicts"]}
-        },
+        "verdicts": _sum_named(run["verdicts"] for run in runs),
     }
+
+
+def _sum_named(tables: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Key-wise sums (rounded to 2 places)."""
+    totals: dict[str, float] = {}
+    for table in tables:
+        for key, value in table.items():
+            totals[key] = totals.get(key, 0) + value
+    return {key: round(value, 2) for key, value in totals.items()}
 
 
 # ---------------------------------------------------------------------------------------------

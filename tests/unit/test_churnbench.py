@@ -294,11 +294,18 @@ def test_with_a_control_condition_the_ratios_compare_all_three() -> None:
 
 def test_pooled_runs_merge_the_probes_of_each_condition() -> None:
     blocks = [block(IDLE, 0, 10), block(CHURN, 10, 20, cpu=1.0, events=100, stream=1.0)]
+    blocks[1].kinds = {CREATE: 25, PATCH: 50, DELETE: 25}
     runs = [
         churnbench.summarize([ProbeRecord(1, 1.0, 0, OK), ProbeRecord(11, 3.0, 0, OK)], blocks),
         churnbench.summarize([ProbeRecord(2, 2.0, 0, OK), ProbeRecord(12, 6.0, 0, OK)], blocks),
     ]
+    runs[1]["conditions"][IDLE]["stage_sums"]["handler"] = [10, 0.02]
+    runs[1]["conditions"][IDLE]["cpu_s"] = {"schedext": 0.5}
     merged = churnbench.pooled(runs)
+    assert merged["conditions"][IDLE]["stages_mean_ms"]["handler"] == 2.0  # 20 ms / 10 calls
+    assert merged["conditions"][IDLE]["stages_mean_ms"]["queue"] is None  # no such metric
+    assert merged["conditions"][IDLE]["schedext_cpu_ms_per_s"] == 25.0  # 0.5 s in 20 s
+    assert merged["conditions"][CHURN]["kinds"] == {CREATE: 50, DELETE: 50, PATCH: 100}
     assert merged["conditions"][IDLE]["filter"]["count"] == 2
     assert merged["conditions"][CHURN]["filter"]["max_ms"] == 6.0
     assert merged["conditions"][CHURN]["events"] == 200
