@@ -827,7 +827,28 @@ def summarize(records: Sequence[ProbeRecord], blocks: Sequence[Block]) -> JSON:
         "failures": [r.verdict for r in records if r.verdict.startswith(FAILED)][:5],
         "late_p99_ms": round(kubeload.percentile([r.late_ms for r in records], 99), 3),
         "latencies_ms": latencies,
+        "blocks": block_rows(records, blocks),
     }
+
+
+def block_rows(records: Sequence[ProbeRecord], blocks: Sequence[Block]) -> list[JSON]:
+    """Each block on its own, in order: its filter figures, its events, schedext's CPU and the
+    CPU seconds of processes not the benchmark's (``others``), to tell a block that shared
+    the machine with other work from one that did not."""
+    rows = []
+    for block in blocks:
+        latencies = in_blocks(records, [block])[block.kind]
+        rows.append(
+            {
+                "kind": block.kind,
+                "seconds": round(block.seconds, 2),
+                "filter": latency_figures(latencies),
+                "events": block.events,
+                "schedext_cpu_s": round(block.schedext_cpu_s, 2),
+                "others_cpu_s": block.cpu.get("others"),
+            }
+        )
+    return rows
 
 
 RATIOS = ((CHURN, IDLE), (CONTROL, IDLE), (CHURN, CONTROL))

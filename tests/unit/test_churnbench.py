@@ -273,6 +273,11 @@ def test_churn_cpu_per_1000_events_is_charged_less_the_idle_rate() -> None:
     assert figures["conditions"][IDLE]["filter"]["count"] == 3  # 1, 2, 31
     assert figures["conditions"][CHURN]["filter"]["count"] == 4  # 11, 12, 13, 41
     assert figures["ratios"] == {"p50": 6.0, "p99": 1.323}  # 12 / 2, 41 / 31
+    rows = figures["blocks"]
+    assert [(r["kind"], r["filter"]["count"], r["events"]) for r in rows] == [
+        (IDLE, 2, 0), (CHURN, 3, 2000), (IDLE, 1, 0), (CHURN, 1, 1000)
+    ]  # fmt: skip
+    assert rows[1]["filter"]["max_ms"] == 13.0
 
 
 def test_with_a_control_condition_the_ratios_compare_all_three() -> None:
