@@ -6,11 +6,16 @@ a socket write that wakes the peer is often preempted there, and showed as a thi
 schedext's time. The CPU clock counts only what the process spent.
 
     python -m loadtests.cpuprofile -o OUT.prof -m app.cli serve ...
+    python loadtests/cpuprofile.py -o OUT.prof -m app.cli serve ...   # from another tree
+
+Run as a file, it puts the working directory first on the path, as ``-m`` does, so that the
+module profiled is the tree's it runs in (a baseline checkout may predate this file).
 """
 
 from __future__ import annotations
 
 import cProfile
+import os
 import runpy
 import sys
 import time
@@ -21,6 +26,8 @@ def main() -> None:
     if len(args) < 4 or args[0] != "-o" or args[2] != "-m":
         raise SystemExit("usage: python -m loadtests.cpuprofile -o OUT -m MODULE [ARGS...]")
     output, module = args[1], args[3]
+    if not __package__:  # run as a file: its own directory is first on the path, not the tree
+        sys.path[0] = os.getcwd()
     sys.argv = [module, *args[4:]]
     profiler = cProfile.Profile(time.process_time)
     try:

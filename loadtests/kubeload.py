@@ -540,11 +540,14 @@ class ReadyTimes:
     ready_s: float
 
 
+CPU_PROFILER = Path(__file__).resolve().parent / "cpuprofile.py"
+
+
 class SchedextProcess:
     """``schedext serve --kubeconfig`` on a free loopback port, in its own process group.
 
-    ``profile``: run it under ``python -m loadtests.cpuprofile -o PROFILE`` (cProfile on the
-    CPU clock; the stats are written when it exits after SIGTERM). ``root``: the source tree
+    ``profile``: run it under ``loadtests/cpuprofile.py -o PROFILE`` (cProfile on the CPU
+    clock; the stats are written when it exits after SIGTERM). ``root``: the source tree
     to run (another checkout, for before/after comparisons on one cluster); its code comes
     first on the path."""
 
@@ -578,7 +581,8 @@ class SchedextProcess:
         """What :meth:`start` runs (a subclass may run another extender on the same port)."""
         # CPU time, not wall time: on shared cores a wall-clock profile charges waiting for a
         # CPU to whatever ran last (loadtests/cpuprofile.py).
-        profiler = ["-m", "loadtests.cpuprofile", "-o", str(self.profile)] if self.profile else []
+        # By path: a baseline tree (``root``) may predate it.
+        profiler = [str(CPU_PROFILER), "-o", str(self.profile)] if self.profile else []
         return [
             sys.executable, *profiler, "-m", "app.cli", "serve",
             "--kubeconfig", str(self.kubeconfig), "--port", str(self.port),
