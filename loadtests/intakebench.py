@@ -40,11 +40,9 @@ import functools
 import gc
 import importlib.util
 import io
-import os
 import pstats
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -369,18 +367,10 @@ def child(path: str, scenarios: Sequence[str], profile: bool, top: int) -> None:
 
 
 def _run(tree: Path, path: str, scenarios: Sequence[str], profile: bool, top: int) -> JSON:
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", path,
-               "--scenarios", ",".join(scenarios), "--top", str(top)]  # fmt: skip
-    if profile:
-        command.append("--profile")
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)  # noqa: S603
-    if done.returncode:
-        raise SystemExit(f"{tree}: the benchmark failed:\n{done.stderr}")
-    if done.stderr:
-        sys.stderr.write(done.stderr)
-    result: JSON = orjson.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    from loadtests.child import run_child  # noqa: PLC0415 (the parent's: the child has no loadtests)
+
+    args = ["--child", path, "--scenarios", ",".join(scenarios), "--top", str(top)]
+    return run_child(__file__, tree, [*args, "--profile"] if profile else args)
 
 
 def _medians(runs: list[JSON], scenario: str) -> dict[str, float]:

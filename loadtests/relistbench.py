@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -111,14 +109,9 @@ def child(path: str, collectors: Sequence[str]) -> None:
 
 
 def _run(tree: Path, path: str, collectors: Sequence[str]) -> JSON:
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", path,
-               "--collector", ",".join(collectors)]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)  # noqa: S603
-    if done.returncode:
-        raise SystemExit(f"{tree}: the benchmark failed:\n{done.stderr}")
-    result: JSON = orjson.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    from loadtests.child import run_child  # noqa: PLC0415 (the parent's: the child has no loadtests)
+
+    return run_child(__file__, tree, ["--child", path, "--collector", ",".join(collectors)])
 
 
 def _parser() -> argparse.ArgumentParser:

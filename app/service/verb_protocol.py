@@ -397,13 +397,7 @@ class VerbProtocol(HttpToolsProtocol):
             cycle.keep_alive = False
             self.flow.pause_reading()  # the rest of these headers is not wanted
             return
-        message = f"request headers not received within {served.header_timeout_s}s"
-        payload = orjson.dumps({"Error": message})
-        parts = [STATUS_LINE[408]]
-        for name, value in self.server_state.default_headers:
-            parts += [name, b": ", value, b"\r\n"]
-        parts += [_CONTENT_TYPE, str(len(payload)).encode(), b"\r\nconnection: close\r\n\r\n"]
-        self.transport.write(b"".join([*parts, payload]))
+        self._refuse(408, f"request headers not received within {served.header_timeout_s}s")
         self.transport.close()
 
     def _head_size(self) -> int:
@@ -423,17 +417,21 @@ class VerbProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             cycle.keep_alive = False  # closed once that answer is out
             return
-        message = (
+        self._refuse(
+            431,
             f"request line and headers larger than {served.head_limit} bytes "
-            "(server.max_header_bytes)"
+            "(server.max_header_bytes)",
         )
+        self.loop.call_later(_LINGER_S, self.transport.close)
+
+    def _refuse(self, status: int, message: str) -> None:
+        """An error answer that ends the connection (the caller closes it), in one write."""
         payload = orjson.dumps({"Error": message})
-        parts = [STATUS_LINE[431]]
+        parts = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             parts += [name, b": ", value, b"\r\n"]
         parts += [_CONTENT_TYPE, str(len(payload)).encode(), b"\r\nconnection: close\r\n\r\n"]
         self.transport.write(b"".join([*parts, payload]))
-        self.loop.call_later(_LINGER_S, self.transport.close)
 
     def send_400_response(self, msg: str) -> None:
         if not self._refused:  # else: the parser stopped for a head too large, answered 431
