@@ -331,7 +331,7 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
         b.pending.forget(uid)  # filter will report why
         b.gangs.track(uid, group_key(meta), None)
         return
-    b.pending.remember(request)
+    b.pending.remember(request, fields.text(meta, "resourceVersion"))
     b.gangs.track(uid, request.group, request)
 
 

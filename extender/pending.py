@@ -22,6 +22,9 @@ class PendingPods:
             raise ValueError("capacity must be >= 1")
         self._capacity = capacity
         self._pods: OrderedDict[str, PodRequest] = OrderedDict()
+        # The resourceVersion each request was decoded from, where known: filter of the same
+        # object version (kube-scheduler's copy of what the watch saw) reuses the request.
+        self._versions: dict[str, str] = {}
         self._wanted = NamespaceTally()
         self._refused: OrderedDict[str, str] = OrderedDict()  # uid -> filter's reason
         self._why: dict[str, str] = {}  # uid -> why the last filter turned a pending pod away
@@ -29,7 +32,8 @@ class PendingPods:
     def __len__(self) -> int:
         return len(self._pods)
 
-    def remember(self, request: PodRequest) -> None:
+    def remember(self, request: PodRequest, version: str = "") -> None:
+        """Keep ``request``, decoded from the pod's object at ``version`` ("": unknown)."""
         if not request.uid:
             return
         self._refused.pop(request.uid, None)
@@ -37,15 +41,26 @@ class PendingPods:
         if old is not None:
             self._wanted.remove(old)
         self._pods[request.uid] = request
+        if version:
+            self._versions[request.uid] = version
+        elif old is not request:
+            self._versions.pop(request.uid, None)
         self._wanted.add(request)
         self._pods.move_to_end(request.uid)
         while len(self._pods) > self._capacity:
             uid, oldest = self._pods.popitem(last=False)
             self._wanted.remove(oldest)
             self._why.pop(uid, None)
+            self._versions.pop(uid, None)
 
     def get(self, uid: str) -> PodRequest | None:
         return self._pods.get(uid)
+
+    def decoded(self, uid: str, version: str) -> PodRequest | None:
+        """The request kept for ``uid`` if it was decoded from object version ``version``."""
+        if version and self._versions.get(uid) == version:
+            return self._pods.get(uid)
+        return None
 
     def knows(self, uid: str) -> bool:
         """Whether anything is kept of ``uid``: its request, a refusal, a reason it waits."""
@@ -89,6 +104,7 @@ class PendingPods:
     def forget(self, uid: str) -> None:
         self._refused.pop(uid, None)
         self._why.pop(uid, None)
+        self._versions.pop(uid, None)
         request = self._pods.pop(uid, None)
         if request is not None:
             self._wanted.remove(request)

@@ -9,7 +9,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from extender import fields, mig, names
+from extender import asks, fields, mig, names
 from extender.config import ShareResources, lenient
 from extender.dra import decode_pod_claims
 from extender.errors import PodRequestError
@@ -25,7 +25,7 @@ from extender.model import (
     WorkloadClass,
 )
 from extender.quantity import NANO
-from extender.resource_totals import CPU, MEMORY, effective_requests
+from extender.resource_totals import CPU, MEMORY
 
 __all__ = [
     "PodRequestError",
@@ -62,8 +62,7 @@ def pod_request(
 def _pod_request(pod: JSONObject, gpu_resource: str, shares: ShareResources) -> PodRequest:
     meta = fields.strict_obj(pod, "metadata", "")
     spec = fields.strict_obj(pod, "spec", "")
-    mig_names = mig.resource_names(spec)
-    totals = effective_requests(spec, _resources(gpu_resource, shares) + mig_names)
+    mig_names, totals = asks.asked(spec, _resources(gpu_resource, shares))
     gpus, share = _gpus_or_share(totals, gpu_resource, shares, spec=spec)
     beside = f"whole GPUs ({gpu_resource})" if gpus else "GPU shares" if share else None
     try:
@@ -207,14 +206,13 @@ def holding_from_pod(
     if not node or phase in _TERMINAL_PHASES:
         return None
     meta = fields.obj(pod, "metadata")
-    mig_names = mig.resource_names(spec)
-    resources = _resources(gpu_resource, shares) + mig_names
     try:
-        totals = effective_requests(spec, resources)
+        mig_names, totals = asks.asked(spec, _resources(gpu_resource, shares))
     except PodRequestError:
         # A bound pod is a fact, not a request: count what we cannot read as nothing rather
         # than losing the whole pod (its GPU ids, if annotated, still count below).
-        totals = dict.fromkeys(resources, 0)
+        mig_names = mig.resource_names(spec)
+        totals = dict.fromkeys(_resources(gpu_resource, shares) + mig_names, 0)
     annotations = fields.string_map(meta, "annotations")
     gpu_ids = gpu_ids_annotation(annotations.get(names.GPU_IDS))
     share = _held_share(totals, gpu_resource, shares, annotations)
@@ -325,10 +323,11 @@ def statefulset_identity(meta: JSONObject) -> str | None:
         ),
         None,
     )
-    name = fields.text(meta, "name")
-    prefix, _, text = name.rpartition("-")
+    if owner is None:  # most pods: no name to take apart
+        return None
+    prefix, _, text = fields.text(meta, "name").rpartition("-")
     ordinal = fields.whole_number(text)
-    if owner is None or ordinal is None or prefix != fields.text(owner, "name"):
+    if ordinal is None or prefix != fields.text(owner, "name"):
         return None
     namespace = fields.text(meta, "namespace") or "default"
     return f"sts/{namespace}/{prefix}/{ordinal}"

@@ -332,7 +332,11 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
         last = self._last_request
         if last is not None and version and last[0] == uid and last[1] == version:
             return with_dra(last[2], self._dra, self.config.gpu_resource)
-        request = pod_request(pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares)
+        # The watch's event of the same object version was decoded already (most pods: their
+        # ADDED event came before kube-scheduler's first filter of them).
+        request = self._pending.decoded(uid, version) or pod_request(
+            pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares
+        )
         if version:
             self._last_request = (uid, version, request)
         return with_dra(request, self._dra, self.config.gpu_resource)

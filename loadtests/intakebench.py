@@ -7,21 +7,24 @@ bind runs the core's plan and confirm and builds the Binding's body, without pos
 
 Scenarios (each pod once, ``--pods`` pods, medians over them):
 
-- ``bind``: a pending pod the watch has seen is bound as the bind verb does it
-  (``plan_bind``, the Binding's body built and encoded, ``confirm_bind``), then the two watch
-  events its bind causes: the Binding's update (``spec.nodeName`` and the annotations bind
-  wrote), then the kubelet's first status (containers creating, host IP: nothing schedext
-  reads);
+- ``bind``: a pod's whole way through schedext, as kube-scheduler drives it: the watch's
+  event of the new pending pod, filter of it against every node (the core's ``filter``, as
+  the verb calls it; the request's JSON decode is not in it), the bind verb's work on the
+  first node filter passed (``plan_bind``, the Binding's body built and encoded,
+  ``confirm_bind``), then the two watch events its bind causes: the Binding's update
+  (``spec.nodeName`` and the annotations bind wrote), then the kubelet's first status
+  (containers creating, host IP: nothing schedext reads);
 - ``status``: a running pod's status update (conditions, container statuses, a new
   ``resourceVersion``): nothing schedext reads;
 - ``label``: a label schedext does not read changed (``loadtests.sync``'s updates);
 - ``request``: a change schedext reads (the pod's GPU ids annotation rewritten as bind
   writes it, same GPUs in another order): the pod's holding is decoded again.
 
-Each event is timed in two stages: ``decode`` (the pod informer's msgspec decode of the line)
-and ``upsert`` (``Scheduler.upsert_pod``, what the pod sink calls). The per-event total is
-their sum; reading the line off the socket (about 8 µs, ``loadtests.apiclient``) and the
-service's progress hooks are not in it.
+Each event is timed in three stages: ``decode`` (the pod informer's msgspec decode of the
+line), ``upsert`` (``Scheduler.upsert_pod``, what the pod sink calls) and ``hooks`` (the core
+calls of the service's progress hook). The per-event total is their sum; reading the line off
+the socket (about 8 µs, ``loadtests.apiclient``) and the hook's own work in the shell are not
+in it. Filter gets the node names packed, as the service's decoder hands them over.
 
     python -m loadtests.intakebench                        # 1,000 nodes, 2,000 pods
     python -m loadtests.intakebench --baseline ../schedext-before --reps 5
@@ -58,6 +61,10 @@ SCENARIOS = ("bind", "status", "label", "request")
 # Stage names per scenario, in order.
 STAGES = {
     "bind": (
+        "pending.decode",
+        "pending.upsert",
+        "pending.hooks",
+        "filter",
         "plan_bind",
         "binding_body",
         "confirm_bind",
@@ -254,8 +261,10 @@ class _Run:
         # From the tree PYTHONPATH names: this file runs against either checkout.
         from app.kube.binder import _binding  # noqa: PLC0415
         from app.service.cluster import PODS  # noqa: PLC0415
+        from extender.packed import PackedNames  # noqa: PLC0415
         from extender.scheduler import Scheduler  # noqa: PLC0415
 
+        self.packed = PackedNames
         self.data, self.decoders, self.binding = data, PODS, _binding
         self.core = Scheduler()
         self.core.replace_nodes(data["nodes"])
@@ -266,9 +275,9 @@ class _Run:
         for pod in pods:
             self.core.upsert_pod(self.decoders.decode_event(_line("ADDED", pod))["object"])
 
-    def event(self, prefix: str, obj: JSON) -> None:
-        """One MODIFIED event of ``obj``, timed by stage."""
-        line, run = _line("MODIFIED", obj), self.timer.run
+    def event(self, prefix: str, obj: JSON, kind: str = "MODIFIED") -> None:
+        """One watch event of ``obj``, timed by stage."""
+        line, run = _line(kind, obj), self.timer.run
         pod = run(f"{prefix}decode", lambda: self.decoders.decode_event(line))["object"]
         run(f"{prefix}upsert", lambda: self.core.upsert_pod(pod))
         run(f"{prefix}hooks", self.hooks)
@@ -285,12 +294,19 @@ class _Run:
         return orjson.dumps(self.binding(plan))
 
     def bind(self) -> None:
-        self.seen(self.data["pending"])
         nodes, core, run = self.data["nodes"], self.core, self.timer.run
+        names = [node["metadata"]["name"] for node in nodes]
+        # As the filter request's body carries them: the service keeps them packed.
+        plain = b",".join(orjson.dumps(name) for name in names)
         ts = "2026-11-28T10:00:01Z"
         for i, pod in enumerate(self.data["pending"]):
             meta = pod["metadata"]
-            node = nodes[i % len(nodes)]["metadata"]["name"]
+            self.event("pending.", pod, kind="ADDED")
+            # kube-scheduler's copy of the pod: what the filter request's body decodes to.
+            asked = orjson.loads(orjson.dumps(pod))
+            packed = self.packed.parse(plain, 0, len(plain)) or names
+            verdict = run("filter", functools.partial(core.filter, asked, packed))
+            node = verdict.passed[0] if verdict.passed else names[i % len(names)]
             plan = run(
                 "plan_bind",
                 functools.partial(

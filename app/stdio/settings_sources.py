@@ -64,6 +64,7 @@ OTHER_VARIABLES: dict[str, str] = {
     "SCHEDEXT_SOAK_SEED": "tests: the seed of the soak test",
     "SCHEDEXT_GPU_REPORT": "tests: where the GPU tier writes what NVML read",
     "SCHEDEXT_DEVICE_CHECK_SIZE": "scripts/device-check: the size of its benchmarks",
+    "SCHEDEXT_DEVICE_CHURN_SIZE": "scripts/device-check: the size of its churn benchmark",
     "SCHEDEXT_LOCUST_BIND_EVERY": "benchmarks: how often the locust load binds",
 }
 

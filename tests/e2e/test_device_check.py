@@ -18,7 +18,12 @@ def test_the_dry_run_runs_every_step_and_says_which_it_skipped(tmp_path: Path) -
     done = subprocess.run(
         [str(ROOT / "scripts" / "device-check"), "--dry-run", str(out)],
         cwd=ROOT,
-        env={**os.environ, "SCHEDEXT_DEVICE_CHECK_SIZE": "--reps 1 --nodes 8 --pods 16"},
+        env={
+            **os.environ,
+            "SCHEDEXT_DEVICE_CHECK_SIZE": "--reps 1 --nodes 8 --pods 16",
+            "SCHEDEXT_DEVICE_CHURN_SIZE": "--nodes 8 --pods 16 --churn-pods 8 --rate 20 "
+            "--blocks 1 --block-s 1 --warmup-s 0.5",
+        },
         capture_output=True,
         text=True,
         timeout=400,
@@ -27,16 +32,20 @@ def test_the_dry_run_runs_every_step_and_says_which_it_skipped(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     steps = {step["step"]: step for step in summary["steps"]}
-    assert list(steps) == ["gpu-tier", "nvml-record", "throughput", "throughput-mix"]
+    assert list(steps) == ["gpu-tier", "nvml-record", "throughput", "throughput-mix", "churn"]
     for name in ("gpu-tier", "nvml-record"):
         assert steps[name]["skipped"] == "NVML does not start here (no NVIDIA driver)"
-    for name in ("throughput", "throughput-mix"):
+    for name in ("throughput", "throughput-mix", "churn"):
         assert (steps[name]["rc"], steps[name]["timed_out"]) == (0, False), steps[name]
     # Two files come back from the machine: the summary, and one archive of the rest.
     assert sorted(p.name for p in out.iterdir()) == ["device-check.tar.gz", "summary.json"]
     with tarfile.open(out / "device-check.tar.gz") as archive:
         figures = json.load(archive.extractfile("throughput.json"))  # type: ignore[arg-type]
         mix = json.load(archive.extractfile("throughput-mix.json"))  # type: ignore[arg-type]
+        churn = json.load(archive.extractfile("churn.json"))  # type: ignore[arg-type]
     assert {run["kind"] for run in figures["runs"]} >= {"A", "B", "P", "G"}
     assert mix["mix"]["gpu_share"] == 0.2
+    conditions = churn["runs"]["current"][0]["conditions"]
+    assert set(conditions) == {"idle", "churn", "control"}
+    assert all(c["filter"]["count"] > 0 for c in conditions.values())
     assert "skipped: NVML does not start here" in done.stderr

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 
 from extender import names
@@ -318,3 +320,46 @@ def test_bind_to_a_node_offered_in_full_mode_still_no_longer_fits() -> None:
     plan(scheduler, first, "g")
     with pytest.raises(BindRefusedError, match=r"^pod default/b no longer fits node g: "):
         plan(scheduler, second, "g")
+
+
+def _version(pod, version: str, gpus: int | None = None):  # type: ignore[no-untyped-def]
+    """``pod`` at object version ``version``; ``gpus``: its GPU ask changed too."""
+    out = copy.deepcopy(pod)
+    out["metadata"]["resourceVersion"] = version
+    if gpus is not None:
+        for block in ("requests", "limits"):
+            out["spec"]["containers"][0]["resources"][block][names.GPU_RESOURCE] = str(gpus)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("watched", "filtered_as", "bound_gpus"),
+    [
+        # The watch decoded version 7; filter gets kube-scheduler's copy of version 7, which
+        # is the same object: the watch's decode is used (the copy here differs behind the
+        # version's back, which an API server never serves, to show whose decode counts).
+        ("7", _version(make_pod("a", uid="a", gpus=2), "7", gpus=4), 2),
+        # A version the watch has not seen is decoded afresh.
+        ("7", _version(make_pod("a", uid="a", gpus=2), "8", gpus=4), 4),
+        # Without a version there is nothing to match: decoded afresh.
+        ("", _version(make_pod("a", uid="a", gpus=2), "", gpus=4), 4),
+    ],
+    ids=["same version", "newer version", "no version"],
+)
+def test_filter_reuses_the_watchs_decode_of_the_same_object_version(
+    watched: str, filtered_as: dict, bound_gpus: int
+) -> None:
+    scheduler = scheduler_with([make_node("g", gpus=8)])
+    scheduler.upsert_pod(_version(make_pod("a", uid="a", gpus=2), watched))
+    assert filtered(scheduler, filtered_as, ["g"]).passed == ["g"]
+    assert len(plan(scheduler, filtered_as, "g").gpu_ids) == bound_gpus
+
+
+def test_a_forgotten_pod_is_decoded_afresh_at_its_old_version() -> None:
+    scheduler = scheduler_with([make_node("g", gpus=8)])
+    pod = _version(make_pod("a", gpus=2), "7")
+    scheduler.upsert_pod(pod)
+    scheduler.delete_pod(uid_of(pod))
+    changed = _version(pod, "7", gpus=4)
+    assert filtered(scheduler, changed, ["g"]).passed == ["g"]
+    assert len(plan(scheduler, changed, "g").gpu_ids) == 4
