@@ -11,7 +11,7 @@ type is not an integer, one entry below), and one line where the inventory write
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -108,6 +108,10 @@ class Columns:
             for name in NodeArrays._fields
         )
         self.devices = _device_arrays(capacity, 0)
+        # The read-only views, made once per allocation and size: a view shows every later
+        # write to its column, so only growing (new arrays, another size) makes new ones.
+        self._views: NodeArrays | None = None
+        self._device_views: DeviceArrays | None = None
 
     def fit_width(self, gpus: int) -> None:
         """Make the device rows at least ``gpus`` wide (a node with more GPUs than any yet)."""
@@ -117,6 +121,7 @@ class Columns:
             for old, new in zip(self.devices, wider, strict=True):
                 new[:, :width] = old
             self.devices = wider
+            self._device_views = None
 
     def append(self) -> int:
         """A new slot at the end, growing every column when full."""
@@ -131,6 +136,7 @@ class Columns:
                 np.concatenate([old, new]) for old, new in zip(self.devices, more, strict=True)
             )
         self.size += 1
+        self._views = self._device_views = None
         return self.size - 1
 
     def clear(self, slot: int) -> None:
@@ -140,20 +146,23 @@ class Columns:
         self.devices.sharers[slot] = 0
 
     def read_only(self) -> NodeArrays:
-        views = []
-        for column in self.arrays:
-            view = column[: self.size].view()
-            view.flags.writeable = False
-            views.append(view)
-        return NodeArrays._make(views)
+        if self._views is None:
+            size = self.size
+            self._views = NodeArrays._make(_read_only(column[:size]) for column in self.arrays)
+        return self._views
 
     def read_only_devices(self) -> DeviceArrays:
-        views = []
-        for grid in self.devices:
-            view = grid[: self.size].view()
-            view.flags.writeable = False
-            views.append(view)
-        return DeviceArrays._make(views)
+        if self._device_views is None:
+            self._device_views = DeviceArrays._make(
+                _read_only(grid[: self.size]) for grid in self.devices
+            )
+        return self._device_views
+
+
+def _read_only(rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    view = rows.view()
+    view.flags.writeable = False
+    return view
 
 
 def _device_arrays(rows: int, width: int) -> DeviceArrays:

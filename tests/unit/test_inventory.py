@@ -173,6 +173,28 @@ def test_arrays_handed_out_are_read_only() -> None:
         inventory.arrays.gpu_free[1] = 99
 
 
+def test_read_only_arrays_follow_every_change_and_every_new_node() -> None:
+    # The views are made once per allocation and size (extender.columns): one taken before a
+    # change must read what the change wrote, and a node added (the columns grow, here past
+    # their first allocation) must be in the next arrays handed out, read-only like the rest.
+    inventory = inventory_with(make_node("n", gpus=4))
+    before = inventory.arrays
+    inventory.upsert_holding(hold("a", "n", 3, ids=(0, 1, 2)))
+    assert free(inventory, "n") == 1
+    assert int(before.gpu_free[inventory.ids(["n"])][0]) == 1
+    assert int(inventory.devices.sharers[inventory.ids(["n"])][0].sum()) == 0
+    names = [f"m{i}" for i in range(40)]
+    for name in names:
+        inventory.upsert_node(node_spec(make_node(name, gpus=8)))
+    grown = inventory.arrays
+    assert len(grown.alive) == 42  # the sentinel, n, and the 40 new nodes
+    assert grown.gpu_free[inventory.ids(names)].tolist() == [8] * 40
+    assert free(inventory, "n") == 1
+    for column in (grown.gpu_free, inventory.devices.memory_free):
+        with pytest.raises(ValueError, match="read-only"):
+            column[1] = 99
+
+
 def test_node_view_is_a_copy() -> None:
     inventory = inventory_with(make_node("n", gpus=2))
     inventory.upsert_holding(hold("a", "n", 1, ids=(0,)))
