@@ -46,7 +46,7 @@ def asked(spec: JSONObject, resources: tuple[str, ...]) -> Asked:
         kept = (mig_names, effective_requests(spec, resources + mig_names))
         if key is not None:
             if len(_book) >= CAPACITY:
-                del _book[next(iter(_book))]
+                del _book[next(iter(_book))]  # the oldest template
             _book[key] = kept
     # A copy of the totals: the book's own must not change under a later pod.
     return kept[0], dict(kept[1])
