@@ -334,9 +334,11 @@ class Scheduler(Intake, PreemptVerb, ShellReads):
             return with_dra(last[2], self._dra, self.config.gpu_resource)
         # The watch's event of the same object version was decoded already (most pods: their
         # ADDED event came before kube-scheduler's first filter of them).
-        request = self._pending.decoded(uid, version) or pod_request(
-            pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares
-        )
+        request = self._pending.decoded(uid, version)
+        if request is None:
+            request = pod_request(
+                pod, gpu_resource=self.config.gpu_resource, shares=self.config.shares
+            )
         if version:
             self._last_request = (uid, version, request)
         return with_dra(request, self._dra, self.config.gpu_resource)

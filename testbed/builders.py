@@ -151,6 +151,24 @@ def make_pod(
     }
 
 
+def container(
+    name: str,
+    *,
+    requests: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+    restart: str | None = None,
+) -> dict[str, Any]:
+    """One container spec asking for ``requests`` and ``limits`` as given (quantities as
+    strings or numbers); ``restart`` "Always" makes an init container a sidecar."""
+    c: dict[str, Any] = {
+        "name": name,
+        "resources": {"requests": requests or {}, "limits": limits or {}},
+    }
+    if restart:
+        c["restartPolicy"] = restart
+    return c
+
+
 def with_containers(
     pod: dict[str, Any], containers: Sequence[tuple[str, str, dict[str, int]]]
 ) -> dict[str, Any]:

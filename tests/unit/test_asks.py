@@ -11,18 +11,9 @@ import pytest
 from extender import asks, mig
 from extender.errors import PodRequestError
 from extender.resource_totals import effective_requests
+from testbed.builders import container
 
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
-
-
-def container(name: str, requests: dict[str, Any], *, limits: dict[str, Any] | None = None,
-              restart: str | None = None) -> dict[str, Any]:  # fmt: skip
-    out: dict[str, Any] = {"name": name, "resources": {"requests": requests}}
-    if limits:
-        out["resources"]["limits"] = limits
-    if restart:
-        out["restartPolicy"] = restart
-    return out
 
 
 @dataclass
@@ -32,29 +23,32 @@ class Case:
 
 
 CASES = [
-    Case("one container", {"containers": [container("a", {"cpu": "1", "nvidia.com/gpu": 2})]}),
+    Case(
+        "one container",
+        {"containers": [container("a", requests={"cpu": "1", "nvidia.com/gpu": 2})]},
+    ),
     Case(
         "a sidecar and a regular init container",
         {
-            "containers": [container("a", {"cpu": "500m", "memory": "1Gi"})],
+            "containers": [container("a", requests={"cpu": "500m", "memory": "1Gi"})],
             "initContainers": [
-                container("side", {"cpu": "1"}, restart="Always"),
-                container("init", {"cpu": "4", "memory": "64Mi"}),
+                container("side", requests={"cpu": "1"}, restart="Always"),
+                container("init", requests={"cpu": "4", "memory": "64Mi"}),
             ],
         },
     ),
     Case(
         "pod-level resources and overhead",
         {
-            "containers": [container("a", {"cpu": "1"})],
+            "containers": [container("a", requests={"cpu": "1"})],
             "resources": {"requests": {"cpu": "3", "memory": "2Gi"}},
             "overhead": {"cpu": "250m"},
         },
     ),
-    Case("a limit alone", {"containers": [container("a", {}, limits={"nvidia.com/gpu": "1"})]}),
+    Case("a limit alone", {"containers": [container("a", limits={"nvidia.com/gpu": "1"})]}),
     Case(
         "MIG profiles",
-        {"containers": [container("a", {"nvidia.com/mig-1g.10gb": 2})]},
+        {"containers": [container("a", requests={"nvidia.com/mig-1g.10gb": 2})]},
     ),
     Case("no containers", {}),
 ]
@@ -80,8 +74,8 @@ def test_the_answer_is_the_sum_first_and_kept(case: Case) -> None:
 
 
 def test_pods_of_one_template_share_one_entry_and_other_templates_get_their_own() -> None:
-    one = {"containers": [container("a", {"nvidia.com/gpu": "1"})]}
-    two = {"containers": [container("a", {"nvidia.com/gpu": "2"})]}
+    one = {"containers": [container("a", requests={"nvidia.com/gpu": "1"})]}
+    two = {"containers": [container("a", requests={"nvidia.com/gpu": "2"})]}
     copies = [{**one, "nodeName": f"n{i}", "containers": [dict(c) for c in one["containers"]]}
               for i in range(5)]  # fmt: skip
     for spec in copies:
@@ -94,7 +88,7 @@ def test_pods_of_one_template_share_one_entry_and_other_templates_get_their_own(
 
 
 def test_a_caller_changing_its_totals_does_not_change_the_next_pods() -> None:
-    spec = {"containers": [container("a", {"nvidia.com/gpu": "1"})]}
+    spec = {"containers": [container("a", requests={"nvidia.com/gpu": "1"})]}
     _, totals = asks.asked(spec, RESOURCES)
     totals["nvidia.com/gpu"] = 0
     assert asks.asked(spec, RESOURCES)[1]["nvidia.com/gpu"] == 1_000_000_000
@@ -103,8 +97,8 @@ def test_a_caller_changing_its_totals_does_not_change_the_next_pods() -> None:
 @pytest.mark.parametrize(
     "spec",
     [
-        {"containers": [container("a", {"cpu": "lots"})]},
-        {"containers": [container("a", {"cpu": "-1"})]},
+        {"containers": [container("a", requests={"cpu": "lots"})]},
+        {"containers": [container("a", requests={"cpu": "-1"})]},
         {"containers": "not a list"},
     ],
     ids=["not a quantity", "negative", "containers a string"],
@@ -118,7 +112,7 @@ def test_a_refusal_is_raised_every_time_and_never_kept(spec: dict[str, Any]) -> 
 
 def test_the_book_is_bounded_and_drops_the_oldest_first() -> None:
     count = asks.CAPACITY + 8
-    specs = [{"containers": [container("a", {"cpu": f"{i + 1}m"})]} for i in range(count)]
+    specs = [{"containers": [container("a", requests={"cpu": f"{i + 1}m"})]} for i in range(count)]
     for spec in specs:
         asks.asked(spec, RESOURCES)
     assert len(asks._book) == asks.CAPACITY
@@ -147,8 +141,8 @@ class Frozen(Mapping[str, Any]):
 @pytest.mark.parametrize(
     "spec",
     [
-        {"containers": [container("a", {"cpu": "1", "nvidia.com/gpu": Frozen({})})]},
-        {"containers": [container(f"c{i}", {"cpu": "1", "x" * 40: "1" * 40}) for i in range(80)]},
+        {"containers": [container("a", requests={"cpu": "1", "nvidia.com/gpu": Frozen({})})]},
+        {"containers": [container(f"c{i}", requests={"x" * 40: "1" * 40}) for i in range(80)]},
     ],
     ids=["does not encode", "larger than a key may be"],
 )

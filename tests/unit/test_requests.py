@@ -16,23 +16,7 @@ from extender.names import (
     SHARE_MEMORY_RESOURCE,
 )
 from extender.requests import PodRequestError, gpu_ids_annotation, holding_from_pod, pod_request
-from testbed.builders import make_pod, share_pod
-
-
-def container(
-    name: str,
-    *,
-    requests: dict[str, str] | None = None,
-    limits: dict[str, str] | None = None,
-    restart: str | None = None,
-) -> dict[str, Any]:
-    c: dict[str, Any] = {
-        "name": name,
-        "resources": {"requests": requests or {}, "limits": limits or {}},
-    }
-    if restart:
-        c["restartPolicy"] = restart
-    return c
+from testbed.builders import container, make_pod, share_pod
 
 
 @dataclass
