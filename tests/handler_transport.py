@@ -4,18 +4,19 @@ request and response types are only the tests' vocabulary here: what KubeApi sen
 into one, and the handler's answer (its status, and its body read or streamed) is what KubeApi
 gets. An ``httpx.TransportError`` from the handler, or from its response's stream, is the
 transport failing, and so is a request's handler taking longer than its timeout. Each request
-carries its timeouts where httpx keeps them, ``request.extensions["timeout"]``."""
+carries its timeouts where httpx keeps them, ``request.extensions["timeout"]``. A watch's
+body is split into lines as the real stream splits it (app.kube.watch_stream.LineBuffer)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
 
 import httpx
 
 from app.kube.transport import TransportError
+from app.kube.watch_stream import LineBuffer
 
 Handler = Callable[[httpx.Request], httpx.Response | Awaitable[httpx.Response]]
 
@@ -68,8 +69,7 @@ class HandlerTransport:
         except TimeoutError:
             raise TransportError(f"no answer within {timeout:g}s") from None
 
-    @asynccontextmanager
-    async def stream(
+    async def watch(
         self,
         url: str,
         *,
@@ -77,24 +77,30 @@ class HandlerTransport:
         headers: Mapping[str, str],
         connect_timeout: float,
         read_timeout: float,
-    ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
+        on_line: Callable[[bytes], None],
+    ) -> tuple[int, bytes]:
         # Recorded, not enforced: the tests' watches end by their canned bodies or are cancelled.
         limits = {"connect": connect_timeout, "read": read_timeout}
         response = await self._answer(
             "GET", url, params=params, headers=headers, body=None, timeout=limits
         )
         try:
-            yield response.status_code, _chunks(response)
+            if response.status_code >= 300:
+                return response.status_code, await response.aread()
+            lines = LineBuffer()
+            try:
+                async for chunk in response.aiter_bytes():
+                    for index, line in enumerate(lines.feed(chunk)):
+                        if index:
+                            await asyncio.sleep(0)  # one line per turn, as the real stream
+                        on_line(line)
+            except httpx.TransportError as error:
+                raise TransportError(f"{type(error).__name__}: {error}", cut=True) from None
+            if last := lines.rest():
+                on_line(last)
+            return response.status_code, b""
         finally:
             await response.aclose()
 
     async def close(self) -> None:
         return None
-
-
-async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in response.aiter_bytes():
-            yield chunk
-    except httpx.TransportError as error:
-        raise TransportError(f"{type(error).__name__}: {error}") from None

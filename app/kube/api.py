@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,46 +167,33 @@ class KubeApi:
             raise _status_error(method, path, status, body)
         return body
 
-    @asynccontextmanager
-    async def stream_lines(
-        self, path: str, params: Mapping[str, str], *, read_timeout: float
-    ) -> AsyncIterator[AsyncIterator[bytes]]:
-        """A watch: the response body as lines (one JSON event each)."""
+    async def watch_lines(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        read_timeout: float,
+        on_line: Callable[[bytes], None],
+    ) -> None:
+        """A watch: each line of the answer (one JSON event) goes to ``on_line`` as it
+        arrives, one per turn of the event loop, so that a verb which arrived meanwhile is
+        answered before the next event is applied rather than after a whole burst (a relist
+        of every pod on a node, a Job's pods deleted at once). Returns when the API server
+        ends the watch; what ``on_line`` raises ends it too, and propagates."""
         try:
-            async with self._transport.stream(
+            status, body = await self._transport.watch(
                 self._config.server + path,
                 params=params,
                 headers=self._headers(),
                 connect_timeout=self._timeout,
                 read_timeout=read_timeout,
-            ) as (status, chunks):
-                if status >= 300:
-                    raise _status_error("GET", path, status, b"".join([c async for c in chunks]))
-                yield _lines(chunks, path)
+                on_line=on_line,
+            )
         except TransportError as error:
-            raise ApiTransientError(f"watch {path}: {error}") from None
-
-
-async def _lines(chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[bytes]:
-    """The watch's lines. Between two lines of one read the event loop runs once: a verb
-    that arrived meanwhile is answered before the next event is applied, rather than after
-    a whole burst of them (a relist of every pod on a node, a Job's pods deleted at once)."""
-    buffer = b""
-    try:
-        async for chunk in chunks:
-            buffer += chunk
-            *complete, buffer = buffer.split(b"\n")
-            first = True
-            for line in complete:
-                if line.strip():
-                    if not first:
-                        await asyncio.sleep(0)
-                    first = False
-                    yield line
-    except TransportError as error:
-        raise ApiTransientError(f"watch {path} cut: {error}") from None
-    if buffer.strip():
-        yield buffer
+            cut = " cut" if error.cut else ""
+            raise ApiTransientError(f"watch {path}{cut}: {error}") from None
+        if status >= 300:
+            raise _status_error("GET", path, status, body)
 
 
 def _status_error(method: str, path: str, status: int, body: bytes) -> ApiError:

@@ -1,4 +1,5 @@
-"""How KubeApi's requests reach the API server: aiohttp's client, used directly.
+"""How KubeApi's requests reach the API server: aiohttp's client, used directly, and for
+watches a lean stream of lines (app/kube/watch_stream.py says why).
 
 Every scheduled pod costs schedext one Binding POST and two pod watch events, so this path is
 per pod. Through httpx's ``AsyncClient`` (even over an aiohttp transport) a POST cost about
@@ -11,11 +12,12 @@ and decodes JSON; a transport only moves bytes (tests pass one that answers in-p
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import aiohttp
+
+from app.kube.watch_stream import StreamError, watch_lines
 
 __all__ = ["AiohttpTransport", "Transport", "TransportError"]
 
@@ -27,11 +29,13 @@ KEEPALIVE_S = 5.0
 class TransportError(Exception):
     """No answer: the connection was refused, cut or timed out, or TLS failed. ``sent``:
     whether the request may have reached the server (False only when no connection was
-    made), which decides whether a write may have happened."""
+    made), which decides whether a write may have happened. ``cut``: a watch's answer had
+    begun and broke off."""
 
-    def __init__(self, message: str, *, sent: bool = True) -> None:
+    def __init__(self, message: str, *, sent: bool = True, cut: bool = False) -> None:
         super().__init__(message)
         self.sent = sent
+        self.cut = cut
 
 
 class Transport(Protocol):
@@ -47,7 +51,7 @@ class Transport(Protocol):
     ) -> tuple[int, bytes]:
         """The status and whole body; raises TransportError."""
 
-    def stream(
+    async def watch(
         self,
         url: str,
         *,
@@ -55,9 +59,13 @@ class Transport(Protocol):
         headers: Mapping[str, str],
         connect_timeout: float,
         read_timeout: float,
-    ) -> AbstractAsyncContextManager[tuple[int, AsyncIterator[bytes]]]:
-        """A GET whose body is read as it arrives: the status and the body's chunks. Raises
-        TransportError, also from the chunks; ``read_timeout`` bounds each wait for data."""
+        on_line: Callable[[bytes], None],
+    ) -> tuple[int, bytes]:
+        """A GET whose body is lines: each whole line goes to ``on_line`` as it arrives, one
+        per turn of the event loop, until the body ends; then returns ``(status, b"")``. An
+        answer of 300 or more is returned whole instead, ``(status, body)``. Raises
+        TransportError (``read_timeout`` bounds each wait for data) and what ``on_line``
+        raises."""
 
     async def close(self) -> None:
         """Close kept-alive connections; the transport may not be used after."""
@@ -67,6 +75,7 @@ class AiohttpTransport:
     def __init__(self, ssl_context: ssl.SSLContext | bool) -> None:
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
+        self._watch_tls: ssl.SSLContext | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         # Made on first use: aiohttp binds a session to the running event loop.
@@ -109,8 +118,7 @@ class AiohttpTransport:
         except (aiohttp.ClientError, OSError) as error:
             raise TransportError(_describe(error)) from None
 
-    @asynccontextmanager
-    async def stream(
+    async def watch(
         self,
         url: str,
         *,
@@ -118,36 +126,37 @@ class AiohttpTransport:
         headers: Mapping[str, str],
         connect_timeout: float,
         read_timeout: float,
-    ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
-        # ``connect`` covers taking a pooled connection or opening one, TLS included.
-        timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=read_timeout)
+        on_line: Callable[[bytes], None],
+    ) -> tuple[int, bytes]:
         try:
-            response = await self._client().get(
-                url, params=params, headers=headers, allow_redirects=False, timeout=timeout
+            return await watch_lines(
+                url,
+                params=params,
+                headers=headers,
+                tls=self._tls(),
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                on_line=on_line,
             )
-        except TimeoutError:
-            raise TransportError(f"not connected within {connect_timeout:g}s") from None
-        except (aiohttp.ClientError, OSError) as error:
-            raise TransportError(_describe(error)) from None
-        try:
-            yield response.status, _chunks(response, read_timeout)
-        finally:
-            response.close()  # a watch is never read to its end: the connection goes too
+        except StreamError as error:
+            raise TransportError(str(error), cut=error.begun) from None
+
+    def _tls(self) -> ssl.SSLContext:
+        """The context aiohttp's ``ssl=`` value stands for: the one given, the default
+        (True), or one that verifies nothing (False: a kubeconfig's insecure-skip-tls-verify)."""
+        if isinstance(self._ssl, ssl.SSLContext):
+            return self._ssl
+        if self._watch_tls is None:
+            self._watch_tls = ssl.create_default_context()
+            if not self._ssl:
+                self._watch_tls.check_hostname = False
+                self._watch_tls.verify_mode = ssl.CERT_NONE
+        return self._watch_tls
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-async def _chunks(response: aiohttp.ClientResponse, read_timeout: float) -> AsyncIterator[bytes]:
-    try:
-        while chunk := await response.content.readany():
-            yield chunk
-    except TimeoutError:
-        raise TransportError(f"nothing received for {read_timeout:g}s") from None
-    except (aiohttp.ClientError, OSError) as error:
-        raise TransportError(_describe(error)) from None
 
 
 def _describe(error: BaseException) -> str:

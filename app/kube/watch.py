@@ -268,30 +268,34 @@ async def _watch(
         allowWatchBookmarks="true",
         timeoutSeconds=str(resource.watch_timeout_s),
     )
-    async with api.stream_lines(
-        resource.path, params, read_timeout=resource.watch_timeout_s + 30
-    ) as lines:
-        async for line in lines:
-            try:
-                event = resource.decode_event(line)
-            except ValueError:
-                raise ApiTransientError(f"watch of {resource.name}: undecodable event") from None
-            kind = event.get("type") if isinstance(event, dict) else None
-            obj = event.get("object") if isinstance(event, dict) else None
-            if not isinstance(obj, dict):
-                continue
-            if kind == "ERROR":
-                _raise_status(resource, obj)
-            new_version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-            if kind in ("ADDED", "MODIFIED"):
-                sink.upsert(obj)
-            elif kind == "DELETED":
-                sink.delete(obj)
-            elif kind != "BOOKMARK":
-                log.debug("watch of %s: ignoring event type %r", resource.name, kind)
-                continue
-            cursor.version = new_version or cursor.version
-            on_progress()
+
+    def apply(line: bytes) -> None:
+        try:
+            event = resource.decode_event(line)
+        except ValueError:
+            raise ApiTransientError(f"watch of {resource.name}: undecodable event") from None
+        kind = event.get("type") if isinstance(event, dict) else None
+        obj = event.get("object") if isinstance(event, dict) else None
+        if not isinstance(obj, dict):
+            return
+        if kind == "ERROR":
+            _raise_status(resource, obj)
+        new_version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if kind in ("ADDED", "MODIFIED"):
+            sink.upsert(obj)
+        elif kind == "DELETED":
+            sink.delete(obj)
+        elif kind != "BOOKMARK":
+            log.debug("watch of %s: ignoring event type %r", resource.name, kind)
+            return
+        cursor.version = new_version or cursor.version
+        on_progress()
+
+    # Each line is applied where the stream hands it over, not in this task: no wake-up of
+    # it per event (app/kube/watch_stream.py).
+    await api.watch_lines(
+        resource.path, params, read_timeout=resource.watch_timeout_s + 30, on_line=apply
+    )
 
 
 def _raise_status(resource: Resource, status: JSON) -> None:

@@ -1,12 +1,13 @@
 """KubeApi over its real transport (aiohttp) against a real HTTP server on a loopback port:
-what goes on the wire, how answers and failures come back, watches read as lines, TLS."""
+what goes on the wire, how answers and failures come back, TLS. Watches:
+test_watch_stream.py."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from aiohttp import web
 
 from app.kube.api import KubeApi
 from app.kube.config import ClusterConfig
-from app.kube.errors import ApiConflictError, ApiError, ApiTransientError
+from app.kube.errors import ApiConflictError, ApiTransientError
 from testbed.pki import CertAuthority
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -181,112 +182,6 @@ def test_a_call_past_its_timeout_is_a_transient_error() -> None:
                 await api.close()
 
     asyncio.run(main())
-
-
-def test_a_watch_yields_whole_lines_however_the_body_is_cut() -> None:
-    events = [
-        orjson.dumps({"type": "ADDED", "object": {"n": i, "pad": "x" * 3000}}) for i in range(5)
-    ]
-    wire = b"\n".join(events) + b"\n"
-
-    async def watch(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse()
-        await response.prepare(request)
-        for start in range(0, len(wire), 1777):  # chunks that cut lines anywhere
-            await response.write(wire[start : start + 1777])
-            await asyncio.sleep(0)
-        return response
-
-    async def main() -> list[bytes]:
-        async with api_server({("GET", "/api/v1/pods"): watch}) as url:
-            api = KubeApi(config(url))
-            try:
-                params = {"watch": "1"}
-                async with api.stream_lines("/api/v1/pods", params, read_timeout=5) as lines:
-                    return [line async for line in lines]
-            finally:
-                await api.close()
-
-    assert asyncio.run(main()) == events
-
-
-def test_the_loop_runs_between_the_lines_of_one_read() -> None:
-    """A burst of events in one read is not applied in one go: whatever became ready
-    meanwhile (a verb, here a task started at the first line) runs before the next line."""
-    wire = b"".join(orjson.dumps({"n": i}) + b"\n" for i in range(4))
-    done = asyncio.Event()
-
-    async def burst(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse()
-        await response.prepare(request)
-        await response.write(wire)  # one write: the client reads it at once
-        await done.wait()
-        return response
-
-    async def main() -> list[object]:
-        order: list[object] = []
-
-        async def verb() -> None:
-            order.append("verb")
-
-        async with api_server({("GET", "/api/v1/pods"): burst}) as url:
-            api = KubeApi(config(url))
-            try:
-                async with api.stream_lines("/api/v1/pods", {}, read_timeout=5) as lines:
-                    async for line in lines:
-                        order.append(orjson.loads(line)["n"])
-                        if len(order) == 1:
-                            asyncio.get_running_loop().create_task(verb())
-                        if len(order) == 5:
-                            break
-            finally:
-                done.set()
-                await api.close()
-        return order
-
-    assert asyncio.run(main()) == [0, "verb", 1, 2, 3]
-
-
-async def read_into(
-    got: list[bytes], watch: AbstractAsyncContextManager[AsyncIterator[bytes]]
-) -> None:
-    async with watch as lines:
-        async for line in lines:
-            got.append(line)
-
-
-def test_a_silent_watch_ends_at_its_read_timeout_and_a_refused_one_says_why() -> None:
-    release = asyncio.Event()
-
-    async def silent(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse()
-        await response.prepare(request)
-        await response.write(b'{"type": "ADDED"}\n')
-        await release.wait()
-        return response
-
-    async def forbidden(_: web.Request) -> web.Response:
-        body = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no watch"}
-        return web.json_response(body, status=403)
-
-    async def main() -> list[bytes]:
-        routes = {("GET", "/silent"): silent, ("GET", "/forbidden"): forbidden}
-        got: list[bytes] = []
-        async with api_server(routes) as url:
-            api = KubeApi(config(url))
-            try:
-                with pytest.raises(ApiTransientError, match=r"watch /silent cut: nothing .* 0.2s"):
-                    await read_into(got, api.stream_lines("/silent", {}, read_timeout=0.2))
-                with pytest.raises(ApiError, match=r"GET /forbidden: 403 no watch") as refused:
-                    async with api.stream_lines("/forbidden", {}, read_timeout=5):
-                        pass
-                assert refused.value.status == 403
-            finally:
-                release.set()
-                await api.close()
-        return got
-
-    assert asyncio.run(main()) == [b'{"type": "ADDED"}']
 
 
 def test_tls_trusts_the_clusters_ca_and_no_other(tmp_path: Path) -> None:
