@@ -11,7 +11,7 @@ import orjson
 
 from app.kube.config import ClusterConfig
 from app.kube.errors import ApiError, ApiTransientError, error_for
-from app.kube.transport import AiohttpTransport, Transport, TransportError
+from app.kube.transport import NetworkTransport, Transport, TransportError
 
 __all__ = ["Deadline", "KubeApi"]
 
@@ -48,7 +48,7 @@ class KubeApi:
         """``transport``: tests pass one that answers in-process; by default aiohttp's client
         (see app/kube/transport.py for why not httpx)."""
         self._config = config
-        self._transport = transport or AiohttpTransport(config.ssl_context)
+        self._transport = transport or NetworkTransport(config.ssl_context)
         self._timeout = timeout
         self._fixed = {"Accept": "application/json", "User-Agent": "schedext"}
 

@@ -1,12 +1,18 @@
-"""How KubeApi's requests reach the API server: aiohttp's client, used directly, and for
-watches a lean stream of lines (app/kube/watch_stream.py says why).
+"""How KubeApi's requests reach the API server, three ways by what they are:
 
-Every scheduled pod costs schedext one Binding POST and two pod watch events, so this path is
-per pod. Through httpx's ``AsyncClient`` (even over an aiohttp transport) a POST cost about
-500 µs of CPU, against 180 µs for aiohttp alone (``python -m loadtests.apiclient``): URL
-merging, cookie extraction, redirect and auth flows and the response model, none of which
-talking to one API server needs. ``Transport`` is the seam: KubeApi maps statuses and errors
-and decodes JSON; a transport only moves bytes (tests pass one that answers in-process).
+- **reads** (lists, gets): aiohttp's client, used directly. It asks for gzip, which the API
+  server applies to answers over 128 KiB (a page of a large list), and decodes it. Through
+  httpx's ``AsyncClient`` (even over an aiohttp transport) a call cost about 500 µs of CPU,
+  against 180 µs for aiohttp alone: URL merging, cookie extraction, redirect and auth flows
+  and the response model, none of which talking to one API server needs;
+- **writes** (the Binding POST of every pod placed, patches, events): bytes on kept-alive
+  connections (app/kube/connections.py), 85 µs against aiohttp's 260 over TLS;
+- **watches**: a lean stream of lines (app/kube/watch_stream.py), 57 µs per event against
+  aiohttp's 80.
+
+(``python -m loadtests.apiclient`` measures them.) ``Transport`` is the seam: KubeApi maps
+statuses and errors and decodes JSON; a transport only moves bytes (tests pass one that
+answers in-process).
 """
 
 from __future__ import annotations
@@ -17,13 +23,11 @@ from typing import Protocol
 
 import aiohttp
 
+from app.kube.connections import KEEPALIVE_S, ConnectionFailure, ConnectionPool
+from app.kube.request_head import describe, tls_context
 from app.kube.watch_stream import StreamError, watch_lines
 
-__all__ = ["AiohttpTransport", "Transport", "TransportError"]
-
-# Kept-alive connections to the API server are closed after this long idle (httpx's default,
-# which schedext used before): the server's own idle limit is longer.
-KEEPALIVE_S = 5.0
+__all__ = ["NetworkTransport", "Transport", "TransportError"]
 
 
 class TransportError(Exception):
@@ -71,11 +75,12 @@ class Transport(Protocol):
         """Close kept-alive connections; the transport may not be used after."""
 
 
-class AiohttpTransport:
+class NetworkTransport:
     def __init__(self, ssl_context: ssl.SSLContext | bool) -> None:
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
-        self._watch_tls: ssl.SSLContext | None = None
+        self._tls_context: ssl.SSLContext | None = None
+        self._writes: ConnectionPool | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         # Made on first use: aiohttp binds a session to the running event loop.
@@ -100,6 +105,10 @@ class AiohttpTransport:
         body: bytes | None,
         timeout: float,
     ) -> tuple[int, bytes]:
+        if method != "GET":
+            return await self._write(
+                method, url, params=params, headers=headers, body=body, timeout=timeout
+            )
         try:
             async with self._client().request(
                 method,
@@ -114,9 +123,9 @@ class AiohttpTransport:
         except TimeoutError:  # before OSError, its base class
             raise TransportError(f"no answer within {timeout:g}s") from None
         except aiohttp.ClientConnectorError as error:  # no connection: nothing was sent
-            raise TransportError(_describe(error), sent=False) from None
+            raise TransportError(describe(error), sent=False) from None
         except (aiohttp.ClientError, OSError) as error:
-            raise TransportError(_describe(error)) from None
+            raise TransportError(describe(error)) from None
 
     async def watch(
         self,
@@ -141,23 +150,34 @@ class AiohttpTransport:
         except StreamError as error:
             raise TransportError(str(error), cut=error.begun) from None
 
+    async def _write(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        timeout: float,
+    ) -> tuple[int, bytes]:
+        if self._writes is None:  # made on first use, as the session: on the running loop
+            self._writes = ConnectionPool(self._tls)
+        try:
+            return await self._writes.request(
+                method, url, params=params, headers=headers, body=body, timeout=timeout
+            )
+        except ConnectionFailure as error:
+            raise TransportError(str(error), sent=error.sent) from None
+
     def _tls(self) -> ssl.SSLContext:
-        """The context aiohttp's ``ssl=`` value stands for: the one given, the default
-        (True), or one that verifies nothing (False: a kubeconfig's insecure-skip-tls-verify)."""
-        if isinstance(self._ssl, ssl.SSLContext):
-            return self._ssl
-        if self._watch_tls is None:
-            self._watch_tls = ssl.create_default_context()
-            if not self._ssl:
-                self._watch_tls.check_hostname = False
-                self._watch_tls.verify_mode = ssl.CERT_NONE
-        return self._watch_tls
+        if self._tls_context is None:
+            self._tls_context = tls_context(self._ssl)
+        return self._tls_context
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if self._writes is not None:
+            await self._writes.close()
+            self._writes = None

@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import cast
 
 import httptools
+
+from app.kube.request_head import HeadError, describe, request_head, split_url
 
 __all__ = ["MAX_ERROR_BYTES", "MAX_LINE_BYTES", "LineBuffer", "StreamError", "watch_lines"]
 
@@ -95,49 +96,33 @@ async def watch_lines(
     ends it: returns ``(status, b"")``. An answer of 300 or more is not streamed: returns its
     status and (bounded) body. What ``on_line`` raises ends the stream and propagates; so does
     :class:`StreamError`. ``tls``: for an https URL, the context to verify the server with."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise StreamError(f"cannot watch {parts.scheme}:// URLs", begun=False)
-    secure = parts.scheme == "https"
-    port = parts.port or (443 if secure else 80)
-    head = _head(parts, params, headers)
+    try:
+        origin, path = split_url(url)
+        head = request_head("GET", origin, path, params, headers)
+    except HeadError as error:
+        raise StreamError(str(error), begun=False) from None
     loop = asyncio.get_running_loop()
     stream = _WatchStream(loop, on_line, read_timeout)
     try:
         async with asyncio.timeout(connect_timeout):
             await loop.create_connection(
                 lambda: stream,
-                parts.hostname,
-                port,
-                ssl=(tls or ssl.create_default_context()) if secure else None,
-                server_hostname=parts.hostname if secure else None,
+                origin.host,
+                origin.port,
+                ssl=(tls or ssl.create_default_context()) if origin.secure else None,
+                server_hostname=origin.host if origin.secure else None,
             )
     except TimeoutError:
         stream.abort()
         raise StreamError(f"not connected within {connect_timeout:g}s", begun=False) from None
     except OSError as error:  # refused, unreachable, TLS refused (ssl.SSLError is an OSError)
         stream.abort()
-        raise StreamError(_describe(error), begun=False) from None
+        raise StreamError(describe(error), begun=False) from None
     try:
         stream.send(head)
         return await stream.outcome
     finally:
         stream.abort()  # the answer was read to its end, failed or is no longer wanted
-
-
-def _head(
-    parts: urllib.parse.SplitResult, params: Mapping[str, str], headers: Mapping[str, str]
-) -> bytes:
-    target = parts.path or "/"
-    if params:
-        target += "?" + urllib.parse.urlencode(params)
-    host = parts.netloc.rpartition("@")[2]
-    fields = [target, host, *headers.keys(), *headers.values()]
-    if any(ch in field for field in fields for ch in "\r\n\0"):
-        raise StreamError("a request header or the URL holds a line break", begun=False)
-    lines = [f"GET {target} HTTP/1.1", f"Host: {host}"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 class _WatchStream(asyncio.Protocol):
@@ -212,7 +197,7 @@ class _WatchStream(asyncio.Protocol):
             if not self._draining:
                 self._end()
             return
-        reason = _describe(exc) if exc is not None else "the server closed the connection"
+        reason = describe(exc) if exc is not None else "the server closed the connection"
         self._fail(StreamError(reason, begun=self._begun))
 
     # ------------------------------------------------------------- httptools' callbacks
@@ -293,7 +278,3 @@ class _WatchStream(asyncio.Protocol):
             self._fail(StreamError(f"nothing received for {self._timeout:g}s", begun=self._begun))
             return
         self._watchdog = self._loop.call_at(self._heard + self._timeout, self._watch_dog)
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -265,7 +265,7 @@ def test_a_line_over_the_bound_cuts_the_watch(run: Run, monkeypatch: pytest.Monk
     ("server", "token", "error"),
     [
         ("", "a\r\nX-Injected: 1", r"watch /w: a request header or the URL holds a line break"),
-        ("ftp://127.0.0.1:1", "t", r"watch /w: cannot watch ftp:// URLs"),
+        ("ftp://127.0.0.1:1", "t", r"watch /w: cannot send to ftp:// URLs"),
     ],
     ids=["header-line-break", "scheme"],
 )
