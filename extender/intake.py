@@ -85,6 +85,7 @@ class Intake:
     # ----------------------------------------------------------------- nodes
 
     def upsert_node(self, node: JSONObject) -> bool:
+        """False when the event changed nothing schedext keeps (a heartbeat, most often)."""
         spec = node_spec(node, gpu_resource=self._books.gpu_resource)
         if not spec.name:
             return False
@@ -92,6 +93,7 @@ class Intake:
         known = self._books.dra.node(spec.name)
         if known.held or known.drivers:  # its GPU UUIDs, groups or plugin GPUs may have changed
             _charge(self._books, (spec.name,))
+            return True  # what DRA's claims hold there was charged again: count it a change
         return changed
 
     def delete_node(self, name: str) -> bool:
@@ -106,8 +108,9 @@ class Intake:
 
     # ------------------------------------------------------------------ pods
 
-    def upsert_pod(self, pod: JSONObject) -> None:
-        _upsert_pod(self._books, pod)
+    def upsert_pod(self, pod: JSONObject) -> bool:
+        """False when the event changed nothing schedext keeps (then it freed nothing)."""
+        return _upsert_pod(self._books, pod)
 
     def delete_pod(self, uid: str) -> None:
         b = self._books
@@ -287,16 +290,16 @@ def _name(obj: JSONObject) -> str:
     return fields.text(fields.obj(obj, "metadata"), "name")
 
 
-def _upsert_pod(b: Books, pod: JSONObject) -> None:
+def _upsert_pod(b: Books, pod: JSONObject) -> bool:
     """A bound pod becomes a holding; a pending one is remembered for bind (and counted in its
     gang); a finished one gives back what it held."""
     meta = fields.obj(pod, "metadata")
     uid = fields.text(meta, "uid")
     if not uid:
-        return
+        return False
     mark = fingerprint(pod) if bound(pod) else None
     if mark is not None and b.marks.applied(b, uid, mark):
-        return  # nothing it reads changed since it was applied (a status update, most often)
+        return False  # nothing it reads changed since it was applied (a status update, often)
     identity = statefulset_identity(meta)
     if identity is not None:
         b.statefulsets.set_identity(uid, identity)
@@ -313,7 +316,7 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
         b.evictions.placed(uid)
         b.departures.placed(uid)
         b.marks.record(b, holding, mark)
-        return
+        return True
     b.marks.forget(uid)
     held = b.inventory.holding(uid)
     if held is not None and held.kind is HoldingKind.BOUND:
@@ -324,15 +327,16 @@ def _upsert_pod(b: Books, pod: JSONObject) -> None:
         b.wakeups.forget(uid)
         b.gangs.forget(uid)
         b.statefulsets.forget_pod(uid)
-        return
+        return True
     try:
         request = pod_request(pod, gpu_resource=b.gpu_resource, shares=b.shares)
     except PodRequestError:
         b.pending.forget(uid)  # filter will report why
         b.gangs.track(uid, group_key(meta), None)
-        return
+        return True
     b.pending.remember(request, fields.text(meta, "resourceVersion"))
     b.gangs.track(uid, request.group, request)
+    return True
 
 
 class NodeRelist:

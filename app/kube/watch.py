@@ -82,7 +82,10 @@ class Relist(Protocol):
 
 
 class Sink(Protocol):
-    """Where events go (the one writer path of the inventory)."""
+    """Where events go (the one writer path of the inventory). ``upsert`` may answer False
+    for an object that changed nothing the sink keeps (a pod's status update, a node's
+    heartbeat): such an event frees nothing, and :attr:`WatchHooks.on_change` is not called
+    for it. Any other answer counts as a change."""
 
     @property
     def relist(self) -> Callable[[], Relist]: ...
@@ -120,10 +123,13 @@ def _nothing(*_: object) -> None:
 @dataclass(frozen=True, slots=True)
 class WatchHooks:
     """What the caller wants to hear: the first full list, every event or bookmark (progress,
-    for staleness metrics), and every restart with its cause ("gone", "broken", "error")."""
+    for staleness metrics), every event that changed what the sink keeps (after its
+    ``on_event``: what may have freed room for a waiting pod), and every restart with its
+    cause ("gone", "broken", "error")."""
 
     on_listed: Callable[[], None] = _nothing
     on_event: Callable[[], None] = _nothing
+    on_change: Callable[[], None] = _nothing
     on_restart: Callable[[str], None] = _nothing
 
 
@@ -163,7 +169,9 @@ async def watch_once(
 
     while True:
         try:
-            await _watch(api, resource, sink, cursor, on_progress=progress)
+            await _watch(
+                api, resource, sink, cursor, on_progress=progress, on_change=hooks.on_change
+            )
         except ApiGoneError:
             log.info("watch of %s: version %s is gone, relisting", resource.name, cursor.version)
             hooks.on_restart("gone")
@@ -260,6 +268,7 @@ async def _watch(
     cursor: _Cursor,
     *,
     on_progress: Callable[[], None],
+    on_change: Callable[[], None],
 ) -> None:
     """One watch request, until the server ends it; ``cursor`` follows every event applied."""
     params = resource.params(
@@ -282,14 +291,19 @@ async def _watch(
             _raise_status(resource, obj)
         new_version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
         if kind in ("ADDED", "MODIFIED"):
-            sink.upsert(obj)
+            changed = sink.upsert(obj) is not False
         elif kind == "DELETED":
             sink.delete(obj)
-        elif kind != "BOOKMARK":
+            changed = True
+        elif kind == "BOOKMARK":
+            changed = False
+        else:
             log.debug("watch of %s: ignoring event type %r", resource.name, kind)
             return
         cursor.version = new_version or cursor.version
         on_progress()
+        if changed:
+            on_change()
 
     # Each line is applied where the stream hands it over, not in this task: no wake-up of
     # it per event (app/kube/watch_stream.py).

@@ -191,6 +191,10 @@ def _sinks(scheduler: Scheduler, events: EventRecorder) -> dict[str, Sink]:
     }
 
 
+def _unchanged() -> None:
+    return None
+
+
 def _key(obj: JSON) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
@@ -265,29 +269,29 @@ class ClusterSource:
 
             return listed
 
-        def progress_callback(name: str) -> Callable[[], None]:
-            progress = functools.partial(service.metrics.watch_progress, name)
+        def change_callback(name: str) -> Callable[[], None]:
             if name not in _FREEING:
-                return progress
+                return _unchanged
 
-            def freeing_progress() -> None:
-                progress()
+            def freed() -> None:
                 if name == PODS.name:
                     service.victims.pods_changed()  # filters waiting for victims look again
                 if name in _FENCED and self._fences is not None:
                     self._fences.kick()  # a GPU may have been let go: lift its fence soon
                 # The event may have freed what pods filter turned away wait for (GPUs, a
                 # share's room, a MIG device, an address, quota headroom), or a preemptor's
-                # room (see extender.capacity_waits).
+                # room (see extender.capacity_waits). An event that changed nothing schedext
+                # keeps (most pod status updates, node heartbeats) freed nothing: not called.
                 service.requeue_waiters()
 
-            return freeing_progress
+            return freed
 
         for resource in self._resources:
             name = resource.name
             hooks = WatchHooks(
                 on_listed=listed_callback(name),
-                on_event=progress_callback(name),
+                on_event=functools.partial(service.metrics.watch_progress, name),
+                on_change=change_callback(name),
                 on_restart=functools.partial(service.metrics.watch_restart, name),
             )
             watcher = watch_forever(self._api, resource, sinks[name], hooks=hooks)

@@ -90,13 +90,22 @@ class RecordingSink:
     def relist(self) -> _Relist:
         return _Relist(self)
 
-    def upsert(self, obj: JSON) -> None:
-        self.state[obj["metadata"]["name"]] = obj
-        self.journal.append(f"upsert {obj['metadata']['name']}")
+    def upsert(self, obj: JSON) -> bool:
+        """False, as the service's sinks answer, for an object the same as the one kept but
+        for its resourceVersion."""
+        name = obj["metadata"]["name"]
+        kept = self.state.get(name)
+        self.state[name] = obj
+        self.journal.append(f"upsert {name}")
+        return kept is None or _unversioned(kept) != _unversioned(obj)
 
     def delete(self, obj: JSON) -> None:
         self.state.pop(obj["metadata"]["name"], None)
         self.journal.append(f"delete {obj['metadata']['name']}")
+
+
+def _unversioned(obj: JSON) -> JSON:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": None}}
 
 
 @dataclass

@@ -248,7 +248,7 @@ def test_a_change_to_a_field_read_is_applied(
     s = scheduler(shape(before))
     uid = after["metadata"]["uid"]
     holdings_decoded.clear()
-    s.upsert_pod(shape(after))
+    assert s.upsert_pod(shape(after)) is True  # a change: the shell's freeing hooks run
     assert holdings_decoded == [uid]  # not skipped
     assert books(s, uid) == books(scheduler(shape(before), shape(after), marks=False), uid)
 
@@ -265,7 +265,7 @@ def test_a_change_to_nothing_read_is_skipped(
     s.upsert_pod(shape(served_pod(**{"metadata|resourceVersion": "100b"})))  # marked now
     held, kept = s.inventory.holding(UID), books(s)
     holdings_decoded.clear()
-    s.upsert_pod(shape(after))
+    assert s.upsert_pod(shape(after)) is False  # nothing kept changed: nothing was freed
     assert holdings_decoded == []  # skipped
     assert s.inventory.holding(UID) is held
     assert books(s) == kept == books(scheduler(shape(before), shape(after), marks=False))
@@ -298,7 +298,7 @@ def test_a_pod_seen_again_after_other_writers_touched_it_is_applied(
         for each in (s, unmarked):
             touch(each)
         holdings_decoded.clear()
-        s.upsert_pod(decoded(pod))
+        assert s.upsert_pod(decoded(pod)) is True
         assert holdings_decoded == [UID]
         unmarked.upsert_pod(decoded(pod))
         assert books(s) == books(unmarked)

@@ -110,6 +110,44 @@ def test_bookmark_advances_the_version_without_touching_state() -> None:
     assert [w["resourceVersion"] for w in server.watch_params()] == ["10", "50"]
 
 
+def test_only_events_that_changed_what_the_sink_keeps_are_heard_as_changes() -> None:
+    """Every event and bookmark is progress; only an event the sink took as a change (not a
+    version alone, not a bookmark) may have freed room, and is heard as one."""
+    labelled = {**node("n1", "12"), "labels": {"a": "b"}}
+    server = FakeApiServer(
+        lists=[page([node("n1")], "10")],
+        watches=[
+            httpx.Response(
+                200,
+                content=event("MODIFIED", node("n1", "11"))  # the version alone moved
+                + event("MODIFIED", labelled)
+                + event("BOOKMARK", {"metadata": {"resourceVersion": "13"}})
+                + event("ADDED", node("n2", "14"))
+                + event("DELETED", node("n2", "15"))
+                + gone(),
+            )
+        ],
+    )
+    heard: list[str] = []
+    sink = RecordingSink()
+    hooks = WatchHooks(
+        on_event=lambda: heard.append(f"event {len(sink.journal)}"),
+        on_change=lambda: heard.append(f"change {sink.journal[-1]}"),
+    )
+    asyncio.run(watch_once(server.api(), NODES, sink, hooks=hooks, sleep=Sleeps()))
+    assert heard == [
+        "event 2",  # listed
+        "event 3",
+        "event 4",
+        "change upsert n1",
+        "event 4",  # the bookmark
+        "event 5",
+        "change upsert n2",
+        "event 6",
+        "change delete n2",
+    ]
+
+
 def test_a_watch_that_ends_normally_is_resumed_from_the_last_version() -> None:
     server = FakeApiServer(
         lists=[page([], "1")],
