@@ -45,8 +45,8 @@ class KubeApi:
         transport: Transport | None = None,
         timeout: float = 10.0,
     ) -> None:
-        """``transport``: tests pass one that answers in-process; by default aiohttp's client
-        (see app/kube/transport.py for why not httpx)."""
+        """``transport``: tests pass one that answers in-process; by default the network's
+        (app/kube/transport.py: aiohttp for reads, schedext's own for writes and watches)."""
         self._config = config
         self._transport = transport or NetworkTransport(config.ssl_context)
         self._timeout = timeout

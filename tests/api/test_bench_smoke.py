@@ -159,20 +159,27 @@ def test_bench_rejects_a_baseline_that_is_not_a_checkout(tmp_path: Path, kind: s
     assert result.stdout == ""
 
 
-def test_api_client_bench_writes_cpu_per_operation_beside_aiohttp(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "wire", [[], ["--tls", "--event-gap-ms", "1"]], ids=["plain-back-to-back", "tls-one-per-read"]
+)
+def test_api_client_bench_writes_cpu_per_operation_beside_aiohttp(
+    tmp_path: Path, wire: list[str]
+) -> None:
     out = tmp_path / "out.json"
     result = subprocess.run(
         [sys.executable, "-m", "loadtests.apiclient", "--requests", "50", "--events", "300",
-         "--reps", "1", "--json", str(out)],
+         "--reps", "1", "--json", str(out), *wire],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+    assert ("HTTPS, 1 ms between" if wire else "plain HTTP, 0 ms between") in result.stdout
     rows = {row["operation"]: row for row in json.loads(out.read_text())}
     assert set(rows) == {"binding POST", "watch event"}
     assert rows["watch event"]["count"] == 300  # the bench fails if one is not read as a line
+    assert rows["watch event"]["bare_us"] > 0  # the floor: a protocol that counts lines
     for row in rows.values():
         assert row["kubeapi_us"] > 0
         assert row["aiohttp_us"] > 0
