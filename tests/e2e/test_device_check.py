@@ -32,10 +32,12 @@ def test_the_dry_run_runs_every_step_and_says_which_it_skipped(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     steps = {step["step"]: step for step in summary["steps"]}
-    assert list(steps) == ["gpu-tier", "nvml-record", "throughput", "throughput-mix", "churn"]
+    assert list(steps) == [
+        "gpu-tier", "nvml-record", "throughput", "throughput-mix", "churn", "api-client"
+    ]  # fmt: skip
     for name in ("gpu-tier", "nvml-record"):
         assert steps[name]["skipped"] == "NVML does not start here (no NVIDIA driver)"
-    for name in ("throughput", "throughput-mix", "churn"):
+    for name in ("throughput", "throughput-mix", "churn", "api-client"):
         assert (steps[name]["rc"], steps[name]["timed_out"]) == (0, False), steps[name]
     # Two files come back from the machine: the summary, and one archive of the rest.
     assert sorted(p.name for p in out.iterdir()) == ["device-check.tar.gz", "summary.json"]
@@ -43,9 +45,13 @@ def test_the_dry_run_runs_every_step_and_says_which_it_skipped(tmp_path: Path) -
         figures = json.load(archive.extractfile("throughput.json"))  # type: ignore[arg-type]
         mix = json.load(archive.extractfile("throughput-mix.json"))  # type: ignore[arg-type]
         churn = json.load(archive.extractfile("churn.json"))  # type: ignore[arg-type]
+        client = json.load(archive.extractfile("api-client.json"))  # type: ignore[arg-type]
     assert {run["kind"] for run in figures["runs"]} >= {"A", "B", "P", "G"}
     assert mix["mix"]["gpu_share"] == 0.2
     conditions = churn["runs"]["current"][0]["conditions"]
     assert set(conditions) == {"idle", "churn", "control"}
     assert all(c["filter"]["count"] > 0 for c in conditions.values())
+    watch = {row["operation"]: row for row in client}["watch event"]
+    assert watch["count"] == 100
+    assert watch["bare_us"] > 0
     assert "skipped: NVML does not start here" in done.stderr
