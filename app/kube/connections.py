@@ -79,7 +79,8 @@ class ConnectionPool:
         timeout: float,
     ) -> tuple[int, bytes]:
         """The status and whole body; raises ConnectionFailure. ``timeout`` bounds the whole
-        exchange, a connection opened for it included."""
+        exchange, a connection opened for it included; a wait for a free slot before it is
+        bounded by the requests in flight, each by its own timeout."""
         try:
             origin, path = split_url(url)
             length = len(body) if body is not None else (0 if method != "GET" else None)
@@ -87,8 +88,8 @@ class ConnectionPool:
         except HeadError as error:
             raise ConnectionFailure(str(error), sent=False) from None
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         async with self._slots:
+            deadline = loop.time() + timeout
             connection = self._idle_connection(origin) or await self._connect(loop, origin, timeout)
             try:
                 status, answer = await connection.exchange(

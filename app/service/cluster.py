@@ -191,8 +191,8 @@ def _sinks(scheduler: Scheduler, events: EventRecorder) -> dict[str, Sink]:
     }
 
 
-def _unchanged() -> None:
-    return None
+def _frees_nothing() -> None:
+    """The change hook of a resource whose events free no room (pod groups, classes, …)."""
 
 
 def _key(obj: JSON) -> str:
@@ -271,7 +271,7 @@ class ClusterSource:
 
         def change_callback(name: str) -> Callable[[], None]:
             if name not in _FREEING:
-                return _unchanged
+                return _frees_nothing
 
             def freed() -> None:
                 if name == PODS.name:
