@@ -29,7 +29,16 @@ from typing import cast
 
 import httptools
 
-from app.kube.request_head import HeadError, Origin, describe, request_head, split_url
+from app.kube.request_head import (
+    ConnectError,
+    HeadError,
+    Origin,
+    connect,
+    describe,
+    offers_http1,
+    request_head,
+    split_url,
+)
 
 __all__ = ["KEEPALIVE_S", "MAX_ANSWER_BYTES", "ConnectionFailure", "ConnectionPool"]
 
@@ -125,20 +134,10 @@ class ConnectionPool:
     ) -> _Connection:
         connection = _Connection(loop)
         try:
-            async with asyncio.timeout(timeout):
-                await loop.create_connection(
-                    lambda: connection,
-                    origin.host,
-                    origin.port,
-                    ssl=self._tls() if origin.secure else None,
-                    server_hostname=origin.host if origin.secure else None,
-                )
-        except TimeoutError:
+            await connect(connection, origin, self._tls() if origin.secure else None, timeout)
+        except ConnectError as error:
             connection.abort()
-            raise ConnectionFailure(f"not connected within {timeout:g}s", sent=False) from None
-        except OSError as error:  # refused, unreachable, TLS refused (ssl.SSLError included)
-            connection.abort()
-            raise ConnectionFailure(describe(error), sent=False) from None
+            raise ConnectionFailure(str(error), sent=False) from None
         self._open.add(connection)
         return connection
 
@@ -191,8 +190,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
         self._transport = cast(asyncio.Transport, transport)
-        tls = transport.get_extra_info("ssl_object")
-        if tls is not None and tls.selected_alpn_protocol() not in (None, "http/1.1"):
+        if not offers_http1(transport):
             self.abort()  # the server chose HTTP/2, which was not offered: a broken server
 
     def data_received(self, data: bytes) -> None:

@@ -27,7 +27,15 @@ from typing import cast
 
 import httptools
 
-from app.kube.request_head import HeadError, describe, request_head, split_url
+from app.kube.request_head import (
+    ConnectError,
+    HeadError,
+    connect,
+    describe,
+    offers_http1,
+    request_head,
+    split_url,
+)
 
 __all__ = ["MAX_ERROR_BYTES", "MAX_LINE_BYTES", "LineBuffer", "StreamError", "watch_lines"]
 
@@ -101,23 +109,12 @@ async def watch_lines(
         head = request_head("GET", origin, path, params, headers)
     except HeadError as error:
         raise StreamError(str(error), begun=False) from None
-    loop = asyncio.get_running_loop()
-    stream = _WatchStream(loop, on_line, read_timeout)
+    stream = _WatchStream(asyncio.get_running_loop(), on_line, read_timeout)
     try:
-        async with asyncio.timeout(connect_timeout):
-            await loop.create_connection(
-                lambda: stream,
-                origin.host,
-                origin.port,
-                ssl=(tls or ssl.create_default_context()) if origin.secure else None,
-                server_hostname=origin.host if origin.secure else None,
-            )
-    except TimeoutError:
+        await connect(stream, origin, tls, connect_timeout)
+    except ConnectError as error:
         stream.abort()
-        raise StreamError(f"not connected within {connect_timeout:g}s", begun=False) from None
-    except OSError as error:  # refused, unreachable, TLS refused (ssl.SSLError is an OSError)
-        stream.abort()
-        raise StreamError(describe(error), begun=False) from None
+        raise StreamError(str(error), begun=False) from None
     try:
         stream.send(head)
         return await stream.outcome
@@ -171,8 +168,7 @@ class _WatchStream(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
         self._transport = cast(asyncio.Transport, transport)
-        tls = transport.get_extra_info("ssl_object")
-        if tls is not None and tls.selected_alpn_protocol() not in (None, "http/1.1"):
+        if not offers_http1(transport):
             self._fail(StreamError("the server chose a protocol other than HTTP/1.1", begun=False))
 
     def data_received(self, data: bytes) -> None:
