@@ -687,6 +687,7 @@ class PySpy:
             str(self.binary), "record", "--pid", str(self.pid), "--rate", str(self.rate),
             "--format", "raw", "--output", str(self.output), "--nonblocking",
         ]  # fmt: skip
+        self.output.parent.mkdir(parents=True, exist_ok=True)  # --py-spy-dir may be new
         log = self.output.with_suffix(".log").open("wb")
         # a profiler binary the user named on our command line, with arguments built here
         self.process = subprocess.Popen(  # noqa: S603

@@ -56,6 +56,28 @@ class _Container(TypedDict, total=False):
     restartPolicy: Any
 
 
+class _Nothing(TypedDict, total=False):
+    """An object whose presence is all that is read: its fields are skipped."""
+
+
+# Only whether a pod states a preference is read (extender.requests: a longer shortlist), so
+# of its affinity only the preferred terms are kept, and of them only that they are objects.
+# The required terms (node selectors, label selectors) were most of what a pod's affinity
+# decoded to: 2 of a benchmark pod's 12 µs of decoding, and a quarter of freeing it.
+class _Preferences(TypedDict, total=False):
+    preferredDuringSchedulingIgnoredDuringExecution: list[_Nothing]
+
+
+class _Affinity(TypedDict, total=False):
+    nodeAffinity: _Preferences
+    podAffinity: _Preferences
+    podAntiAffinity: _Preferences
+
+
+class _Spread(TypedDict, total=False):
+    whenUnsatisfiable: Any
+
+
 class _PodSpec(TypedDict, total=False):
     nodeName: Any
     priority: Any
@@ -66,8 +88,8 @@ class _PodSpec(TypedDict, total=False):
     overhead: Any
     resources: Any
     # Soft preferences: a pod stating them gets a longer shortlist (extender.shortlist).
-    affinity: Any
-    topologySpreadConstraints: Any
+    affinity: _Affinity | None
+    topologySpreadConstraints: list[_Spread] | None
     # DRA: the claims it names (extender.dra.pod_claims).
     resourceClaims: Any
 

@@ -31,6 +31,23 @@ SIDECAR = {
 INIT = {"name": "fetch", "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "1"}}}
 
 
+TERM = {"labelSelector": {"matchLabels": {"app": "trainer"}}, "topologyKey": "zone"}
+POD_PREF = {
+    "requiredDuringSchedulingIgnoredDuringExecution": [TERM],
+    "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 5, "podAffinityTerm": TERM}],
+}
+SELECTOR = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["yes"]}]}
+NODE_PREF = {"preferredDuringSchedulingIgnoredDuringExecution": [
+    {"weight": 10, "preference": SELECTOR}]}  # fmt: skip
+REQUIRED = {
+    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [SELECTOR]}},
+    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]},
+}  # fmt: skip
+SPREAD = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+          "labelSelector": {"matchLabels": {"app": "trainer"}}}  # fmt: skip
+
+
 def _listed(pod: dict[str, Any]) -> dict[str, Any]:
     """Add what the API server adds and schedext never reads."""
     pod = orjson.loads(orjson.dumps(pod))
@@ -68,6 +85,19 @@ POD_CASES = {
     "bound address": bound_ip_pod("i", node="n1", ip="10.20.1.15", pool="rack-a"),
     "unreadable quantity": make_pod("j", cpu="lots"),
     "benchmark pod": payloads.make_pod("k", gpus=2, model="A100", uid="k-uid"),
+    # Of affinity and spreads only the preferences are kept: each kind, and none.
+    "preferred node": _with_spec(make_pod("l", gpus=1), affinity={"nodeAffinity": NODE_PREF}),
+    "preferred pod affinity": _with_spec(make_pod("m"), affinity={"podAffinity": POD_PREF}),
+    "preferred anti-affinity": _with_spec(make_pod("n"), affinity={"podAntiAffinity": POD_PREF}),
+    "required terms only": _with_spec(make_pod("o", gpus=1), affinity=REQUIRED),
+    "a spread it may break": _with_spec(
+        make_pod("p"),
+        topologySpreadConstraints=[
+            {**SPREAD, "whenUnsatisfiable": "DoNotSchedule"},
+            {**SPREAD, "whenUnsatisfiable": "ScheduleAnyway"},
+        ],
+    ),
+    "spreads it keeps": _with_spec(make_pod("q"), topologySpreadConstraints=[SPREAD]),
 }
 
 
