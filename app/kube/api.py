@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from app.kube import list_pages
 from app.kube.config import ClusterConfig
 from app.kube.errors import ApiError, ApiTransientError, error_for
 from app.kube.transport import NetworkTransport, Transport, TransportError
@@ -55,8 +56,12 @@ class KubeApi:
     async def close(self) -> None:
         await self._transport.close()
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+    def _headers(
+        self, content_type: str | None = None, accept: str | None = None
+    ) -> dict[str, str]:
         headers = dict(self._fixed)
+        if accept is not None:
+            headers["Accept"] = accept
         # Read per call: an in-cluster token is rotated under us.
         authorization = self._config.authorization()
         if authorization:
@@ -72,9 +77,12 @@ class KubeApi:
     ) -> JSON:
         return await self._request("GET", path, params=params, timeout=timeout)
 
-    async def get_bytes(self, path: str, params: Mapping[str, str] | None = None) -> bytes:
-        """The answer's body undecoded, for callers that decode only what they use."""
-        return await self._send("GET", path, params=params)
+    async def get_bytes(
+        self, path: str, params: Mapping[str, str] | None = None, *, accept: str | None = None
+    ) -> bytes:
+        """The answer's body undecoded, for callers that decode only what they use; ``accept``:
+        the media types they read (app/kube/list_pages.py: protobuf first), JSON by default."""
+        return await self._send("GET", path, params=params, accept=accept)
 
     async def get_answer(
         self, path: str, params: Mapping[str, str] | None = None, *, timeout: float | None = None
@@ -151,13 +159,14 @@ class KubeApi:
         content: bytes | None = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        accept: str | None = None,
     ) -> bytes:
         try:
             status, body = await self._transport.request(
                 method,
                 self._config.server + path,
                 params=params,
-                headers=self._headers(content_type if content is not None else None),
+                headers=self._headers(content_type if content is not None else None, accept),
                 body=content,
                 timeout=self._timeout if timeout is None else timeout,
             )
@@ -198,6 +207,9 @@ class KubeApi:
 
 def _status_error(method: str, path: str, status: int, body: bytes) -> ApiError:
     message, reason = "", ""
+    if (fields := list_pages.status_fields(body)) is not None:  # asked for protobuf first
+        message, reason = fields
+        return error_for(status, f"{method} {path}: {status} {message}".strip(), reason)
     try:
         document = orjson.loads(body)
         if isinstance(document, dict):

@@ -22,6 +22,8 @@ from typing import Any, TypedDict
 import msgspec
 import orjson
 
+from app.kube import list_pages
+
 __all__ = ["NODE_DECODERS", "POD_DECODERS", "Decoders"]
 
 log = logging.getLogger("schedext.watch")
@@ -149,12 +151,39 @@ class _NodeEvent(TypedDict, total=False):
 
 class Decoders:
     """Decoders for one resource's list pages and watch events: bytes in, plain JSON values
-    out; ``ValueError`` for bytes that are not JSON."""
+    out; ``ValueError`` for bytes that are not JSON.
 
-    def __init__(self, name: str, page: type[Any], event: type[Any]) -> None:
+    ``protobuf``: a decoder of the resource's list pages in protobuf (app/kube/list_pages.py),
+    into the same values; lists then ask for protobuf first (:attr:`accept`), and a page is
+    decoded as what it is. If a protobuf page cannot be decoded, lists ask for JSON from then
+    on: one warning, and the list is retried, instead of failing on every retry."""
+
+    def __init__(
+        self, name: str, page: type[Any], event: type[Any], *, protobuf: Decode | None = None
+    ) -> None:
         self._name = name
-        self.list: Decode = self._with_fallback(msgspec.json.Decoder(page).decode)
+        self._json_page: Decode = self._with_fallback(msgspec.json.Decoder(page).decode)
         self.event: Decode = self._with_fallback(msgspec.json.Decoder(event).decode)
+        self._protobuf = protobuf
+
+    @property
+    def accept(self) -> str:
+        """The Accept header of a list request."""
+        return list_pages.ACCEPT if self._protobuf is not None else "application/json"
+
+    def list(self, data: bytes) -> Any:
+        if not list_pages.is_protobuf(data):
+            return self._json_page(data)
+        if self._protobuf is None:
+            raise ValueError("a protobuf answer, though the list asked for JSON")
+        try:
+            return self._protobuf(data)
+        except ValueError as error:
+            self._protobuf = None
+            log.warning(
+                "%s: a protobuf list page did not decode (%s); listing JSON", self._name, error
+            )
+            raise
 
     def _with_fallback(self, decode: Decode) -> Decode:
         def decode_or_full(data: bytes) -> Any:
@@ -169,5 +198,5 @@ class Decoders:
         return decode_or_full
 
 
-POD_DECODERS = Decoders("pods", _PodPage, _PodEvent)
-NODE_DECODERS = Decoders("nodes", _NodePage, _NodeEvent)
+POD_DECODERS = Decoders("pods", _PodPage, _PodEvent, protobuf=list_pages.pod_page)
+NODE_DECODERS = Decoders("nodes", _NodePage, _NodeEvent, protobuf=list_pages.node_page)

@@ -61,6 +61,11 @@ class Resource:
     # so the next page's request goes out and its answer arrives while this page is decoded.
     list_batch: int = 50
 
+    @property
+    def accept(self) -> str:
+        """What a list request accepts: protobuf first where the decoders read it."""
+        return self.decoders.accept if self.decoders else "application/json"
+
     def decode_page(self, data: bytes) -> Any:
         return self.decoders.list(data) if self.decoders else orjson.loads(data)
 
@@ -244,11 +249,11 @@ async def _page(api: KubeApi, resource: Resource, token: str) -> JSON:
     params = resource.params(limit=str(resource.page_size))
     if token:
         params["continue"] = token
-    data = await api.get_bytes(resource.path, params)
+    data = await api.get_bytes(resource.path, params, accept=resource.accept)
     try:
         page = resource.decode_page(data)
-    except ValueError:
-        raise ApiError(f"list of {resource.name}: answer is not JSON", status=200) from None
+    except ValueError as error:
+        raise ApiError(f"list of {resource.name}: {error}", status=200) from None
     if not isinstance(page, dict):
         raise ApiError(f"list of {resource.name}: answer is not an object", status=200)
     return page

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 
 import httpx
 import pytest
 
+from app.kube import list_pages
 from app.kube.errors import ApiError
+from app.kube.shapes import Decoders, _NodeEvent, _NodePage
 from app.kube.watch import Backoff, Resource, WatchHooks, watch_forever, watch_once
+from app.kube.wire import lists_pb2 as wire
 from tests.unit.kube_fakes import (
     BrokenStream,
     FakeApiServer,
@@ -266,3 +270,49 @@ def test_backoff_grows_with_jitter_up_to_a_cap_and_resets() -> None:
     assert delays[-1] >= 2.0  # at the cap, jitter keeps it within [cap/2, cap]
     backoff.reset()
     assert backoff.next_delay() <= 0.5
+
+
+def _protobuf_nodes(names: list[str], version: str) -> httpx.Response:
+    items = [wire.Node(metadata=wire.ObjectMeta(name=n, resourceVersion=version)) for n in names]
+    node_list = wire.NodeList(metadata=wire.ListMeta(resourceVersion=version), items=items)
+    body = b"k8s\x00" + wire.Unknown(raw=node_list.SerializeToString()).SerializeToString()
+    return httpx.Response(200, content=body)
+
+
+def _nodes_read_in_protobuf() -> Resource:
+    decoders = Decoders("nodes", _NodePage, _NodeEvent, protobuf=list_pages.node_page)
+    return Resource(name="nodes", path="/api/v1/nodes", page_size=2, decoders=decoders)
+
+
+def test_a_list_asks_for_protobuf_first_and_applies_what_it_answers_the_watch_json() -> None:
+    server = FakeApiServer(
+        lists=[_protobuf_nodes(["n1", "n2"], "10")],
+        watches=[httpx.Response(200, content=event("ADDED", node("n3", "11")) + gone())],
+    )
+    sink = RecordingSink()
+    resource = _nodes_read_in_protobuf()
+    asyncio.run(watch_once(server.api(), resource, sink, hooks=WatchHooks(), sleep=Sleeps()))
+    assert sorted(sink.state) == ["n1", "n2", "n3"]
+    assert sink.state["n1"] == {"metadata": {"name": "n1", "resourceVersion": "10"}, "status": {}}
+    list_request, watch_request = server.requests
+    assert list_request.headers["Accept"] == list_pages.ACCEPT
+    assert watch_request.headers["Accept"] == "application/json"
+    assert server.watch_params()[0]["resourceVersion"] == "10"
+
+
+def test_a_protobuf_page_that_does_not_decode_fails_the_list_and_the_next_asks_json() -> None:
+    broken = httpx.Response(200, content=b"k8s\x00\xff\xff")
+    server = FakeApiServer(
+        lists=[broken, page([node("n1")], "5")], watches=[httpx.Response(200, content=gone())]
+    )
+    sink = RecordingSink()
+    resource = _nodes_read_in_protobuf()
+    run = functools.partial(watch_once, server.api(), resource, sink, hooks=WatchHooks())
+    with pytest.raises(ApiError, match="list of nodes: not a protobuf"):
+        asyncio.run(run(sleep=Sleeps()))
+    asyncio.run(run(sleep=Sleeps()))
+    assert sorted(sink.state) == ["n1"]
+    assert [r.headers["Accept"] for r in server.requests[:2]] == [
+        list_pages.ACCEPT,
+        "application/json",
+    ]

@@ -1,0 +1,241 @@
+"""List pages read as protobuf, decoded into the same plain values as shapes.py's JSON.
+
+kube-apiserver serves a pod list page as protobuf for 0.4 of the CPU it spends on the same page
+as JSON (``python -m loadtests.listformats``: 41 against 101 µs a pod, 20,000 pods in pages of
+5,000). A cold sync of 300,000 pods runs schedext and the API server on the same few CPUs, and
+serving the list was most of the API server's share. So the pod and node lists ask for
+protobuf first (:data:`ACCEPT`); watches stay JSON, as the API server encodes each event once
+for every watcher.
+
+The messages (``wire/lists.proto``) name only the fields schedext reads: the protobuf runtime
+(upb, in C) skips every other field by its length. What it gives is turned into the values the
+JSON decoders give for the same object, field by field as the API server writes JSON (a field
+it leaves out of JSON when empty is left out here), so the core cannot tell the two apart; a
+test against a real API server holds them to the same meaning for every pod and node.
+
+Turning upb's objects into dicts costs more per field than msgspec's JSON decoding, most of it
+in a pod's containers. The pods of one template have byte-identical containers, so those are
+kept as bytes in the message and read once per template (:class:`_Templates`): the values are
+shared between the pods of a template and, like every decoded value, never changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from app.kube.wire import lists_pb2 as wire
+
+__all__ = ["ACCEPT", "forget_templates", "is_protobuf", "node_page", "pod_page", "status_fields"]
+
+JSON = dict[str, Any]
+
+# Protobuf where the API server has it (built-in kinds), JSON otherwise.
+ACCEPT = "application/vnd.kubernetes.protobuf, application/json"
+MAGIC = b"k8s\x00"  # a protobuf answer's first bytes, before its runtime.Unknown envelope
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+AFFINITIES = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
+def is_protobuf(body: bytes) -> bool:
+    return body.startswith(MAGIC)
+
+
+def pod_page(body: bytes) -> JSON:
+    """A PodList answer as ``{"metadata": {...}, "items": [pod, ...]}``; ValueError for bytes
+    that are not one."""
+    page = _parse(wire.PodList, _unwrap(body))
+    return {"metadata": _list_meta(page.metadata), "items": [_pod(p) for p in page.items]}
+
+
+def node_page(body: bytes) -> JSON:
+    """A NodeList answer, as :func:`pod_page`."""
+    page = _parse(wire.NodeList, _unwrap(body))
+    return {"metadata": _list_meta(page.metadata), "items": [_node(n) for n in page.items]}
+
+
+def status_fields(body: bytes) -> tuple[str, str] | None:
+    """(message, reason) of an error answered in protobuf (a ``Status``); None if it is not."""
+    try:
+        status = _parse(wire.Status, _unwrap(body))
+    except ValueError:
+        return None
+    return status.message, status.reason
+
+
+def _unwrap(body: bytes) -> bytes:
+    if not is_protobuf(body):
+        raise ValueError("not a protobuf answer")
+    raw: bytes = _parse(wire.Unknown, body[len(MAGIC) :]).raw
+    return raw
+
+
+def _parse(kind: Any, data: bytes) -> Any:
+    try:
+        return kind.FromString(data)
+    except DecodeError as error:
+        raise ValueError(f"not a protobuf {kind.DESCRIPTOR.name}: {error}") from None
+
+
+# ---------------------------------------------------------------- pods
+
+
+class _Templates:
+    """Each distinct set of container messages, read once: a bounded book from their bytes to
+    their values (the oldest entry goes first; a cluster has far fewer templates than this)."""
+
+    CAPACITY = 1024
+
+    def __init__(self) -> None:
+        self._book: dict[tuple[tuple[bytes, ...], tuple[bytes, ...]], tuple[list[JSON], ...]] = {}
+
+    def read(self, containers: Iterable[bytes], init: Iterable[bytes]) -> tuple[list[JSON], ...]:
+        key = (tuple(containers), tuple(init))
+        kept = self._book.get(key)
+        if kept is None:
+            kept = ([_container(c) for c in key[0]], [_container(c) for c in key[1]])
+            if len(self._book) >= self.CAPACITY:
+                del self._book[next(iter(self._book))]
+            self._book[key] = kept
+        return kept
+
+
+_templates = _Templates()
+
+
+def forget_templates() -> None:
+    """Empty the book (benchmarks that measure reading templates afresh)."""
+    _templates._book.clear()
+
+
+def _pod(pod: Any) -> JSON:
+    spec = pod.spec
+    containers, init = _templates.read(spec.containers, spec.initContainers)
+    values: JSON = {"containers": containers}
+    if init:
+        values["initContainers"] = init
+    if spec.nodeName:
+        values["nodeName"] = spec.nodeName
+    if spec.HasField("priority"):
+        values["priority"] = spec.priority
+    if spec.preemptionPolicy:
+        values["preemptionPolicy"] = spec.preemptionPolicy
+    if spec.HasField("affinity"):
+        values["affinity"] = _affinity(spec.affinity)
+    if spec.topologySpreadConstraints:
+        values["topologySpreadConstraints"] = [
+            _texts(c, "whenUnsatisfiable") for c in spec.topologySpreadConstraints
+        ]
+    if spec.overhead:
+        values["overhead"] = _quantities(spec.overhead)
+    if spec.HasField("resources"):
+        values["resources"] = _resources(spec.resources)
+    if spec.resourceClaims:
+        values["resourceClaims"] = [
+            {"name": c.name, **_texts(c, "resourceClaimName", "resourceClaimTemplateName")}
+            for c in spec.resourceClaims
+        ]
+    return {"metadata": _meta(pod.metadata), "spec": values, "status": _pod_status(pod.status)}
+
+
+def _container(data: bytes) -> JSON:
+    container = _parse(wire.Container, data)
+    values: JSON = {"name": container.name}
+    if container.HasField("resources"):  # a struct, not a pointer: JSON always has it
+        values["resources"] = _resources(container.resources)
+    if container.restartPolicy:
+        values["restartPolicy"] = container.restartPolicy
+    return values
+
+
+def _resources(resources: Any) -> JSON:
+    values: JSON = {}
+    if resources.limits:
+        values["limits"] = _quantities(resources.limits)
+    if resources.requests:
+        values["requests"] = _quantities(resources.requests)
+    if resources.claims:
+        values["claims"] = [{"name": c.name, **_texts(c, "request")} for c in resources.claims]
+    return values
+
+
+def _affinity(affinity: Any) -> JSON:
+    """As shapes.py keeps it: per kind, its preferred terms as empty objects."""
+    values: JSON = {}
+    for kind in AFFINITIES:
+        if affinity.HasField(kind):
+            terms = getattr(affinity, kind).preferredDuringSchedulingIgnoredDuringExecution
+            values[kind] = {PREFERRED: [{} for _ in terms]} if terms else {}
+    return values
+
+
+def _pod_status(status: Any) -> JSON:
+    values = _texts(status, "phase")
+    if status.resourceClaimStatuses:
+        values["resourceClaimStatuses"] = [
+            {"name": s.name, **_texts(s, "resourceClaimName")} for s in status.resourceClaimStatuses
+        ]
+    if status.HasField("extendedResourceClaimStatus"):
+        extended = status.extendedResourceClaimStatus
+        values["extendedResourceClaimStatus"] = {
+            "requestMappings": [
+                {"containerName": m.containerName, "resourceName": m.resourceName,
+                 "requestName": m.requestName}
+                for m in extended.requestMappings
+            ],
+            "resourceClaimName": extended.resourceClaimName,
+        }  # fmt: skip
+    return values
+
+
+# ---------------------------------------------------------------- nodes and shared parts
+
+
+def _node(node: Any) -> JSON:
+    status = node.status
+    values: JSON = {}
+    if status.capacity:
+        values["capacity"] = _quantities(status.capacity)
+    if status.allocatable:
+        values["allocatable"] = _quantities(status.allocatable)
+    return {"metadata": _meta(node.metadata), "status": values}
+
+
+def _meta(meta: Any) -> JSON:
+    values = _texts(meta, "name", "namespace", "uid", "resourceVersion")
+    if meta.labels:
+        values["labels"] = dict(meta.labels)
+    if meta.annotations:
+        values["annotations"] = dict(meta.annotations)
+    if meta.ownerReferences:
+        values["ownerReferences"] = [_owner(o) for o in meta.ownerReferences]
+    return values
+
+
+def _owner(owner: Any) -> JSON:
+    values: JSON = {"apiVersion": owner.apiVersion, "kind": owner.kind, "name": owner.name}
+    values["uid"] = owner.uid
+    if owner.HasField("controller"):
+        values["controller"] = owner.controller
+    if owner.HasField("blockOwnerDeletion"):
+        values["blockOwnerDeletion"] = owner.blockOwnerDeletion
+    return values
+
+
+def _list_meta(meta: Any) -> JSON:
+    return _texts(meta, "resourceVersion", "continue")
+
+
+def _quantities(entries: Mapping[str, Any]) -> JSON:
+    return {name: quantity.string for name, quantity in entries.items()}
+
+
+def _texts(message: Any, *names: str) -> JSON:
+    """The named string fields that are not empty (JSON's ``omitempty``)."""
+    values: JSON = {}
+    for name in names:
+        if text := getattr(message, name):
+            values[name] = text
+    return values
