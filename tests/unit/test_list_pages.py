@@ -67,7 +67,7 @@ def test_affinity_keeps_only_whether_each_kind_prefers() -> None:
             preferredDuringSchedulingIgnoredDuringExecution=[wire.Term(), wire.Term()]
         ),
     )
-    pod = _pod("a", _container("main", "1"), affinity=affinity)
+    pod = _pod("a", _container("main", "1"), affinity=affinity.SerializeToString())
     spec = list_pages.pod_page(_page(pod))["items"][0]["spec"]
     assert spec["affinity"] == {
         "nodeAffinity": {},
@@ -75,23 +75,44 @@ def test_affinity_keeps_only_whether_each_kind_prefers() -> None:
     }
 
 
-def test_the_pods_of_one_template_share_its_containers_read_once() -> None:
-    main = _container("main", "1")
-    page = list_pages.pod_page(_page(_pod("a", main), _pod("b", main), _pod("c", main, main)))
-    a, b, c = (p["spec"]["containers"] for p in page["items"])
-    assert a is b  # read once
-    assert a == [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]
-    assert c is not a
-    assert len(c) == 2
+def test_the_pods_of_one_template_share_its_parts_read_once() -> None:
+    main, init = _container("main", "1"), _container("fetch", "2")
+    owner = wire.OwnerReference(kind="Job", name="j", uid="u", apiVersion="batch/v1")
+    owned = wire.ObjectMeta(name="x", ownerReferences=[owner.SerializeToString()])
+    pods = [_pod(name, main, initContainers=[init]) for name in "ab"]
+    pods += [_pod("c", main, main), wire.Pod(metadata=owned), wire.Pod(metadata=owned)]
+    a, b, c, d, e = list_pages.pod_page(_page(*pods))["items"]
+    assert a["spec"]["containers"] is b["spec"]["containers"]  # read once
+    assert a["spec"]["initContainers"] is b["spec"]["initContainers"]
+    assert a["spec"]["containers"] == [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]
+    assert c["spec"]["containers"] is not a["spec"]["containers"]
+    assert len(c["spec"]["containers"]) == 2
+    assert d["metadata"]["ownerReferences"] is e["metadata"]["ownerReferences"]
+    assert d["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}
+    ]
 
 
-def test_the_template_book_is_bounded() -> None:
-    templates = list_pages._Templates()
-    for i in range(templates.CAPACITY + 10):
-        templates.read([_container("main", f"{i}m")], [])
-    assert len(templates._book) == templates.CAPACITY
-    first = templates.read([_container("main", "0m")], [])  # evicted: read again, same values
-    assert first[0][0]["resources"] == {"requests": {"cpu": "0m"}}
+def _read_parts(parts: tuple[bytes, ...]) -> list[bytes]:
+    return list(parts)
+
+
+def test_a_book_of_shared_parts_is_bounded() -> None:
+    book = list_pages._Shared(_read_parts)
+    for i in range(book.CAPACITY + 10):
+        book.read([b"%d" % i])
+    assert len(book._book) == book.CAPACITY
+    assert (b"0",) not in book._book  # the oldest went first
+    assert book.read([b"0"]) == [b"0"]  # read again when asked again
+
+
+def test_parts_too_large_to_keep_are_read_every_time() -> None:
+    book = list_pages._Shared(_read_parts)
+    large = b"x" * (book.MAX_KEY_BYTES + 1)
+    first, again = book.read([large]), book.read([large])
+    assert first == again
+    assert first is not again
+    assert not book._book
 
 
 def test_a_node_page_keeps_its_resources() -> None:
@@ -112,8 +133,14 @@ def test_a_node_page_keeps_its_resources() -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b'{"items": []}', MAGIC + b"\xff\xff\xff", _answer(wire.Quantity(string="x"))[:-1]],
-    ids=["json", "garbage after the magic", "truncated"],
+    [
+        b'{"items": []}',
+        MAGIC + b"\xff\xff\xff",
+        _answer(wire.Quantity(string="x"))[:-1],
+        MAGIC + wire.Unknown(raw=b"\xff\xff").SerializeToString(),
+        MAGIC + b"\x0d\x00\x00\x00\x00",
+    ],
+    ids=["json", "garbage after the magic", "truncated", "garbage inside", "a fixed32 field"],
 )
 def test_bytes_that_are_not_a_protobuf_page_raise_value_error(body: bytes) -> None:
     with pytest.raises(ValueError, match="protobuf"):

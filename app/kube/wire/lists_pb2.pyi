@@ -86,8 +86,8 @@ class ObjectMeta(_message.Message):
     resourceVersion: str
     labels: _containers.ScalarMap[str, str]
     annotations: _containers.ScalarMap[str, str]
-    ownerReferences: _containers.RepeatedCompositeFieldContainer[OwnerReference]
-    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., uid: _Optional[str] = ..., resourceVersion: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., ownerReferences: _Optional[_Iterable[_Union[OwnerReference, _Mapping]]] = ...) -> None: ...
+    ownerReferences: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., uid: _Optional[str] = ..., resourceVersion: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., ownerReferences: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class ResourceClaim(_message.Message):
     __slots__ = ("name", "request")
@@ -200,7 +200,7 @@ class PodSpec(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     containers: _containers.RepeatedScalarFieldContainer[bytes]
     nodeName: str
-    affinity: Affinity
+    affinity: bytes
     initContainers: _containers.RepeatedScalarFieldContainer[bytes]
     priority: int
     preemptionPolicy: str
@@ -208,7 +208,7 @@ class PodSpec(_message.Message):
     topologySpreadConstraints: _containers.RepeatedCompositeFieldContainer[TopologySpreadConstraint]
     resourceClaims: _containers.RepeatedCompositeFieldContainer[PodResourceClaim]
     resources: ResourceRequirements
-    def __init__(self, containers: _Optional[_Iterable[bytes]] = ..., nodeName: _Optional[str] = ..., affinity: _Optional[_Union[Affinity, _Mapping]] = ..., initContainers: _Optional[_Iterable[bytes]] = ..., priority: _Optional[int] = ..., preemptionPolicy: _Optional[str] = ..., overhead: _Optional[_Mapping[str, Quantity]] = ..., topologySpreadConstraints: _Optional[_Iterable[_Union[TopologySpreadConstraint, _Mapping]]] = ..., resourceClaims: _Optional[_Iterable[_Union[PodResourceClaim, _Mapping]]] = ..., resources: _Optional[_Union[ResourceRequirements, _Mapping]] = ...) -> None: ...
+    def __init__(self, containers: _Optional[_Iterable[bytes]] = ..., nodeName: _Optional[str] = ..., affinity: _Optional[bytes] = ..., initContainers: _Optional[_Iterable[bytes]] = ..., priority: _Optional[int] = ..., preemptionPolicy: _Optional[str] = ..., overhead: _Optional[_Mapping[str, Quantity]] = ..., topologySpreadConstraints: _Optional[_Iterable[_Union[TopologySpreadConstraint, _Mapping]]] = ..., resourceClaims: _Optional[_Iterable[_Union[PodResourceClaim, _Mapping]]] = ..., resources: _Optional[_Union[ResourceRequirements, _Mapping]] = ...) -> None: ...
 
 class PodResourceClaimStatus(_message.Message):
     __slots__ = ("name", "resourceClaimName")
