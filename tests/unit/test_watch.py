@@ -308,7 +308,7 @@ def test_a_protobuf_page_that_does_not_decode_fails_the_list_and_the_next_asks_j
     sink = RecordingSink()
     resource = _nodes_read_in_protobuf()
     run = functools.partial(watch_once, server.api(), resource, sink, hooks=WatchHooks())
-    with pytest.raises(ApiError, match="list of nodes: .*protobuf"):
+    with pytest.raises(ApiError, match=r"list of nodes: .*protobuf"):
         asyncio.run(run(sleep=Sleeps()))
     asyncio.run(run(sleep=Sleeps()))
     assert sorted(sink.state) == ["n1"]
