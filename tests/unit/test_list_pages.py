@@ -7,12 +7,13 @@ test_list_pages."""
 from __future__ import annotations
 
 import logging
+import typing
 from typing import Any
 
 import orjson
 import pytest
 
-from app.kube import list_pages
+from app.kube import list_pages, shapes
 from app.kube.shapes import Decoders, _PodEvent, _PodPage
 from app.kube.wire import lists_pb2 as wire
 
@@ -178,3 +179,55 @@ def test_decoders_ask_for_json_once_a_protobuf_page_does_not_decode(
 def test_decoders_without_protobuf_ask_for_json() -> None:
     decoders = Decoders("pods", _PodPage, _PodEvent)
     assert decoders.accept == "application/json"
+
+
+# Fields lists.proto keeps as a message's bytes, read by list_pages from those bytes.
+AS_BYTES = {
+    ("PodSpec", "containers"): wire.Container,
+    ("PodSpec", "initContainers"): wire.Container,
+    ("PodSpec", "affinity"): wire.Affinity,
+    ("ObjectMeta", "ownerReferences"): wire.OwnerReference,
+}
+
+
+def _shape_fields(shape: Any) -> dict[str, Any]:
+    """A TypedDict's fields, each with the TypedDict below it (None where the shape keeps the
+    whole value)."""
+    fields: dict[str, Any] = {}
+    for name, hint in typing.get_type_hints(shape).items():
+        below = [a for a in _flatten(hint) if typing.is_typeddict(a)]
+        fields[name] = below[0] if below else None
+    return fields
+
+
+def _flatten(hint: Any) -> list[Any]:
+    args = typing.get_args(hint)
+    return [hint] if not args else [leaf for arg in args for leaf in _flatten(arg)]
+
+
+def _missing(shape: Any, message: Any, path: str) -> list[str]:
+    descriptor = message.DESCRIPTOR
+    missing = []
+    for name, below in _shape_fields(shape).items():
+        field = descriptor.fields_by_name.get(name)
+        if field is None:
+            missing.append(f"{path}.{name}")
+        elif below is not None:
+            inner = AS_BYTES.get((descriptor.name, name)) or getattr(wire, field.message_type.name)
+            missing += _missing(below, inner, f"{path}.{name}")
+    return missing
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [(shapes._Pod, wire.Pod), (shapes._Node, wire.Node)],
+    ids=["pod", "node"],
+)
+def test_every_field_the_json_shapes_keep_is_in_the_protobuf_messages(
+    shape: Any, message: Any
+) -> None:
+    """A field the core starts to read goes into shapes.py and lists.proto both: one added to
+    the JSON shapes alone would be missing from every listed object here."""
+    watch_errors = set(typing.get_type_hints(shapes._Status))  # a watch ERROR's, never listed
+    missing = [m for m in _missing(shape, message, "") if m.lstrip(".") not in watch_errors]
+    assert not missing, f"in shapes.py but not in wire/lists.proto: {missing}"
