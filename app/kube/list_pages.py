@@ -1,11 +1,11 @@
 """List pages read as protobuf, decoded into the same plain values as shapes.py's JSON.
 
-kube-apiserver serves a pod list page as protobuf for 0.4 of the CPU it spends on the same page
-as JSON (``python -m loadtests.listformats``: 41 against 101 µs a pod, 20,000 pods in pages of
-5,000). A cold sync of 300,000 pods runs schedext and the API server on the same few CPUs, and
-serving the list was most of the API server's share. So the pod and node lists ask for
-protobuf first (:data:`ACCEPT`); watches stay JSON, as the API server encodes each event once
-for every watcher.
+kube-apiserver serves a pod list page as protobuf for 0.4 to 0.6 of the CPU it spends on the
+same page as JSON (``python -m loadtests.listformats``: 41 against 101 µs a pod, and 46.5
+against 76 in another run; 20,000 pods in pages of 5,000). A cold sync of 300,000 pods runs
+schedext and the API server on the same few CPUs, and serving the list was most of the API
+server's share. So the pod and node lists ask for protobuf first (:data:`ACCEPT`); watches
+stay JSON, as the API server encodes each event once for every watcher.
 
 The messages (``wire/lists.proto``) name only the fields schedext reads: the protobuf runtime
 (upb, in C) skips every other field by its length. What it gives is turned into the values the
@@ -246,7 +246,7 @@ def _pod_status(status: Any) -> JSON:
     return values
 
 
-# ---------------------------------------------------------------- nodes and shared parts
+# ---------------------------------------------------------------- nodes and metadata
 
 
 def _node(node: Any) -> JSON:
@@ -273,8 +273,12 @@ def _meta(meta: Any) -> JSON:
 
 
 def _owner(owner: Any) -> JSON:
-    values: JSON = {"apiVersion": owner.apiVersion, "kind": owner.kind, "name": owner.name}
-    values["uid"] = owner.uid
+    values: JSON = {
+        "apiVersion": owner.apiVersion,
+        "kind": owner.kind,
+        "name": owner.name,
+        "uid": owner.uid,
+    }
     if owner.HasField("controller"):
         values["controller"] = owner.controller
     if owner.HasField("blockOwnerDeletion"):
