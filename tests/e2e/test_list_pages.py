@@ -49,6 +49,8 @@ def _pod(name: str, *containers: JSON, meta: JSON | None = None, **spec: Any) ->
 
 
 GPU = _container("main", {"cpu": "4", "nvidia.com/gpu": "2"})
+CLAIMING = _container("main", {"cpu": "1"})  # names the pod's claims (resources.claims)
+CLAIMING["resources"]["claims"] = [{"name": "gpu"}, {"name": "more"}]
 PODS = [
     _pod("bound", GPU, nodeName="wire-gpu", priorityClassName="high", meta={
         "labels": {"app": "trainer", "team": "research"},
@@ -71,7 +73,7 @@ PODS = [
          nodeName="wire-gpu", priorityClassName="low"),
     _pod("pod-level", _container("main", {"cpu": "1"}),
          resources={"requests": {"cpu": "2", "memory": "2Gi"}}),
-    _pod("claims", _container("main", {"cpu": "1"}, resources_claims=None),
+    _pod("claims", CLAIMING,
          resourceClaims=[{"name": "gpu", "resourceClaimName": "wire-claim"},
                          {"name": "more", "resourceClaimTemplateName": "wire-template"}]),
     _pod("web-0", _container("main", {"cpu": "1"}), nodeName="wire-cpu", meta={
@@ -79,10 +81,12 @@ PODS = [
                              "uid": "0b0e4c1a-0000-4000-8000-000000000001",
                              "controller": True, "blockOwnerDeletion": True}]}),
 ]  # fmt: skip
-# The claims pod's container names the pod's claims (resources.claims).
-PODS[5]["spec"]["containers"][0].pop("resources_claims")
-PODS[5]["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}, {"name": "more"}]
-STATUS = {"bound": {"phase": "Running"}, "web-0": {"phase": "Succeeded"}}
+STATUS = {
+    "bound": {"phase": "Running"},
+    "web-0": {"phase": "Succeeded"},
+    # The claim made from the pod's template, as the ResourceClaim controller records it.
+    "claims": {"resourceClaimStatuses": [{"name": "more", "resourceClaimName": "claims-more-x"}]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +172,10 @@ def test_pods_listed_in_protobuf_decode_to_what_their_json_decodes_to(
     assert by_name["pod-level"]["spec"]["resources"] == {"requests": {"cpu": "2", "memory": "2Gi"}}
     assert statefulset_identity(by_name["web-0"]["metadata"]) == f"sts/{NAMESPACE}/web/0"
     assert decode_pod_claims(by_name["claims"]) is not None
+    assert (
+        by_name["claims"]["status"]["resourceClaimStatuses"]
+        == STATUS["claims"]["resourceClaimStatuses"]
+    )
 
 
 @pytest.mark.usefixtures("objects")
