@@ -37,11 +37,12 @@ from app.kube import list_pages
 from app.kube.shapes import POD_DECODERS
 from loadtests import kubeload
 from loadtests.kubeload import RestPool
-from loadtests.sync import NAMESPACE, Plan, _fill
+from loadtests.sync import NAMESPACE, Plan, fill
 
 JSON = dict[str, Any]
 AS_JSON = "application/json"
-AS_PROTOBUF = "application/vnd.kubernetes.protobuf"
+AS_PROTOBUF = list_pages.PROTOBUF
+PODS_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
 T = TypeVar("T")
 
 
@@ -67,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = Plan.build(args.nodes, args.pods, gpu_fill=0.75, compact=True)
     report: JSON = {"machine": kubeload.machine_info(), "nodes": args.nodes, "pods": args.pods}
     with kubeload.control_plane() as cp, RestPool(cp, args.concurrency) as pool:
-        report["fill"] = _fill(pool, plan)["pods"]
+        report["fill"] = fill(pool, plan)["pods"]
         report["server"] = _server(pool, args.pods, args.reps)
         pages = {accept: _first_page(pool, accept) for accept in (AS_JSON, AS_PROTOBUF)}
     report["client"] = _client(pages[AS_JSON], pages[AS_PROTOBUF], args.reps)
@@ -117,10 +118,9 @@ def _list_all(pool: RestPool, variant: Variant) -> tuple[int, int]:
     """Every pod of the namespace, page by page: (pods listed, bytes on the wire)."""
     token, listed, wire = "", 0, 0
     headers = {"Accept": variant.accept, "Accept-Encoding": variant.encoding}
-    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     while True:
         params = {"limit": str(variant.page)} | ({"continue": token} if token else {})
-        with pool.client.stream("GET", path, params=params, headers=headers) as response:
+        with pool.client.stream("GET", PODS_PATH, params=params, headers=headers) as response:
             response.raise_for_status()
             body = response.read()
             wire += response.num_bytes_downloaded
@@ -133,7 +133,7 @@ def _list_all(pool: RestPool, variant: Variant) -> tuple[int, int]:
 
 def _first_page(pool: RestPool, accept: str) -> bytes:
     response = pool.client.get(
-        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        PODS_PATH,
         params={"limit": "5000"},
         headers={"Accept": accept, "Accept-Encoding": "identity"},
     )

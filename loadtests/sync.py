@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         RestPool(cp, args.concurrency) as pool,
     ):
         report["cluster"] = plan.summary()
-        report["fill"] = _fill(pool, plan)
+        report["fill"] = fill(pool, plan)
         report["objects"] = _object_sizes(pool, cp.etcd_url)
         trees = {"current": kubeload.ROOT}
         if args.baseline is not None:
@@ -398,7 +398,8 @@ class Plan:
         }
 
 
-def _fill(pool: RestPool, plan: Plan) -> JSON:
+def fill(pool: RestPool, plan: Plan) -> JSON:
+    """The plan's nodes and bound pods created (also loadtests.listformats's cluster)."""
     kubeload.create_namespace(pool, NAMESPACE)
     kubeload.create_priority_class(pool, *PRIORITY_CLASS)
     meter = kubeload.CpuMeter(kubeload.process_ids(("kube-apiserver", "etcd")))

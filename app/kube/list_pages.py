@@ -29,13 +29,22 @@ from google.protobuf.message import DecodeError
 
 from app.kube.wire import lists_pb2 as wire
 
-__all__ = ["ACCEPT", "forget_templates", "is_protobuf", "node_page", "pod_page", "status_fields"]
+__all__ = [
+    "ACCEPT",
+    "PROTOBUF",
+    "forget_templates",
+    "is_protobuf",
+    "node_page",
+    "pod_page",
+    "status_fields",
+]
 
 JSON = dict[str, Any]
 Value = TypeVar("Value")
 
+PROTOBUF = "application/vnd.kubernetes.protobuf"
 # Protobuf where the API server has it (built-in kinds), JSON otherwise.
-ACCEPT = "application/vnd.kubernetes.protobuf, application/json"
+ACCEPT = f"{PROTOBUF}, application/json"
 MAGIC = b"k8s\x00"  # a protobuf answer's first bytes, before its runtime.Unknown envelope
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 AFFINITIES = ("nodeAffinity", "podAffinity", "podAntiAffinity")

@@ -113,11 +113,14 @@ def objects(control_plane: ControlPlane) -> Any:
             api.delete_node(name)
 
 
+def _config(cp: ControlPlane) -> ClusterConfig:
+    """schedext's own client to the harness's API server, as a kubeconfig would give it."""
+    tls = ssl.create_default_context(cafile=str(cp.ca_cert))
+    return ClusterConfig(server=cp.server, ssl_context=tls, token=cp.token)
+
+
 def _both(cp: ControlPlane, path: str, decoders: Decoders) -> tuple[bytes, bytes]:
-    config = ClusterConfig(
-        server=cp.server, ssl_context=ssl.create_default_context(cafile=str(cp.ca_cert)),
-        token=cp.token,
-    )  # fmt: skip
+    config = _config(cp)
 
     async def read() -> tuple[bytes, bytes]:
         api = KubeApi(config)
@@ -193,11 +196,7 @@ def test_nodes_listed_in_protobuf_decode_to_what_their_json_decodes_to(
 
 
 def test_an_error_answered_in_protobuf_keeps_its_reason(control_plane: ControlPlane) -> None:
-    config = ClusterConfig(
-        server=control_plane.server,
-        ssl_context=ssl.create_default_context(cafile=str(control_plane.ca_cert)),
-        token=control_plane.token,
-    )
+    config = _config(control_plane)
 
     async def read() -> Exception:
         api = KubeApi(config)
